@@ -1,0 +1,35 @@
+"""hkv: hot/cold KV-cache offloading for hybrid and multimodal LLMs on vLLM.
+
+The core (config, model_spec, plan, flags, cost, policies, sim) needs only the standard library
+and numpy; torch, transformers and vLLM are imported inside the adapters that use them.
+"""
+
+from hkv.blocks import BlockId, BlockMeta, Modality, Tier
+from hkv.config import CostModelParams, HybridKVCacheConfig, ModalityConfig
+from hkv.errors import ConfigError, FlagConflict, HkvError
+from hkv.flags import Translation, translate
+from hkv.model_spec import LayerGroup, LayerKind, ModelSpec
+from hkv.plan import MemoryPlan, PlanInputs, plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BlockId",
+    "BlockMeta",
+    "ConfigError",
+    "CostModelParams",
+    "FlagConflict",
+    "HkvError",
+    "HybridKVCacheConfig",
+    "LayerGroup",
+    "LayerKind",
+    "MemoryPlan",
+    "ModalityConfig",
+    "Modality",
+    "ModelSpec",
+    "PlanInputs",
+    "Tier",
+    "Translation",
+    "plan",
+    "translate",
+]

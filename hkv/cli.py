@@ -1,0 +1,172 @@
+"""`hkv` on the command line: plan, flags, simulate, calibrate, doctor.
+
+With `--json` a command prints exactly one JSON object (or list) on stdout. A user mistake prints
+one line on stderr naming the flag or field, the value and what to do, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hkv.errors import HkvError
+
+GIB = 1 << 30
+
+
+def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    if as_json:
+        json.dump(obj, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(obj) + "\n")
+
+
+# -- hkv plan ------------------------------------------------------------------------------------
+def add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="memory plan and vLLM arguments for a model on a machine")
+    p.add_argument("--model", required=True, help="shipped name (minimax-m2.5) or config.json path")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs = tensor-parallel size (default 1)")
+    p.add_argument("--gpu-mem", type=float, default=None, help="GiB per GPU (default: H200, 140)")
+    p.add_argument("--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this one)")
+    p.add_argument("--max-model-len", type=int, default=None, help="tokens (default: the model's)")
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--weights-dtype", choices=("bf16", "fp8", "int4"), default=None)
+    p.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--offload-percent", type=float, default=None, help="the article's percent")
+    p.add_argument("--offload-size", type=float, default=None, help="CPU tier in GiB")
+    p.add_argument("--reserve-gib", type=float, default=None, help="per-GPU non-KV reserve")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(run=_run_plan)
+
+
+def _run_plan(args: argparse.Namespace) -> None:
+    from hkv.model_spec import ModelSpec
+    from hkv.plan import DEFAULT_GPU_MEM_GIB, DEFAULT_RESERVE_GIB, PlanInputs, plan
+
+    spec = ModelSpec.load(args.model)
+    inputs = PlanInputs(
+        gpus=args.gpus,
+        gpu_mem_gib=args.gpu_mem if args.gpu_mem is not None else DEFAULT_GPU_MEM_GIB,
+        cpu_ram_gib=args.cpu_ram,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        weights_dtype=args.weights_dtype,
+        kv_cache_dtype=args.kv_cache_dtype or "auto",
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        offload_percent=args.offload_percent,
+        offload_gib=args.offload_size,
+        reserve_gib=args.reserve_gib if args.reserve_gib is not None else DEFAULT_RESERVE_GIB,
+    )
+    _emit(plan(spec, inputs).to_dict(), args.json, render_plan)
+
+
+def render_plan(p: dict[str, Any]) -> str:
+    """A plan as a few lines a person reads."""
+    lines = [
+        f"{p['model']} on {p['gpus']} x {p['gpu_mem_gib']:g} GiB GPU(s), {p['cpu_ram_gib']:g} GiB "
+        f"RAM, max-model-len {p['max_model_len']}, {p['max_num_seqs']} seqs",
+        f"  weights ({p['weights_dtype']}): {p['weights_bytes'] / GIB:.1f} GiB "
+        f"({p['weights_bytes_per_gpu'] / GIB:.1f} GiB per GPU)",
+        f"  KV per token: {p['kv_bytes_per_token']:,} B; per sequence: "
+        f"{p['kv_bytes_per_seq'] / GIB:.2f} GiB",
+        f"  GPU KV budget: {p['gpu_kv_budget_bytes'] / GIB:.1f} GiB -> "
+        f"{p['max_seqs_on_gpu']} full sequences on GPU",
+        f"  CPU tier: {p['offload_bytes'] / GIB:.1f} GiB (bound by {p['offload_bound_by']})",
+        f"  fits: {'yes' if p['fits'] else 'NO'}",
+    ]
+    lines += [f"  reason: {r}" for r in p["reasons"]]
+    lines += [f"  suggestion: {s}" for s in p["suggestions"]]
+    lines += [f"  warning: {w}" for w in p["warnings"]]
+    lines.append("  vllm serve " + " ".join(_quote(a) for a in p["vllm_args"]))
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+# -- hkv flags -----------------------------------------------------------------------------------
+def add_flags_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "flags",
+        help="translate the article's vllm flags into a real vLLM command",
+        description="Everything after `--` is read as a `vllm serve` line, hybrid flags included.",
+    )
+    p.add_argument("--model", default=None, help="model, if the line after -- has none")
+    p.add_argument("--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("seed_flags", nargs=argparse.REMAINDER, help="-- then the article's flags")
+    p.set_defaults(run=_run_flags)
+
+
+def _run_flags(args: argparse.Namespace) -> None:
+    from hkv.flags import translate
+
+    argv = list(args.seed_flags)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise HkvError("hkv flags: give the vllm flags after `--`, e.g. hkv flags -- --model X ...")
+    if args.model is not None:
+        argv = ["--model", args.model, *argv]
+    _emit(translate(argv, cpu_ram_gib=args.cpu_ram).to_dict(), args.json, render_flags)
+
+
+def render_flags(t: dict[str, Any]) -> str:
+    lines = [t["command"]]
+    lines += [f"# dropped {d['flag']}: {d['reason']}" for d in t["dropped"]]
+    lines += [f"# {d['flag']} -> {d['to']}" for d in t["translated"]]
+    lines += [f"# warning: {w}" for w in t["warnings"]]
+    return "\n".join(lines)
+
+
+# -- hkv doctor ----------------------------------------------------------------------------------
+def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="versions, GPUs and memory of this machine")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> None:
+    from hkv.monitor import environment_report
+
+    _emit(environment_report(), args.json, lambda r: json.dumps(r, indent=2))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hkv", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_plan_parser(sub)
+    add_flags_parser(sub)
+    add_doctor_parser(sub)
+    try:
+        from hkv import cli_sim
+    except ImportError:  # the simulator's commands arrive with hkv.sim
+        cli_sim = None
+    if cli_sim is not None:
+        cli_sim.add_simulate_parser(sub)
+        cli_sim.add_calibrate_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except HkvError as exc:
+        sys.stderr.write(f"hkv {args.command}: error: {exc}\n")
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,564 @@
+"""The article's `vllm serve` flags, translated into a command vLLM really accepts.
+
+The article mixes real vLLM flags with `--enable-hybrid-kv-cache` and five
+`--hybrid-kv-cache-*` flags that no vLLM release has. `translate(argv)` reads both kinds and
+returns the vLLM 0.33 arguments that do what they meant:
+
+- offloading to CPU becomes `--kv-offloading-size GiB --kv-offloading-backend native` when vLLM's
+  own LRU is wanted, or `--kv-transfer-config` with vLLM's `OffloadingConnector` whose
+  `eviction_policy` / `cache_policy_module_path` name an hkv policy (`hkv.integrations.vllm`);
+- settings with no vLLM counterpart are listed in `dropped` with the reason;
+- contradictory flags raise `FlagConflict`, naming both flags.
+
+Block-size rule (read from the attention backends' `get_supported_kernel_block_sizes` in vLLM
+0.32): FlashAttention and Triton take any multiple of 16, FlashInfer 16, 32 or 64, FlashMLA
+exactly 64, the CPU backend a multiple of 32. vLLM picks FlashMLA for MLA models and
+FlashAttention for the rest on Hopper, so those rules apply when no backend is named.
+
+fp8 KV with cold-tier quantization (decided here): refused. fp8 blocks are already 8-bit;
+quantizing them again to q8/q6/q4 stacks two lossy steps whose combined error hkv has not
+measured, and the cold formats are defined on 16-bit input. With `--kv-cache-dtype fp8` the cold
+tier must use a passthrough format (`fp16`/`bf16`), which then stores the fp8 bytes unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hkv.config import HybridKVCacheConfig, known_policies, parse_cost_weights
+from hkv.errors import ConfigError, FlagConflict, HkvError
+from hkv.model_spec import ModelSpec
+from hkv.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+
+VLLM_NATIVE_POLICIES = ("lru", "arc")
+"""Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
+
+COST_WEIGHT_POLICIES = ("cost_aware", "modality_aware")
+"""Policies that read per-modality cost weights; the others would silently ignore them."""
+
+ADAPTER_MODULE = "hkv.integrations.vllm"
+
+
+def adapter_class_name(policy: str) -> str:
+    """The class name vLLM's `eviction_policy` must hold to load hkv policy `policy`."""
+    return f"hkv_{policy}"
+
+
+BACKEND_BLOCK_RULES: dict[str, tuple[str, Any]] = {
+    "FLASH_ATTN": ("a multiple of 16", lambda b: b % 16 == 0),
+    "TRITON_ATTN": ("a multiple of 16", lambda b: b % 16 == 0),
+    "FLASHINFER": ("16, 32 or 64", lambda b: b in (16, 32, 64)),
+    "FLASHMLA": ("exactly 64", lambda b: b == 64),
+    "CPU_ATTN": ("a multiple of 32", lambda b: b % 32 == 0),
+}
+
+HYBRID_FLAGS = (
+    "--enable-hybrid-kv-cache",
+    "--hybrid-kv-cache-cpu-offload-size",
+    "--hybrid-kv-cache-cpu-offload-percent",
+    "--hybrid-kv-cache-policy",
+    "--hybrid-kv-cache-cost-weights",
+    "--hybrid-kv-cache-config",
+)
+
+BOOLEAN_FLAGS = {
+    "--enable-hybrid-kv-cache",
+    "--trust-remote-code",
+    "--enforce-eager",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--disable-log-requests",
+    "--enable-expert-parallel",
+    "--enable-auto-tool-choice",
+}
+
+CHECKED_VLLM_FLAGS = {
+    "--model",
+    "--tensor-parallel-size",
+    "--gpu-memory-utilization",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--kv-cache-dtype",
+    "--block-size",
+    "--quantization",
+    "--attention-backend",
+    "--dtype",
+}
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "B": 1,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+    "K": 2**10,
+    "M": 2**20,
+    "G": 2**30,
+    "T": 2**40,
+}
+
+
+def parse_size(text: str, *, flag: str) -> tuple[int, str | None]:
+    """Bytes in `text` ("16GB", "16GiB", "16"); a bare number is GiB, vLLM's unit.
+
+    Returns the bytes and, for decimal units, a note on how they were read.
+    """
+    match = _SIZE.match(str(text))
+    if not match:
+        raise HkvError(f"{flag}: cannot read size {text!r}; write e.g. 16GiB, 16GB or 16 (GiB)")
+    number, unit = float(match.group(1)), (match.group(2) or "GiB").upper()
+    if unit not in _UNITS:
+        raise HkvError(f"{flag}: unknown unit in {text!r}; use B, KB, MB, GB, TB or KiB ... TiB")
+    nbytes = int(number * _UNITS[unit])
+    note = None
+    if unit in ("KB", "MB", "GB", "TB"):
+        note = (
+            f"{flag} {text}: read as decimal units = {nbytes / GIB:.2f} GiB; "
+            f"write {match.group(1)}GiB for binary gibibytes"
+        )
+    return nbytes, note
+
+
+@dataclass
+class Translation:
+    """What `hkv flags` reports: the real command, hkv's config, and what had no counterpart."""
+
+    vllm_args: list[str]
+    hkv_config: dict[str, Any]
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    translated: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def command(self) -> str:
+        return "vllm serve " + " ".join(shlex.quote(a) for a in self.vllm_args)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["command"] = self.command
+        return out
+
+
+def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | None]:
+    """`(flag, value)` pairs in order, and a positional model if the line had one.
+
+    Accepts a whole `vllm serve MODEL ...` line as well as bare flags.
+    """
+    args = list(argv)
+    if args[:2] == ["vllm", "serve"]:
+        args = args[2:]
+    positional = None
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            if positional is None and not pairs:
+                positional = token
+                i += 1
+                continue
+            raise HkvError(f"unexpected argument {token!r}: flags take the form --name value")
+        if "=" in token:
+            name, value = token.split("=", 1)
+            pairs.append((name, value))
+        elif token in BOOLEAN_FLAGS or i + 1 == len(args) or args[i + 1].startswith("--"):
+            pairs.append((token, None))
+        else:
+            pairs.append((token, args[i + 1]))
+            i += 1
+        i += 1
+    return pairs, positional
+
+
+class _Translator:
+    def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib):
+        self.flags: dict[str, str | None] = {}
+        for name, value in pairs:
+            if name in self.flags:
+                raise FlagConflict(name, name, "given twice; keep one")
+            self.flags[name] = value
+        if model is not None:
+            if "--model" in self.flags:
+                raise FlagConflict("--model", "the positional model", "two models given")
+            self.flags["--model"] = model
+        self.cpu_ram_gib = cpu_ram_gib
+        self.out = Translation(vllm_args=[], hkv_config={})
+        self._spec: ModelSpec | None | bool = False
+
+    # -- inputs -----------------------------------------------------------------------------
+    def value(self, flag: str) -> str | None:
+        value = self.flags.get(flag)
+        if flag in self.flags and value is None and flag not in BOOLEAN_FLAGS:
+            raise HkvError(f"{flag}: needs a value")
+        return value
+
+    def number(self, flag: str, kind: type = float) -> Any:
+        text = self.value(flag)
+        if text is None:
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise HkvError(f"{flag}: got {text!r}; expected {kind.__name__}") from None
+
+    def spec(self) -> ModelSpec | None:
+        """The model's spec when `--model` names a shipped model or a local config, else None."""
+        if self._spec is False:
+            name = self.value("--model")
+            try:
+                self._spec = ModelSpec.load(name) if name else None
+            except HkvError:
+                self._spec = None
+                self.out.warnings.append(
+                    f"--model {name}: no local config.json, so KV sizes, tensor-parallel and "
+                    "block-size checks that need the model's dimensions were skipped"
+                )
+        return self._spec  # type: ignore[return-value]
+
+    def host_ram_gib(self) -> tuple[float, str]:
+        if self.cpu_ram_gib is not None:
+            return self.cpu_ram_gib, "--cpu-ram"
+        return detected_host_ram_gib(), "this machine's RAM (pass --cpu-ram to plan for another)"
+
+    # -- the translation ----------------------------------------------------------------------
+    def run(self) -> Translation:
+        config = self.hybrid_config()
+        self.copy_real_flags()
+        self.check_block_size()
+        self.check_tensor_parallel()
+        self.check_fp8_with_cold_quantization(config)
+        self.drop_legacy_flags()
+        if config is not None:
+            self.emit_offloading(config)
+            self.out.hkv_config = config.to_dict()
+        return self.out
+
+    def hybrid_config(self) -> HybridKVCacheConfig | None:
+        """The `HybridKVCacheConfig` the hybrid flags describe, or None if none was given."""
+        given = [f for f in HYBRID_FLAGS if f in self.flags]
+        if not given:
+            return None
+        unknown = [f for f in self.flags if f.startswith("--hybrid-kv-cache") and f not in given]
+        if unknown:
+            raise HkvError(f"{unknown[0]}: no such flag; hkv knows {', '.join(HYBRID_FLAGS)}")
+        if "--enable-hybrid-kv-cache" not in self.flags:
+            self.out.warnings.append(
+                f"{given[0]} given without --enable-hybrid-kv-cache; offloading enabled anyway"
+            )
+        config = self.base_config()
+        policy = self.policy(config)
+        weights = self.cost_weights(policy)
+        data = config.to_dict()
+        data.update(offload_strategy=policy, cost_weights=weights)
+        return HybridKVCacheConfig.from_dict(data)
+
+    def base_config(self) -> HybridKVCacheConfig:
+        path = self.value("--hybrid-kv-cache-config")
+        if path is None:
+            return HybridKVCacheConfig()
+        try:
+            config = HybridKVCacheConfig.from_file(path)
+        except ConfigError as exc:
+            raise HkvError(f"--hybrid-kv-cache-config: {exc}") from None
+        self.out.translated.append(
+            {"flag": "--hybrid-kv-cache-config", "to": "hkv_config in --kv-transfer-config"}
+        )
+        return config
+
+    def policy(self, config: HybridKVCacheConfig) -> str:
+        flag_policy = self.value("--hybrid-kv-cache-policy")
+        valid = known_policies()
+        if flag_policy is not None and flag_policy not in valid:
+            raise HkvError(
+                f"--hybrid-kv-cache-policy: unknown policy {flag_policy!r}; "
+                f"valid: {', '.join(valid)}"
+            )
+        from_file = "--hybrid-kv-cache-config" in self.flags
+        if flag_policy and from_file and flag_policy != config.offload_strategy:
+            raise FlagConflict(
+                "--hybrid-kv-cache-policy",
+                "--hybrid-kv-cache-config",
+                f"the flag says {flag_policy!r}, the file's offload_strategy says "
+                f"{config.offload_strategy!r}; drop one or make them agree",
+            )
+        if flag_policy:
+            return flag_policy
+        if not from_file and "--hybrid-kv-cache-cost-weights" in self.flags:
+            self.out.warnings.append(
+                "--hybrid-kv-cache-cost-weights without a policy: using cost_aware, "
+                "the policy that reads them"
+            )
+            return "cost_aware"
+        return config.offload_strategy
+
+    def cost_weights(self, policy: str) -> dict[str, float] | None:
+        text = self.value("--hybrid-kv-cache-cost-weights")
+        if text is None:
+            return None
+        weights = parse_cost_weights(text, where="--hybrid-kv-cache-cost-weights")
+        if policy not in COST_WEIGHT_POLICIES:
+            raise FlagConflict(
+                "--hybrid-kv-cache-cost-weights",
+                "--hybrid-kv-cache-policy",
+                f"policy {policy!r} ignores cost weights; use one of "
+                f"{', '.join(COST_WEIGHT_POLICIES)} or drop the weights",
+            )
+        return weights
+
+    def offload_bytes(self) -> int:
+        """CPU tier size from the size and/or percent flags, checked against each other and RAM."""
+        size_text = self.value("--hybrid-kv-cache-cpu-offload-size")
+        percent = self.number("--hybrid-kv-cache-cpu-offload-percent")
+        size = None
+        if size_text is not None:
+            size, note = parse_size(size_text, flag="--hybrid-kv-cache-cpu-offload-size")
+            if note:
+                self.out.warnings.append(note)
+        if percent is not None and not 0 < percent <= 1:
+            raise HkvError(
+                f"--hybrid-kv-cache-cpu-offload-percent: got {percent}; expected a fraction in "
+                "(0, 1], e.g. 0.4 for 40 % of the KV cache"
+            )
+        from_percent = self.percent_bytes(percent) if percent is not None else None
+        if size is not None and from_percent is not None:
+            if abs(size - from_percent) > 0.01 * max(size, from_percent):
+                raise FlagConflict(
+                    "--hybrid-kv-cache-cpu-offload-size",
+                    "--hybrid-kv-cache-cpu-offload-percent",
+                    f"the size says {size / GIB:.1f} GiB, the percent {percent:g} of this "
+                    f"model's KV says {from_percent / GIB:.1f} GiB; give one of them",
+                )
+        if size is None and from_percent is None:
+            size = self.overflow_bytes()
+        chosen = size if size is not None else from_percent
+        self.check_host_ram(chosen, size is not None)
+        return chosen
+
+    def percent_bytes(self, percent: float) -> int:
+        """The article's `min(RAM x 0.7, total_KV x percent)`, total_KV from the plan."""
+        the_plan = self.plan(offload_percent=percent)
+        if the_plan.offload_bound_by == "host_ram":
+            ram, where = self.host_ram_gib()
+            self.out.warnings.append(
+                f"--hybrid-kv-cache-cpu-offload-percent {percent:g} asks for "
+                f"{the_plan.offload_requested_bytes / GIB:.1f} GiB; the formula "
+                f"min(RAM x 0.7, total_KV x percent) caps it at {the_plan.offload_bytes / GIB:.1f}"
+                f" GiB ({ram:.0f} GiB from {where})"
+            )
+        return the_plan.offload_bytes
+
+    def overflow_bytes(self) -> int:
+        the_plan = self.plan()
+        self.out.warnings.append(
+            "no offload size or percent given: the CPU tier holds the KV that overflows the "
+            f"GPU budget, {the_plan.offload_bytes / GIB:.1f} GiB"
+        )
+        return the_plan.offload_bytes
+
+    def plan(self, **extra: Any):
+        spec = self.spec()
+        if spec is None:
+            raise HkvError(
+                "--hybrid-kv-cache-cpu-offload-percent (or no size at all) needs the model's "
+                "KV size: pass --model as a shipped name or a local config.json, or give "
+                "--hybrid-kv-cache-cpu-offload-size"
+            )
+        inputs = PlanInputs(
+            gpus=self.number("--tensor-parallel-size", int) or 1,
+            cpu_ram_gib=self.host_ram_gib()[0],
+            max_model_len=self.number("--max-model-len", int),
+            max_num_seqs=self.number("--max-num-seqs", int) or 16,
+            kv_cache_dtype=self.value("--kv-cache-dtype") or "auto",
+            gpu_memory_utilization=self.number("--gpu-memory-utilization") or 0.9,
+            weights_dtype=_weights_dtype(self.value("--quantization"), spec),
+            **extra,
+        )
+        return plan(spec, inputs, suggest=False)
+
+    def check_host_ram(self, nbytes: int, explicit: bool) -> None:
+        ram_gib, where = self.host_ram_gib()
+        limit = int(ram_gib * GIB * HOST_RAM_FRACTION)
+        if explicit and nbytes > limit:
+            other = "--cpu-ram" if where == "--cpu-ram" else "host RAM"
+            raise FlagConflict(
+                "--hybrid-kv-cache-cpu-offload-size",
+                other,
+                f"{nbytes / GIB:.1f} GiB is more than 0.7 x {ram_gib:.0f} GiB = "
+                f"{limit / GIB:.1f} GiB; the rest of RAM must stay for the OS and the engine",
+            )
+
+    def emit_offloading(self, config: HybridKVCacheConfig) -> None:
+        nbytes = self.offload_bytes()
+        policy = config.offload_strategy
+        self.out.translated.append(
+            {"flag": "--enable-hybrid-kv-cache", "to": "vLLM's OffloadingConnector (CPU tier)"}
+        )
+        if policy == "lru":  # vLLM's default policy: the two plain flags say it all
+            gib = f"{nbytes / GIB:.2f}"
+            self.out.vllm_args += ["--kv-offloading-size", gib, "--kv-offloading-backend", "native"]
+            self.out.translated.append(
+                {"flag": "offload size / percent", "to": f"--kv-offloading-size {gib} (GiB)"}
+            )
+        else:
+            self.out.vllm_args += ["--kv-transfer-config", self.transfer_json(nbytes, config)]
+            self.out.translated.append(
+                {
+                    "flag": "--hybrid-kv-cache-policy",
+                    "to": f"eviction_policy {self.eviction_policy(policy)!r} in --kv-transfer-config",
+                }
+            )
+        lossy = config.quantized_modalities
+        if lossy:
+            self.out.dropped.append(
+                {
+                    "flag": "modality_configs[*].quantization",
+                    "reason": f"cold-tier quantization ({', '.join(lossy)}) has no vLLM "
+                    "counterpart: vLLM's CPU tier stores blocks unchanged; hkv's own manager "
+                    "(hkv.manager) applies it",
+                }
+            )
+
+    @staticmethod
+    def eviction_policy(policy: str) -> str:
+        return policy if policy in VLLM_NATIVE_POLICIES else adapter_class_name(policy)
+
+    def transfer_json(self, nbytes: int, config: HybridKVCacheConfig) -> str:
+        """vLLM's OffloadingConnector config; hkv policies come with their module and settings."""
+        policy = config.offload_strategy
+        extra: dict[str, Any] = {
+            "cpu_bytes_to_use": nbytes,
+            "eviction_policy": self.eviction_policy(policy),
+        }
+        if policy not in VLLM_NATIVE_POLICIES:
+            extra["cache_policy_module_path"] = ADAPTER_MODULE
+            extra["hkv_config"] = config.to_dict(compact=True)
+        return json.dumps(
+            {
+                "kv_connector": "OffloadingConnector",
+                "kv_role": "kv_both",
+                "kv_connector_extra_config": extra,
+            },
+            separators=(",", ":"),
+        )
+
+    def copy_real_flags(self) -> None:
+        """Every flag that is neither hybrid nor legacy goes through as given, the model first."""
+        if model := self.value("--model"):
+            spec = self.spec()
+            self.out.vllm_args += ["--model", spec.hub_id if spec and spec.hub_id else model]
+        for flag, value in self.flags.items():
+            if flag in (*HYBRID_FLAGS, "--swap-space", "--load-format", "--model"):
+                continue
+            if flag not in CHECKED_VLLM_FLAGS and flag not in BOOLEAN_FLAGS:
+                self.out.warnings.append(f"{flag}: passed through to vLLM unchecked by hkv")
+            self.out.vllm_args += [flag] if value is None else [flag, value]
+
+    def drop_legacy_flags(self) -> None:
+        if "--swap-space" in self.flags:
+            self.out.dropped.append(
+                {
+                    "flag": f"--swap-space {self.value('--swap-space')}",
+                    "reason": "V0-engine CPU swap space for preempted sequences; the V1 engine "
+                    "recomputes preempted requests instead and vLLM 0.33 has no such flag. "
+                    "The CPU tier above is what keeps KV in host RAM now",
+                }
+            )
+        load_format = self.value("--load-format")
+        if load_format is None:
+            return
+        if load_format.lower() in ("awq", "gptq"):
+            quant = self.value("--quantization")
+            if quant is not None and quant != load_format.lower():
+                raise FlagConflict(
+                    "--load-format",
+                    "--quantization",
+                    f"--load-format {load_format} implies AWQ weights, --quantization says "
+                    f"{quant!r}",
+                )
+            self.out.dropped.append(
+                {
+                    "flag": f"--load-format {load_format}",
+                    "reason": f"{load_format} is a quantization method, not a load format; "
+                    f"replaced by --quantization {load_format.lower()} (the checkpoint must "
+                    "already hold AWQ weights)",
+                }
+            )
+            if quant is None:
+                self.out.vllm_args += ["--quantization", load_format.lower()]
+        else:
+            self.out.vllm_args += ["--load-format", load_format]
+
+    def check_block_size(self) -> None:
+        block = self.number("--block-size", int)
+        if block is None:
+            return
+        backend = self.value("--attention-backend")
+        spec = self.spec()
+        if backend is None:
+            backend = "FLASHMLA" if spec is not None and spec.is_mla else "FLASH_ATTN"
+            other = "--model" if spec is not None and spec.is_mla else "the default backend"
+        else:
+            other = "--attention-backend"
+        rule = BACKEND_BLOCK_RULES.get(backend.upper())
+        if rule is None:
+            self.out.warnings.append(f"--attention-backend {backend}: block-size rule unknown")
+            return
+        text, ok = rule
+        if not ok(block):
+            raise FlagConflict(
+                "--block-size",
+                other,
+                f"{backend} needs a block size that is {text}; got {block}",
+            )
+
+    def check_tensor_parallel(self) -> None:
+        tp = self.number("--tensor-parallel-size", int)
+        spec = self.spec()
+        if tp is None or spec is None:
+            return
+        if tp < 1 or spec.num_attention_heads % tp:
+            raise FlagConflict(
+                "--tensor-parallel-size",
+                "--model",
+                f"{spec.name} has {spec.num_attention_heads} attention heads, which {tp} ranks "
+                "cannot split evenly",
+            )
+
+    def check_fp8_with_cold_quantization(self, config: HybridKVCacheConfig | None) -> None:
+        dtype = self.value("--kv-cache-dtype") or "auto"
+        if config is None or not dtype.startswith("fp8") or not config.quantized_modalities:
+            return
+        lossy = ", ".join(
+            f"{m}={config.modality_configs[m].quantization}" for m in config.quantized_modalities
+        )
+        raise FlagConflict(
+            "--kv-cache-dtype",
+            "--hybrid-kv-cache-config",
+            f"fp8 KV blocks would be quantized a second time in the cold tier ({lossy}); use "
+            "quantization fp16/bf16 (passthrough) with fp8 KV, or --kv-cache-dtype auto",
+        )
+
+
+def _weights_dtype(quantization: str | None, spec: ModelSpec) -> str:
+    if quantization in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        return "int4"
+    if quantization == "fp8":
+        return "fp8"
+    return spec.native_weights_dtype
+
+
+def translate(argv: list[str], *, cpu_ram_gib: float | None = None) -> Translation:
+    """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments."""
+    pairs, model = split_flags(argv)
+    return _Translator(pairs, model, cpu_ram_gib).run()
+

@@ -1,0 +1,392 @@
+"""From a model and a machine to a memory plan and the vLLM arguments that realise it.
+
+The arithmetic follows how vLLM sizes its KV cache: each GPU may use `gpu_memory_utilization` of
+its memory; from that come the weights' share of the GPU, and a reserve for everything vLLM
+needs besides weights and KV (CUDA context, the activation peak of the profiling run, CUDA graphs,
+NCCL buffers). What is left is the GPU KV budget. vLLM refuses to start when one sequence of
+`max_model_len` tokens does not fit in it; hkv reports that as `fits = False` with the reason.
+
+The CPU tier follows the article's formula, `min(CPU_RAM x 0.7, total_KV x offload_percent)`,
+where total_KV is the KV of `max_num_seqs` sequences of `max_model_len` tokens. Without a percent,
+hkv offloads what overflows the GPU budget, under the same 0.7 x RAM ceiling (the rest of the host
+RAM stays for the OS, the engine and pinned staging buffers).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from hkv.errors import HkvError
+from hkv.model_spec import ModelSpec
+
+GIB = 1 << 30
+HOST_RAM_FRACTION = 0.7
+"""The article's ceiling on the CPU tier: at most 70 % of host RAM."""
+
+DEFAULT_RESERVE_GIB = 2.0
+"""Per-GPU memory for everything but weights and KV. Stated, not guessed: CUDA context (~0.5 GiB),
+the activation peak of vLLM's profiling forward at its default 8,192 batched tokens (~1 GiB for
+hidden sizes up to ~7K) and CUDA graph pools. Pass `reserve_gib` to use a value from your logs."""
+
+DEFAULT_GPU_MEM_GIB = 140.0
+"""One H200 (nvidia-smi reports 143,771 MiB = 140.4 GiB)."""
+
+INT4_GROUP = 128
+"""AWQ/GPTQ group size: one fp16 scale and one 4-bit zero point per 128 weights."""
+
+WEIGHT_BYTES_PER_PARAM = {
+    "bf16": 2.0,
+    "fp8": 1.0 + 4 / (128 * 128),  # fp32 scale per 128 x 128 block
+    "int4": 0.5 + 2.5 / INT4_GROUP,
+}
+
+
+def weights_bytes(spec: ModelSpec, weights_dtype: str) -> int:
+    """Bytes of the model's weights; embeddings and the output head stay in bf16 when quantized."""
+    if weights_dtype not in WEIGHT_BYTES_PER_PARAM:
+        valid = ", ".join(WEIGHT_BYTES_PER_PARAM)
+        raise HkvError(f"--weights-dtype: got {weights_dtype!r}; use one of {valid}")
+    body = spec.total_params - spec.embedding_params
+    per_param = WEIGHT_BYTES_PER_PARAM[weights_dtype]
+    return int(body * per_param + spec.embedding_params * WEIGHT_BYTES_PER_PARAM["bf16"])
+
+
+def detected_host_ram_gib() -> float:
+    """This machine's physical memory in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+
+
+def valid_tensor_parallel(spec: ModelSpec, gpus: int) -> bool:
+    """vLLM needs the query heads to divide evenly across tensor-parallel ranks."""
+    return gpus >= 1 and spec.num_attention_heads % gpus == 0
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is computed from; `cpu_ram_gib=None` means this machine's RAM."""
+
+    gpus: int = 1
+    gpu_mem_gib: float = DEFAULT_GPU_MEM_GIB
+    cpu_ram_gib: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int = 16
+    weights_dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    offload_percent: float | None = None
+    offload_gib: float | None = None
+    reserve_gib: float = DEFAULT_RESERVE_GIB
+
+    def __post_init__(self) -> None:
+        _positive_int("--gpus", self.gpus)
+        _positive_int("--max-num-seqs", self.max_num_seqs)
+        if self.max_model_len is not None:
+            _positive_int("--max-model-len", self.max_model_len)
+        _positive_number("--gpu-mem", self.gpu_mem_gib)
+        if self.cpu_ram_gib is not None:
+            _positive_number("--cpu-ram", self.cpu_ram_gib)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise HkvError(
+                f"--gpu-memory-utilization: got {self.gpu_memory_utilization}; expected (0, 1]"
+            )
+        if self.offload_percent is not None and not 0 <= self.offload_percent <= 1:
+            raise HkvError(
+                f"--offload-percent: got {self.offload_percent}; expected a fraction in [0, 1]"
+            )
+        if self.offload_gib is not None and self.offload_gib < 0:
+            raise HkvError(f"--offload-size: got {self.offload_gib}; expected GiB >= 0")
+        if self.reserve_gib < 0:
+            raise HkvError(f"--reserve-gib: got {self.reserve_gib}; expected GiB >= 0")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A model on a machine: where its weights and KV go, and the vLLM arguments for it.
+
+    Byte counts are totals over all GPUs unless the name says `_per_gpu`.
+    """
+
+    model: str
+    gpus: int
+    gpu_mem_gib: float
+    cpu_ram_gib: float
+    max_model_len: int
+    max_num_seqs: int
+    weights_dtype: str
+    kv_cache_dtype: str
+    gpu_memory_utilization: float
+    reserve_bytes_per_gpu: int
+    kv_bytes_per_token: int
+    kv_bytes_per_token_by_group: dict[str, int]
+    kv_bytes_per_token_per_gpu: int
+    kv_bytes_per_seq: int
+    weights_bytes: int
+    weights_bytes_per_gpu: int
+    gpu_kv_budget_bytes: int
+    max_seqs_on_gpu: int
+    kv_demand_bytes: int
+    offload_bytes: int
+    offload_requested_bytes: int
+    offload_bound_by: str
+    host_offload_limit_bytes: int
+    fits: bool
+    reasons: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    vllm_args: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(
+    spec: ModelSpec, inputs: PlanInputs | None = None, *, suggest: bool = True, **overrides: Any
+) -> MemoryPlan:
+    """Compute the memory plan of `spec` on the machine `inputs` describes.
+
+    `plan(spec, gpus=2, gpu_mem_gib=48)` is shorthand for `plan(spec, PlanInputs(gpus=2, ...))`.
+    """
+    inputs = _resolve(spec, inputs or PlanInputs(**overrides))
+    if inputs.gpus > 1 and not valid_tensor_parallel(spec, inputs.gpus):
+        raise HkvError(
+            f"--gpus: {spec.name} has {spec.num_attention_heads} attention heads, which "
+            f"{inputs.gpus} tensor-parallel ranks cannot split evenly; use a divisor of "
+            f"{spec.num_attention_heads}"
+        )
+    return _Planner(spec, inputs, suggest).build()
+
+
+def _resolve(spec: ModelSpec, inputs: PlanInputs) -> PlanInputs:
+    """Fill the defaults that depend on the model or the machine."""
+    return replace(
+        inputs,
+        max_model_len=inputs.max_model_len or spec.max_position_embeddings,
+        weights_dtype=inputs.weights_dtype or spec.native_weights_dtype,
+        cpu_ram_gib=inputs.cpu_ram_gib or round(detected_host_ram_gib(), 1),
+    )
+
+
+class _Planner:
+    def __init__(self, spec: ModelSpec, inputs: PlanInputs, suggest: bool):
+        self.spec = spec
+        self.i = inputs
+        self.suggest = suggest
+        self.warnings: list[str] = []
+
+    def build(self) -> MemoryPlan:
+        spec, i = self.spec, self.i
+        tp = i.gpus
+        shard = spec.kv_shard_fraction(tp)
+        per_token = spec.kv_bytes_per_token(i.kv_cache_dtype)
+        per_seq = spec.kv_bytes_per_seq(i.max_model_len, i.kv_cache_dtype)
+        per_seq_per_gpu = math.ceil(per_seq * shard)
+        w_total = weights_bytes(spec, i.weights_dtype)
+        w_per_gpu = math.ceil(w_total / tp)
+        reserve = int(i.reserve_gib * GIB)
+        usable_per_gpu = int(i.gpu_mem_gib * GIB * i.gpu_memory_utilization)
+        budget_per_gpu = max(0, usable_per_gpu - w_per_gpu - reserve)
+        max_seqs = budget_per_gpu // per_seq_per_gpu if per_seq_per_gpu else i.max_num_seqs
+        demand = per_seq * i.max_num_seqs
+        gpu_held = min(max_seqs, i.max_num_seqs) * per_seq
+        offload, requested, bound = self.offload(demand, demand - gpu_held)
+        reasons = self.reasons(usable_per_gpu, w_per_gpu, reserve, max_seqs, per_seq_per_gpu)
+        self.check_context()
+        if tp > spec.num_kv_heads and not spec.is_mla:
+            self.warnings.append(
+                f"{tp} GPUs > {spec.num_kv_heads} KV heads: each GPU keeps a replicated copy "
+                "of one KV head, so KV per GPU stops shrinking with more GPUs"
+            )
+        partial = MemoryPlan(
+            model=spec.name,
+            gpus=tp,
+            gpu_mem_gib=i.gpu_mem_gib,
+            cpu_ram_gib=i.cpu_ram_gib,
+            max_model_len=i.max_model_len,
+            max_num_seqs=i.max_num_seqs,
+            weights_dtype=i.weights_dtype,
+            kv_cache_dtype=i.kv_cache_dtype,
+            gpu_memory_utilization=i.gpu_memory_utilization,
+            reserve_bytes_per_gpu=reserve,
+            kv_bytes_per_token=per_token,
+            kv_bytes_per_token_by_group=spec.kv_bytes_per_token_by_group(i.kv_cache_dtype),
+            kv_bytes_per_token_per_gpu=math.ceil(per_token * shard),
+            kv_bytes_per_seq=per_seq,
+            weights_bytes=w_total,
+            weights_bytes_per_gpu=w_per_gpu,
+            gpu_kv_budget_bytes=budget_per_gpu * tp,
+            max_seqs_on_gpu=int(max_seqs),
+            kv_demand_bytes=demand,
+            offload_bytes=offload,
+            offload_requested_bytes=requested,
+            offload_bound_by=bound,
+            host_offload_limit_bytes=self.host_limit(),
+            fits=not reasons,
+            reasons=reasons,
+        )
+        return _finish(spec, partial, self.warnings, self.suggest)
+
+    def host_limit(self) -> int:
+        return int(self.i.cpu_ram_gib * GIB * HOST_RAM_FRACTION)
+
+    def offload(self, demand: int, overflow: int) -> tuple[int, int, str]:
+        """(offload bytes, bytes asked for, which term of the formula bound it)."""
+        i, limit = self.i, self.host_limit()
+        if i.offload_gib is not None:
+            requested, source = int(i.offload_gib * GIB), "offload_size"
+        elif i.offload_percent is not None:
+            requested, source = int(demand * i.offload_percent), "offload_percent"
+        else:
+            requested, source = max(0, overflow), "gpu_overflow"
+        if requested > limit:
+            self.warnings.append(
+                f"asked for {requested / GIB:.1f} GiB of CPU tier ({source}) but the formula caps "
+                f"it at 0.7 x {i.cpu_ram_gib:g} GiB RAM = {limit / GIB:.1f} GiB"
+            )
+            return limit, requested, "host_ram"
+        return requested, requested, source
+
+    def reasons(
+        self, usable: int, w_per_gpu: int, reserve: int, max_seqs: int, seq_per_gpu: int
+    ) -> list[str]:
+        i = self.i
+        if w_per_gpu + reserve > usable:
+            return [
+                f"weights alone: {w_per_gpu / GIB:.1f} GiB per GPU ({i.weights_dtype}, "
+                f"{i.gpus} GPU{'s' * (i.gpus > 1)}) + {reserve / GIB:.1f} GiB reserve exceed the "
+                f"{usable / GIB:.1f} GiB usable per GPU ({i.gpu_mem_gib:g} GiB x "
+                f"{i.gpu_memory_utilization:g})"
+            ]
+        if max_seqs < 1:
+            return [
+                f"KV of one {i.max_model_len}-token sequence ({seq_per_gpu / GIB:.2f} GiB per "
+                f"GPU) exceeds the GPU KV budget left after weights "
+                f"({(usable - w_per_gpu - reserve) / GIB:.2f} GiB per GPU); vLLM refuses to start"
+            ]
+        return []
+
+    def check_context(self) -> None:
+        limit = self.spec.max_position_embeddings
+        if limit and self.i.max_model_len > limit:
+            self.warnings.append(
+                f"--max-model-len {self.i.max_model_len} exceeds the model's "
+                f"max_position_embeddings {limit}; vLLM rejects it unless "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+            )
+
+
+def _finish(
+    spec: ModelSpec, partial: MemoryPlan, warnings: list[str], with_suggestions: bool
+) -> MemoryPlan:
+    args = vllm_args_for(spec, partial, warnings)
+    if partial.fits:
+        suggestions = _offload_note(partial)
+    else:
+        suggestions = suggest_fixes(spec, partial) if with_suggestions else []
+    return replace(partial, vllm_args=args, suggestions=suggestions, warnings=warnings)
+
+
+def vllm_args_for(spec: ModelSpec, p: MemoryPlan, warnings: list[str]) -> list[str]:
+    """The `vllm serve` arguments (after `vllm serve`) that realise plan `p`."""
+    args = [
+        "--model",
+        spec.hub_id or spec.name,
+        "--tensor-parallel-size",
+        str(p.gpus),
+        "--gpu-memory-utilization",
+        f"{p.gpu_memory_utilization:g}",
+        "--max-model-len",
+        str(p.max_model_len),
+        "--max-num-seqs",
+        str(p.max_num_seqs),
+    ]
+    if p.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", p.kv_cache_dtype]
+    args += quantization_args(spec, p.weights_dtype, warnings)
+    if p.offload_bytes > 0:
+        args += [
+            "--kv-offloading-size",
+            f"{p.offload_bytes / GIB:.2f}",
+            "--kv-offloading-backend",
+            "native",
+        ]
+    return args
+
+
+def quantization_args(spec: ModelSpec, weights_dtype: str, warnings: list[str]) -> list[str]:
+    """vLLM's flag for running `spec` with `weights_dtype` weights, and what it presumes."""
+    native = spec.native_weights_dtype
+    if weights_dtype == native:
+        return []
+    if weights_dtype == "fp8":
+        return ["--quantization", "fp8"]  # online per-tensor fp8 from a bf16 checkpoint
+    if weights_dtype == "int4":
+        warnings.append(
+            "int4 weights need a checkpoint already quantized with AWQ (or GPTQ): point --model "
+            f"at such a copy of {spec.name}; vLLM does not quantize to 4 bits at load time"
+        )
+        return ["--quantization", "awq"]
+    warnings.append(
+        f"{spec.name} ships {native} weights; running it in {weights_dtype} needs a "
+        f"{weights_dtype} copy of the checkpoint (vLLM does not up-cast a quantized checkpoint)"
+    )
+    return []
+
+
+def suggest_fixes(spec: ModelSpec, p: MemoryPlan) -> list[str]:
+    """Smallest changes that make the plan fit: more GPUs of the same size, or smaller weights."""
+    out = []
+    for dtype in _dtypes_from(p.weights_dtype):
+        for gpus in (1, 2, 4, 8):
+            if gpus < p.gpus or not valid_tensor_parallel(spec, gpus):
+                continue
+            alt = plan(
+                spec,
+                PlanInputs(
+                    gpus=gpus,
+                    gpu_mem_gib=p.gpu_mem_gib,
+                    cpu_ram_gib=p.cpu_ram_gib,
+                    max_model_len=p.max_model_len,
+                    max_num_seqs=p.max_num_seqs,
+                    weights_dtype=dtype,
+                    kv_cache_dtype=p.kv_cache_dtype,
+                    gpu_memory_utilization=p.gpu_memory_utilization,
+                    reserve_gib=p.reserve_bytes_per_gpu / GIB,
+                ),
+                suggest=False,
+            )
+            if alt.fits:
+                out.append(
+                    f"{gpus} x {p.gpu_mem_gib:g} GiB GPUs with {dtype} weights fit: "
+                    f"{alt.max_seqs_on_gpu} sequence(s) of {p.max_model_len} tokens on GPU"
+                )
+                break
+    if not out:
+        out.append(f"no configuration of up to 8 x {p.gpu_mem_gib:g} GiB GPUs fits {spec.name}")
+    return out
+
+
+def _dtypes_from(dtype: str) -> list[str]:
+    order = ["bf16", "fp8", "int4"]
+    return order[order.index(dtype) :]
+
+
+def _offload_note(p: MemoryPlan) -> list[str]:
+    if p.max_seqs_on_gpu >= p.max_num_seqs:
+        return []
+    return [
+        f"{p.max_seqs_on_gpu} of {p.max_num_seqs} full-length sequences fit on the GPUs; "
+        f"the CPU tier holds {p.offload_bytes / GIB:.1f} GiB of the rest"
+    ]
+
+
+def _positive_int(flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HkvError(f"{flag}: got {value!r}; expected an integer >= 1")
+
+
+def _positive_number(flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise HkvError(f"{flag}: got {value!r}; expected a number > 0")
