@@ -31,7 +31,9 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="shipped name (minimax-m2.5) or config.json path")
     p.add_argument("--gpus", type=int, default=1, help="GPUs = tensor-parallel size (default 1)")
     p.add_argument("--gpu-mem", type=float, default=None, help="GiB per GPU (default: H200, 140)")
-    p.add_argument("--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this one)")
+    p.add_argument(
+        "--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this one)"
+    )
     p.add_argument("--max-model-len", type=int, default=None, help="tokens (default: the model's)")
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--weights-dtype", choices=("bf16", "fp8", "int4"), default=None)

@@ -2,8 +2,8 @@
 
 The article imports `HybridKVCacheConfig` from vLLM; no vLLM release has it. hkv provides it with
 the same fields, validates every value, and translates it into what vLLM really accepts
-(`hkv.flags`). The article's example is accepted verbatim (its field names and structure; the article itself is
-not part of this repository, so the numbers below are hkv's own, chosen to show every field):
+(`hkv.flags`). The article's example is accepted verbatim: its field names and structure (the
+article itself is not part of this repository, so the numbers below are hkv's own):
 
     from hkv import HybridKVCacheConfig
 
@@ -25,7 +25,7 @@ Meaning of the fields, as hkv implements them:
 - `offload_priority` in [0, 1]: how eagerly a modality's blocks leave the GPU; 1 goes first.
 - `quantization`: the block's format in the cold tiers (`fp16`/`bf16` keep it bit-exact; `q8`,
   `q6`, `q4` quantize on demotion and dequantize on promotion).
-- `max_keep_blocks`: at most this many of the modality's blocks stay hot on the GPU (`None`: no cap).
+- `max_keep_blocks`: at most this many of the modality's blocks stay hot on the GPU (None: no cap).
 - `cost_model_params`: relative per-block costs (same unit for all three) used when no measured
   calibration profile is given; `hkv.cost` replaces them with measured seconds when one is.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.blocks import Modality
-from hkv.errors import ConfigError
+from hkv.errors import ConfigError, HkvError
 
 COLD_FORMATS = ("fp16", "bf16", "q8", "q6", "q4")
 """Cold-tier block formats: two lossless passthroughs and three quantized ones."""
@@ -60,6 +60,13 @@ def known_policies() -> tuple[str, ...]:
     except ImportError:
         return ARTICLE_STRATEGIES
     return tuple(policy_names())
+
+
+def _modality(name: Any, where: str) -> Modality:
+    try:
+        return Modality.parse(name, field=where)
+    except HkvError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_fraction(where: str, value: Any) -> float:
@@ -171,7 +178,7 @@ class HybridKVCacheConfig:
         parsed = _default_modalities()
         for name, settings in given.items():
             where = f"modality_configs[{name!r}]"
-            modality = Modality.parse(name, field="modality_configs")
+            modality = _modality(name, "modality_configs")
             if isinstance(settings, ModalityConfig):
                 settings = {f.name: getattr(settings, f.name) for f in fields(settings)}
                 settings.pop("where")
@@ -224,7 +231,9 @@ class HybridKVCacheConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "config") -> HybridKVCacheConfig:
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+            raise ConfigError(
+                f"{source}: expected a mapping of settings, got {type(data).__name__}"
+            )
         _reject_unknown(source, data, cls)
         return cls(**data)
 
@@ -274,10 +283,12 @@ def parse_cost_weights(weights: Any, *, where: str) -> dict[str, float]:
                 """'{"text": 1.0, "vision": 1.5, "audio": 1.2}'"""
             ) from None
     if not isinstance(weights, Mapping) or not weights:
-        raise ConfigError(f"{where}: got {weights!r}; expected a non-empty mapping modality -> weight")
+        raise ConfigError(
+            f"{where}: got {weights!r}; expected a non-empty mapping modality -> weight"
+        )
     out = {}
     for name, value in weights.items():
-        modality = Modality.parse(name, field=where)
+        modality = _modality(name, where)
         out[modality.value] = _check_cost(f"{where}[{name!r}]", value)
     return out
 

@@ -193,7 +193,7 @@ class _Translator:
             self.flags["--model"] = model
         self.cpu_ram_gib = cpu_ram_gib
         self.out = Translation(vllm_args=[], hkv_config={})
-        self._spec: ModelSpec | None | bool = False
+        self._spec: ModelSpec | bool | None = False
 
     # -- inputs -----------------------------------------------------------------------------
     def value(self, flag: str) -> str | None:
@@ -245,12 +245,12 @@ class _Translator:
 
     def hybrid_config(self) -> HybridKVCacheConfig | None:
         """The `HybridKVCacheConfig` the hybrid flags describe, or None if none was given."""
+        unknown = [f for f in self.flags if "hybrid-kv-cache" in f and f not in HYBRID_FLAGS]
+        if unknown:
+            raise HkvError(f"{unknown[0]}: no such flag; hkv knows {', '.join(HYBRID_FLAGS)}")
         given = [f for f in HYBRID_FLAGS if f in self.flags]
         if not given:
             return None
-        unknown = [f for f in self.flags if f.startswith("--hybrid-kv-cache") and f not in given]
-        if unknown:
-            raise HkvError(f"{unknown[0]}: no such flag; hkv knows {', '.join(HYBRID_FLAGS)}")
         if "--enable-hybrid-kv-cache" not in self.flags:
             self.out.warnings.append(
                 f"{given[0]} given without --enable-hybrid-kv-cache; offloading enabled anyway"
@@ -330,14 +330,14 @@ class _Translator:
                 "(0, 1], e.g. 0.4 for 40 % of the KV cache"
             )
         from_percent = self.percent_bytes(percent) if percent is not None else None
-        if size is not None and from_percent is not None:
-            if abs(size - from_percent) > 0.01 * max(size, from_percent):
-                raise FlagConflict(
-                    "--hybrid-kv-cache-cpu-offload-size",
-                    "--hybrid-kv-cache-cpu-offload-percent",
-                    f"the size says {size / GIB:.1f} GiB, the percent {percent:g} of this "
-                    f"model's KV says {from_percent / GIB:.1f} GiB; give one of them",
-                )
+        both = size is not None and from_percent is not None
+        if both and abs(size - from_percent) > 0.01 * max(size, from_percent):
+            raise FlagConflict(
+                "--hybrid-kv-cache-cpu-offload-size",
+                "--hybrid-kv-cache-cpu-offload-percent",
+                f"the size says {size / GIB:.1f} GiB, the percent {percent:g} of this "
+                f"model's KV says {from_percent / GIB:.1f} GiB; give one of them",
+            )
         if size is None and from_percent is None:
             size = self.overflow_bytes()
         chosen = size if size is not None else from_percent
@@ -414,7 +414,8 @@ class _Translator:
             self.out.translated.append(
                 {
                     "flag": "--hybrid-kv-cache-policy",
-                    "to": f"eviction_policy {self.eviction_policy(policy)!r} in --kv-transfer-config",
+                    "to": f"eviction_policy {self.eviction_policy(policy)!r} "
+                    "in --kv-transfer-config",
                 }
             )
         lossy = config.quantized_modalities
@@ -561,4 +562,3 @@ def translate(argv: list[str], *, cpu_ram_gib: float | None = None) -> Translati
     """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments."""
     pairs, model = split_flags(argv)
     return _Translator(pairs, model, cpu_ram_gib).run()
-

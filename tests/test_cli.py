@@ -1,0 +1,108 @@
+"""The CLI contract: one JSON object with --json, one line and exit 2 for a user mistake."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PLAN_KEYS = {
+    "kv_bytes_per_token",
+    "kv_bytes_per_seq",
+    "weights_bytes",
+    "gpu_kv_budget_bytes",
+    "max_seqs_on_gpu",
+    "offload_bytes",
+    "fits",
+    "vllm_args",
+    "warnings",
+}
+
+
+def hkv(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hkv.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_plan_json_contract():
+    result = hkv("plan", "--model", "minimax-m2.5", "--max-model-len", "32768", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out.keys() >= PLAN_KEYS
+    assert out["kv_bytes_per_token"] == 253_952
+    assert out["kv_bytes_per_seq"] == 8_321_499_136
+    assert isinstance(out["fits"], bool) and isinstance(out["vllm_args"], list)
+
+
+def test_plan_fp8_kv():
+    out = json.loads(
+        hkv("plan", "--model", "minimax-m2.5", "--kv-cache-dtype", "fp8", "--json").stdout
+    )
+    assert out["kv_bytes_per_token"] == 126_976
+
+
+def test_article_setup_is_reported_as_not_fitting_in_plain_text():
+    article = "--gpus 2 --gpu-mem 48 --max-model-len 32768 --weights-dtype int4 --cpu-ram 64"
+    result = hkv("plan", "--model", "minimax-m2.5", *article.split())
+    assert result.returncode == 0
+    assert "fits: NO" in result.stdout
+    assert "reason: weights alone" in result.stdout
+    assert "suggestion: 4 x 48 GiB GPUs" in result.stdout
+
+
+def test_flags_json_contract():
+    result = hkv("flags", "--cpu-ram", "128", "--json", "--", "--model", "minimax-m2.5",
+                 "--swap-space", "64", "--enable-hybrid-kv-cache",
+                 "--hybrid-kv-cache-cpu-offload-size", "16GiB")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert {"vllm_args", "hkv_config", "dropped", "warnings"} <= out.keys()
+    assert out["dropped"][0]["flag"] == "--swap-space 64"
+    assert "--kv-offloading-size" in out["vllm_args"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["plan", "--model", "nope"], ["--model", "shipped models"]),
+        (["plan", "--model", "minimax-m2.5", "--gpus", "5"], ["--gpus", "48 attention heads"]),
+        (
+            ["flags", "--", "--model", "minimax-m2.5", "--hybrid-kv-cache-policy", "lru",
+             "--hybrid-kv-cache-cost-weights", '{"text": 1}'],
+            ["--hybrid-kv-cache-cost-weights", "--hybrid-kv-cache-policy"],
+        ),
+        (["flags"], ["after `--`"]),
+    ],
+)  # fmt: skip
+def test_user_mistakes_exit_2_with_one_line_and_no_traceback(args, needles):
+    result = hkv(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    for needle in needles:
+        assert needle in result.stderr
+    assert result.stdout == ""
+
+
+def test_core_and_plan_import_no_heavy_framework():
+    code = (
+        "import sys, io, contextlib\n"
+        "import hkv\n"
+        "from hkv.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['plan', '--model', 'minimax-m2.5', '--json'])\n"
+        "    main(['flags', '--', '--model', 'minimax-m2.5', '--swap-space', '4'])\n"
+        "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_doctor_reports_this_machine():
+    out = json.loads(hkv("doctor", "--json").stdout)
+    assert out["packages"]["hkv"] == "0.1.0"
+    assert out["host_total_gib"] > 0
+    assert isinstance(out["gpus"], list)

@@ -1,0 +1,98 @@
+"""The memory plan: budgets, tensor parallelism, the article's offload formula, what would fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from hkv.errors import HkvError
+from hkv.model_spec import ModelSpec
+from hkv.plan import GIB, PlanInputs, plan, weights_bytes
+
+MINIMAX = ModelSpec.load("minimax-m2.5")
+
+
+def test_weights_by_dtype_match_the_published_sizes():
+    # DESIGN: ~458 GB bf16, ~229 GB fp8, ~115 GB at 4 bits (+ embeddings in bf16, group scales)
+    assert weights_bytes(MINIMAX, "bf16") == pytest.approx(458e9, rel=0.01)
+    assert weights_bytes(MINIMAX, "fp8") == pytest.approx(230e9, rel=0.01)
+    assert 115e9 < weights_bytes(MINIMAX, "int4") < 122e9
+
+
+def test_article_setup_does_not_fit_because_of_the_weights():
+    p = plan(
+        MINIMAX, gpus=2, gpu_mem_gib=48, cpu_ram_gib=64, max_model_len=32768, weights_dtype="int4"
+    )
+    assert not p.fits
+    assert p.reasons[0].startswith("weights alone")
+    assert p.max_seqs_on_gpu == 0
+    assert any(s.startswith("4 x 48 GiB GPUs with int4 weights fit") for s in p.suggestions)
+
+
+def test_kv_budget_and_sequences_by_hand():
+    inputs = PlanInputs(
+        gpus=2,
+        gpu_mem_gib=140,
+        cpu_ram_gib=1024,
+        max_model_len=32768,
+        max_num_seqs=64,
+        gpu_memory_utilization=0.9,
+        reserve_gib=2,
+    )
+    p = plan(MINIMAX, inputs)
+    w_per_gpu = -(-weights_bytes(MINIMAX, "fp8") // 2)
+    budget_per_gpu = int(140 * GIB * 0.9) - w_per_gpu - 2 * GIB
+    seq_per_gpu = 8_321_499_136 // 2  # 4 of the 8 KV heads on each GPU
+    assert p.gpu_kv_budget_bytes == 2 * budget_per_gpu
+    assert p.kv_bytes_per_token_per_gpu == 126_976
+    assert p.max_seqs_on_gpu == budget_per_gpu // seq_per_gpu
+    assert p.fits
+    overflow = (64 - p.max_seqs_on_gpu) * 8_321_499_136
+    assert p.offload_bytes == overflow and p.offload_bound_by == "gpu_overflow"
+    assert "--kv-offloading-size" in p.vllm_args
+
+
+def test_more_ranks_than_kv_heads_replicate_a_head():
+    p = plan(MINIMAX, gpus=16, gpu_mem_gib=80, cpu_ram_gib=256, max_model_len=8192)
+    assert p.kv_bytes_per_token_per_gpu == 253_952 // 8  # one of 8 heads per GPU, not 1/16
+    assert any("replicated" in w for w in p.warnings)
+
+
+def test_offload_formula_bound_by_host_ram():
+    # the article's failure: percent 0.8 with 32 GB of RAM
+    p = plan(MINIMAX, gpus=2, cpu_ram_gib=32, max_model_len=32768, offload_percent=0.8)
+    assert p.offload_requested_bytes == int(p.kv_demand_bytes * 0.8)
+    assert p.offload_bytes == int(32 * GIB * 0.7)
+    assert p.offload_bound_by == "host_ram"
+    assert any("caps it at 0.7 x 32 GiB" in w for w in p.warnings)
+
+
+def test_offload_formula_bound_by_percent():
+    p = plan(MINIMAX, gpus=2, cpu_ram_gib=1024, max_model_len=32768, offload_percent=0.1)
+    assert p.offload_bytes == int(p.kv_demand_bytes * 0.1)
+    assert p.offload_bound_by == "offload_percent"
+
+
+def test_fp8_kv_halves_the_kv_and_is_passed_to_vllm():
+    p = plan(MINIMAX, gpus=2, cpu_ram_gib=64, max_model_len=32768, kv_cache_dtype="fp8")
+    assert p.kv_bytes_per_token == 126_976
+    assert p.vllm_args[p.vllm_args.index("--kv-cache-dtype") + 1] == "fp8"
+
+
+def test_context_above_the_model_limit_warns():
+    p = plan(MINIMAX, gpus=2, cpu_ram_gib=64, max_model_len=300_000)
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"gpus": 5}, "48 attention heads, which 5 tensor-parallel ranks cannot split"),
+        ({"gpus": 0}, "--gpus: got 0"),
+        ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization: got 1.5"),
+        ({"offload_percent": 2}, "--offload-percent: got 2"),
+        ({"weights_dtype": "int3"}, "--weights-dtype: got 'int3'; use one of bf16, fp8, int4"),
+    ],
+)
+def test_bad_inputs_name_the_flag(overrides, message):
+    with pytest.raises(HkvError, match=message):
+        plan(MINIMAX, cpu_ram_gib=64, **overrides)
