@@ -8,6 +8,7 @@ STAMP := $(VENV)/.hkv-setup-done
 export HF_HUB_OFFLINE := 1
 export VLLM_CACHE_ROOT := $(CURDIR)/.cache/vllm
 export MPLBACKEND := Agg
+LINTED := hkv tests notebooks/run_all.py $(wildcard bench)
 
 .PHONY: all setup notebooks test test-fast lint format strip lock clean
 
@@ -30,22 +31,25 @@ notebooks: setup  ## execute every notebook with papermill on CPU defaults, plus
 	$(BIN)/python notebooks/run_all.py --html
 
 test: setup  ## lint, unit tests, and every notebook executed by papermill
-	$(BIN)/ruff check hkv tests bench notebooks/run_all.py
-	$(BIN)/ruff format --check hkv tests bench notebooks/run_all.py
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
 
 test-fast: setup  ## unit tests only (no notebooks)
 	$(BIN)/python -m pytest -m "not notebooks"
 
 format: setup
-	$(BIN)/ruff format hkv tests bench notebooks/run_all.py
-	$(BIN)/ruff check --fix hkv tests bench notebooks/run_all.py
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
 
 strip: setup  ## strip notebook outputs before committing
 	$(BIN)/nbstripout notebooks/*.ipynb
 
 lock: setup  ## regenerate constraints.txt from the current environment
-	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt
+	{ echo '# Full pin set of the CPU environment (pip freeze; torch is the CPU build).'; \
+	  echo '# Used as `pip install -r requirements.txt -c constraints.txt`; regenerate: make lock.'; \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' \
+	  | grep -viE '^(torchvision|torchaudio|torchcodec)=='; } > constraints.txt
 
 clean:
 	rm -rf out .cache .pytest_cache .ruff_cache
