@@ -7,7 +7,7 @@ and numpy; torch, transformers and vLLM are imported inside the adapters that us
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.config import CostModelParams, HybridKVCacheConfig, ModalityConfig
 from hkv.errors import ConfigError, FlagConflict, HkvError
-from hkv.flags import Translation, translate
+from hkv.flags import Translation, translate, try_translate
 from hkv.model_spec import LayerGroup, LayerKind, ModelSpec
 from hkv.plan import MemoryPlan, PlanInputs, plan
 
@@ -32,4 +32,5 @@ __all__ = [
     "Translation",
     "plan",
     "translate",
+    "try_translate",
 ]

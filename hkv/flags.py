@@ -141,12 +141,32 @@ class Translation:
 
     @property
     def command(self) -> str:
-        return "vllm serve " + " ".join(shlex.quote(a) for a in self.vllm_args)
+        """The `vllm serve` line: the model positional, as `vllm serve` wants it."""
+        return serve_command(self.vllm_args)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["command"] = self.command
         return out
+
+
+def serve_command(vllm_args: list[str]) -> str:
+    """`vllm serve MODEL ...` from engine arguments that hold `--model MODEL`."""
+    args = list(vllm_args)
+    model: list[str] = []
+    if "--model" in args:
+        at = args.index("--model")
+        model = args[at + 1 : at + 2]
+        del args[at : at + 2]
+    return shlex.join(["vllm", "serve", *model, *args])
+
+
+def try_translate(argv: list[str], **kwargs: Any) -> Translation | HkvError:
+    """`translate`, returning the error instead of raising it (for tables of cases)."""
+    try:
+        return translate(argv, **kwargs)
+    except HkvError as exc:
+        return exc
 
 
 def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | None]:
@@ -503,24 +523,23 @@ class _Translator:
         block = self.number("--block-size", int)
         if block is None:
             return
-        backend = self.value("--attention-backend")
         spec = self.spec()
-        if backend is None:
-            backend = "FLASHMLA" if spec is not None and spec.is_mla else "FLASH_ATTN"
-            other = "--model" if spec is not None and spec.is_mla else "the default backend"
-        else:
-            other = "--attention-backend"
+        named = self.value("--attention-backend")
+        is_mla = spec is not None and spec.is_mla
+        backend = named or ("FLASHMLA" if is_mla else "FLASH_ATTN")
         rule = BACKEND_BLOCK_RULES.get(backend.upper())
         if rule is None:
             self.out.warnings.append(f"--attention-backend {backend}: block-size rule unknown")
             return
         text, ok = rule
-        if not ok(block):
-            raise FlagConflict(
-                "--block-size",
-                other,
-                f"{backend} needs a block size that is {text}; got {block}",
-            )
+        if ok(block):
+            return
+        chosen = "" if named else f" (vLLM's choice for {'MLA' if is_mla else 'this'} model)"
+        raise FlagConflict(
+            "--block-size",
+            "--model" if is_mla and not named else "--attention-backend",
+            f"{backend}{chosen} needs a block size that is {text}; got {block}",
+        )
 
     def check_tensor_parallel(self) -> None:
         tp = self.number("--tensor-parallel-size", int)

@@ -132,6 +132,8 @@ class ModelSpec:
     source: str = ""
     hub_id: str | None = None
     """How vLLM should be told to load the model (`--model`); a shipped model's Hub id."""
+    published: dict[str, Any] = field(default_factory=dict, compare=False)
+    """A shipped model's `hkv.json`: Hub id, published parameter counts, source."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -155,8 +157,8 @@ class ModelSpec:
         name = path.parent.name if path.name == "config.json" else path.stem
         spec = cls.from_hf_config(config, name=name, source=str(path))
         meta_path = path.parent / "hkv.json"
-        hub_id = json.loads(meta_path.read_text()).get("hub_id") if meta_path.is_file() else None
-        return replace(spec, hub_id=hub_id or str(path.parent))
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        return replace(spec, hub_id=meta.get("hub_id") or str(path.parent), published=meta)
 
     @classmethod
     def from_hf_config(cls, config: dict[str, Any], *, name: str, source: str = "") -> ModelSpec:

@@ -55,10 +55,12 @@ class MemorySnapshot:
 def gpus() -> tuple[GpuMemory, ...]:
     """Memory of each NVIDIA GPU through nvitop; empty (and silent) where there is none."""
     try:
-        logging.getLogger("nvitop.api.libnvml").setLevel(logging.CRITICAL)
         from nvitop import Device
     except ImportError:
         return ()
+    # nvitop resets this logger's level on import and reports a missing driver at CRITICAL,
+    # so silence it after the import and above CRITICAL.
+    logging.getLogger("nvitop.api.libnvml").setLevel(logging.CRITICAL + 1)
     try:
         devices = Device.all()
     except Exception:  # no driver / NVML: the documented no-GPU case, nothing to report

@@ -191,8 +191,11 @@ class _Planner:
         max_seqs = budget_per_gpu // per_seq_per_gpu if per_seq_per_gpu else i.max_num_seqs
         demand = per_seq * i.max_num_seqs
         gpu_held = min(max_seqs, i.max_num_seqs) * per_seq
-        offload, requested, bound = self.offload(demand, demand - gpu_held)
         reasons = self.reasons(usable_per_gpu, w_per_gpu, reserve, max_seqs, per_seq_per_gpu)
+        if reasons:  # vLLM would not start: a CPU tier for it would be meaningless
+            offload, requested, bound = 0, 0, "does_not_fit"
+        else:
+            offload, requested, bound = self.offload(demand, demand - gpu_held)
         self.check_context()
         if tp > spec.num_kv_heads and not spec.is_mla:
             self.warnings.append(

@@ -33,7 +33,8 @@ def transfer_config(args: list[str]) -> dict:
 
 def test_article_command_becomes_a_real_vllm_command():
     t = translate(shlex.split(ARTICLE_LINE), cpu_ram_gib=128)
-    assert t.command.startswith("vllm serve --model MiniMaxAI/MiniMax-M2.5 ")
+    assert t.command.startswith("vllm serve MiniMaxAI/MiniMax-M2.5 --tensor-parallel-size 2 ")
+    assert t.vllm_args[:2] == ["--model", "MiniMaxAI/MiniMax-M2.5"]
     extra = transfer_config(t.vllm_args)["kv_connector_extra_config"]
     assert extra["eviction_policy"] == "hkv_cost_aware"
     assert extra["cache_policy_module_path"] == "hkv.integrations.vllm"
@@ -95,7 +96,7 @@ CONFLICTS = [
         ["--hybrid-kv-cache-cpu-offload-size", "64GiB"],
         ("--hybrid-kv-cache-cpu-offload-size", "--cpu-ram"),
     ),
-    (["--block-size", "24", "--enable-hybrid-kv-cache"], ("--block-size", "the default backend")),
+    (["--block-size", "24", "--enable-hybrid-kv-cache"], ("--block-size", "--attention-backend")),
     (
         ["--block-size", "16", "--attention-backend", "FLASHMLA"],
         ("--block-size", "--attention-backend"),
@@ -130,7 +131,10 @@ def test_tensor_parallel_that_does_not_divide_the_heads_conflicts_with_the_model
 
 
 def test_mla_model_needs_block_size_64():
-    with pytest.raises(FlagConflict, match="FLASHMLA needs a block size that is exactly 64"):
+    with pytest.raises(
+        FlagConflict,
+        match=r"FLASHMLA \(vLLM's choice for MLA model\) needs a block size that is exactly 64",
+    ):
         translate(["--model", "deepseek-v3", "--block-size", "16"])
     translate(["--model", "deepseek-v3", "--block-size", "64"])
 

@@ -25,6 +25,8 @@ def test_article_setup_does_not_fit_because_of_the_weights():
     assert not p.fits
     assert p.reasons[0].startswith("weights alone")
     assert p.max_seqs_on_gpu == 0
+    assert p.offload_bytes == 0 and p.offload_bound_by == "does_not_fit"
+    assert "--kv-offloading-size" not in p.vllm_args
     assert any(s.startswith("4 x 48 GiB GPUs with int4 weights fit") for s in p.suggestions)
 
 

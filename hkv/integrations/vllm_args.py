@@ -24,6 +24,15 @@ def vllm_engine_parser() -> argparse.ArgumentParser:
     return EngineArgs.add_cli_args(FlexibleArgumentParser(prog="vllm serve"))
 
 
+def vllm_rejection(args: list[str]) -> str | None:
+    """None when the installed vLLM accepts `args`, else its error message."""
+    try:
+        parse_vllm_args(args)
+    except HkvError as exc:
+        return str(exc)
+    return None
+
+
 def parse_vllm_args(args: list[str]) -> argparse.Namespace:
     """Parse `args` as vLLM would; raises `HkvError` with vLLM's own message if it refuses."""
     parser = vllm_engine_parser()

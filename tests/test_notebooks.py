@@ -1,0 +1,163 @@
+"""Execute each numbered notebook with papermill and check the numbers its last cell records.
+
+Each notebook writes `out/results/<stem>.json`; the checks below are the claims the notebook
+makes in prose, asserted on what it computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+RESULTS = ROOT / "out" / "results"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("hkv_notebook_runner", NOTEBOOKS / "run_all.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    return runner
+
+
+RUNNER = _load_runner()
+
+
+@functools.cache
+def executed_results(stem: str) -> dict[str, Any]:
+    """Run notebook `stem` once per session and return the results JSON it wrote."""
+    results = RESULTS / f"{stem}.json"
+    results.unlink(missing_ok=True)  # never assert on a previous run's numbers
+    RUNNER.run_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    return json.loads(results.read_text())
+
+
+def check_installation(r: dict[str, Any]) -> None:
+    assert r["versions"]["hkv"] is not None
+    assert r["vllm_version"].startswith("0.")
+    assert r["gpu_count"] == len(r["gpu_names"])
+    assert r["host_total_gib"] > 0
+    assert r["has_hybrid_kv_cache_config"] is False
+    assert r["vllm_features"]["the article's HybridKVCacheConfig"] is False
+    assert r["vllm_features"]["hybrid KV cache manager"] is True
+    assert r["vllm_features"]["native CPU offloading"] is True
+    accepted = r["flags_accepted"]
+    assert accepted["--swap-space 64"] is False
+    assert accepted["--enable-hybrid-kv-cache"] is False
+    assert accepted["--hybrid-kv-cache-policy cost_aware"] is False
+    assert accepted["--kv-offloading-size 16"] is True
+    assert accepted["--kv-offloading-backend native"] is True
+    assert not any(r["broken_extras_present"].values()), r["broken_extras_present"]
+
+
+def check_loading(r: dict[str, Any]) -> None:
+    assert r["kv_bytes_per_token"] == 253_952
+    assert r["kv_bytes_per_token_fp8"] == 126_976
+    assert r["kv_bytes_per_seq_32k"] == 8_321_499_136
+    assert r["kv_bytes_per_seq_max_context"] == 196_608 * 253_952
+    assert (r["num_layers"], r["num_kv_heads"], r["head_dim"]) == (62, 8, 128)
+    assert r["max_position_embeddings"] == 196_608
+    assert r["is_mla"] is False
+    assert r["multimodal_fields"] == []
+    assert 225e9 < r["total_params"] < 235e9
+    assert r["weights_bytes"]["int4"] < r["weights_bytes"]["fp8"] < r["weights_bytes"]["bf16"]
+    assert r["article_setup_fits"] is False
+    assert "weights" in r["article_setup_reason"]
+    assert r["article_setup_suggestions"]
+    table = {(row["gpus"], row["max_model_len"]): row for row in r["h200_table"]}
+    assert set(table) == {(g, n) for g in (1, 2, 4, 8) for n in (32_768, 196_608)}
+    assert not table[(1, 32_768)]["fits"]  # 214 GiB of fp8 weights on one 140 GiB GPU
+    assert table[(2, 32_768)]["fits"] and table[(2, 32_768)]["max seqs on GPU"] >= 1
+    assert not table[(2, 196_608)]["fits"]
+    assert table[(8, 196_608)]["fits"]
+    seqs_32k = [table[(g, 32_768)]["max seqs on GPU"] for g in (1, 2, 4, 8)]
+    assert seqs_32k == sorted(seqs_32k)
+    assert r["gpu_kv_budget_gib"]["2"] < r["gpu_kv_budget_gib"]["8"]
+    assert Path(r["figure"]).is_file()
+
+
+# The two flags each conflict must name (both appear in the message).
+EXPECTED_CONFLICTS = {
+    "size_vs_percent": (
+        "--hybrid-kv-cache-cpu-offload-size",
+        "--hybrid-kv-cache-cpu-offload-percent",
+    ),
+    "weights_with_lru": ("--hybrid-kv-cache-cost-weights", "--hybrid-kv-cache-policy"),
+    "size_above_host_ram": ("--hybrid-kv-cache-cpu-offload-size", "--cpu-ram"),
+    "block_size_deepseek": ("--block-size", "--model"),
+    "block_size_flashinfer": ("--block-size", "--attention-backend"),
+    "fp8_with_cold_quantization": ("--kv-cache-dtype", "--hybrid-kv-cache-config"),
+    "policy_vs_config_file": ("--hybrid-kv-cache-policy", "--hybrid-kv-cache-config"),
+    "tensor_parallel_5": ("--tensor-parallel-size", "--model"),
+    "load_format_vs_quantization": ("--load-format", "--quantization"),
+}
+
+
+def check_flags(r: dict[str, Any]) -> None:
+    assert r["parser_accepts"] is True
+    assert all(row["accepted"] for row in r["parser_checks"]), r["parser_checks"]
+    assert r["article_line_accepted"] is False
+    dropped = " ".join(d["flag"] for d in r["dropped"])
+    assert "--swap-space" in dropped and "--load-format" in dropped
+    command = r["command"]
+    assert "--quantization awq" in command
+    assert "OffloadingConnector" in command and "hkv_cost_aware" in command
+    assert "--swap-space" not in command and "--hybrid-kv-cache" not in command
+    extra = r["transfer_config"]["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == 16 * 10**9  # the article's "16GB", read as decimal
+    assert extra["hkv_config"]["cost_weights"] == {"text": 1.0, "vision": 1.5, "audio": 1.2}
+    assert r["config_file_equals_article_example"] is True
+    assert "quantization" in r["config_file_dropped"][0]["flag"]
+
+    conflicts = {c["case"]: c for c in r["conflicts"]}
+    assert all(c["error"] is not None for c in conflicts.values()), conflicts
+    for case, (first, second) in EXPECTED_CONFLICTS.items():
+        conflict = conflicts[case]
+        assert conflict["error"] == "FlagConflict", conflict
+        assert conflict["named"] == [first, second]
+        assert first in conflict["message"] and second in conflict["message"]
+    minimax_block = conflicts["block_size_minimax"]["message"]
+    assert "--block-size" in minimax_block and "multiple of 16" in minimax_block
+    assert "exactly 64" in conflicts["block_size_deepseek"]["message"]
+    unknown = conflicts["unknown_policy"]
+    assert "--hybrid-kv-cache-policy" in unknown["message"] and "'fifo'" in unknown["message"]
+    assert all(p in unknown["message"] for p in ("lru", "cost_aware", "modality_aware"))
+
+
+CHECKS = {
+    "01_installation": check_installation,
+    "02_loading_minimax_m25": check_loading,
+    "03_flags": check_flags,
+}
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("stem", sorted(CHECKS))
+def test_notebook(stem: str) -> None:
+    CHECKS[stem](executed_results(stem))
+
+
+@pytest.mark.notebooks
+@pytest.mark.notebooks
+def test_monitor_is_silent_without_gpu() -> None:
+    results = executed_results("01_installation")
+    if results["gpu_count"]:
+        pytest.skip("the no-GPU fallback only runs where there is no GPU")
+    assert results["monitor_stderr_chars"] == 0
+
+
+def test_committed_notebooks_have_no_outputs() -> None:
+    notebooks = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert "parameters" in code[0].metadata.get("tags", []), path.name
+        assert not any(c.outputs or c.execution_count for c in code), f"{path.name}: make strip"
