@@ -6,10 +6,13 @@ and numpy; torch, transformers and vLLM are imported inside the adapters that us
 
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.config import CostModelParams, HybridKVCacheConfig, ModalityConfig
+from hkv.cost import CostModel, HardwareProfile
 from hkv.errors import ConfigError, FlagConflict, HkvError
 from hkv.flags import Translation, translate, try_translate
 from hkv.model_spec import LayerGroup, LayerKind, ModelSpec
 from hkv.plan import MemoryPlan, PlanInputs, plan
+from hkv.policies import EvictionPolicy, make_policy, policy_names
+from hkv.sim import ReplayResult, WorkloadSpec, generate, load_trace, replay, simulate
 
 __version__ = "0.1.0"
 
@@ -17,8 +20,11 @@ __all__ = [
     "BlockId",
     "BlockMeta",
     "ConfigError",
+    "CostModel",
     "CostModelParams",
+    "EvictionPolicy",
     "FlagConflict",
+    "HardwareProfile",
     "HkvError",
     "HybridKVCacheConfig",
     "LayerGroup",
@@ -28,9 +34,17 @@ __all__ = [
     "ModalityConfig",
     "ModelSpec",
     "PlanInputs",
+    "ReplayResult",
     "Tier",
     "Translation",
+    "WorkloadSpec",
+    "generate",
+    "load_trace",
+    "make_policy",
     "plan",
+    "policy_names",
+    "replay",
+    "simulate",
     "translate",
     "try_translate",
 ]

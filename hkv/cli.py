@@ -1,4 +1,4 @@
-"""`hkv` on the command line: plan, flags, simulate, calibrate, doctor.
+"""`hkv` on the command line: plan, flags, simulate, workload, calibrate, doctor.
 
 With `--json` a command prints exactly one JSON object (or list) on stdout. A user mistake prints
 one line on stderr naming the flag or field, the value and what to do, and exits with status 2.
@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hkv import cli_sim
 from hkv.errors import HkvError
 
 GIB = 1 << 30
@@ -43,7 +44,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offload-size", type=float, default=None, help="CPU tier in GiB")
     p.add_argument("--reserve-gib", type=float, default=None, help="per-GPU non-KV reserve")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.set_defaults(run=_run_plan)
+    p.set_defaults(handler=_run_plan)
 
 
 def _run_plan(args: argparse.Namespace) -> None:
@@ -105,7 +106,7 @@ def add_flags_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("seed_flags", nargs=argparse.REMAINDER, help="-- then the article's flags")
-    p.set_defaults(run=_run_flags)
+    p.set_defaults(handler=_run_flags)
 
 
 def _run_flags(args: argparse.Namespace) -> None:
@@ -133,7 +134,7 @@ def render_flags(t: dict[str, Any]) -> str:
 def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="versions, GPUs and memory of this machine")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=_run_doctor)
+    p.set_defaults(handler=_run_doctor)
 
 
 def _run_doctor(args: argparse.Namespace) -> None:
@@ -148,26 +149,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parser(sub)
     add_flags_parser(sub)
     add_doctor_parser(sub)
-    try:
-        from hkv import cli_sim
-    except ImportError:  # the simulator's commands arrive with hkv.sim
-        cli_sim = None
-    if cli_sim is not None:
-        cli_sim.add_simulate_parser(sub)
-        cli_sim.add_calibrate_parser(sub)
+    cli_sim.add_simulate_parser(sub)
+    cli_sim.add_workload_parser(sub)
+    cli_sim.add_calibrate_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.run(args)
+        return args.handler(args) or 0
     except HkvError as exc:
         sys.stderr.write(f"hkv {args.command}: error: {exc}\n")
         return 2
     except BrokenPipeError:
         return 0
-    return 0
 
 
 if __name__ == "__main__":

@@ -49,16 +49,11 @@ COLD_FORMATS = ("fp16", "bf16", "q8", "q6", "q4")
 
 LOSSLESS_FORMATS = ("fp16", "bf16")
 
-ARTICLE_STRATEGIES = ("lru", "cost_aware", "modality_aware")
-"""The policy names the article's `--hybrid-kv-cache-policy` lists."""
-
 
 def known_policies() -> tuple[str, ...]:
-    """Every policy name hkv accepts: the registry's when it is importable, else the article's."""
-    try:
-        from hkv.policies import policy_names
-    except ImportError:
-        return ARTICLE_STRATEGIES
+    """Every policy name hkv's registry knows (`hkv.policies`)."""
+    from hkv.policies import policy_names
+
     return tuple(policy_names())
 
 

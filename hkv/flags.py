@@ -33,6 +33,7 @@ from hkv.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.errors import ConfigError, FlagConflict, HkvError
 from hkv.model_spec import ModelSpec
 from hkv.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+from hkv.policies import get_policy_class
 
 VLLM_NATIVE_POLICIES = ("lru", "arc")
 """Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
@@ -303,6 +304,13 @@ class _Translator:
                 f"--hybrid-kv-cache-policy: unknown policy {flag_policy!r}; "
                 f"valid: {', '.join(valid)}"
             )
+        for name in {flag_policy, config.offload_strategy} - {None}:
+            if "future" in get_policy_class(name).context_fields:
+                raise HkvError(
+                    f"--hybrid-kv-cache-policy: {name!r} is an offline yardstick that needs the "
+                    "future requests; a server cannot run it. Use an online policy such as "
+                    "cost_aware"
+                )
         from_file = "--hybrid-kv-cache-config" in self.flags
         if flag_policy and from_file and flag_policy != config.offload_strategy:
             raise FlagConflict(

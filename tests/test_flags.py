@@ -144,6 +144,11 @@ def test_unknown_policy_lists_the_valid_ones():
         translate([*MODEL, "--hybrid-kv-cache-policy", "fifo"])
 
 
+def test_offline_oracle_is_not_a_serving_policy():
+    with pytest.raises(HkvError, match="'belady' is an offline yardstick"):
+        translate([*MODEL, "--hybrid-kv-cache-policy", "belady"])
+
+
 def test_unknown_hybrid_flag_lists_the_known_ones():
     with pytest.raises(HkvError, match="--hybrid-kv-cache-size: no such flag"):
         translate([*MODEL, "--hybrid-kv-cache-size", "3"])

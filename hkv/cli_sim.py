@@ -1,0 +1,236 @@
+"""`hkv simulate`, `hkv calibrate` and `hkv workload`: parsers and handlers for `hkv.cli`.
+
+Wire them with
+
+    add_simulate_parser(subparsers)    # sets defaults(handler=run_simulate)
+    add_calibrate_parser(subparsers)   # sets defaults(handler=run_calibrate)
+    add_workload_parser(subparsers)    # sets defaults(handler=run_workload)
+
+and call `args.handler(args)`; each returns an exit status and raises `HkvError` for user
+mistakes. With `--json`, stdout holds only JSON: one object, or for `simulate --policy all` a
+list of one object per registered policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from hkv.blocks import Tier
+from hkv.errors import HkvError
+
+TIERS = {"gpu": Tier.GPU, "host": Tier.HOST, "disk": Tier.DISK}
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    """`--profile FILE`: a calibration profile from `hkv calibrate` (default: the H200 one)."""
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="calibration profile written by `hkv calibrate` (default: the measured H200 host)",
+    )
+
+
+def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="replay a Mooncake-format trace through eviction policies",
+        description="Replay a trace (DESIGN §2 semantics) and report hits, costs and evictions.",
+    )
+    parser.add_argument("--trace", required=True, metavar="FILE.jsonl", help="Mooncake JSONL")
+    parser.add_argument(
+        "--policy", default="lru", help="a registered policy name, or `all` (default: lru)"
+    )
+    parser.add_argument(
+        "--capacity-blocks", required=True, type=int, metavar="N", help="tier size in blocks"
+    )
+    parser.add_argument("--block-tokens", type=int, default=512, metavar="N")
+    parser.add_argument("--model", default="minimax-m2.5", help="shipped name or config.json")
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, bf16, ...")
+    parser.add_argument("--tier", choices=list(TIERS), default="host", help="where hits load from")
+    parser.add_argument("--host-memory", choices=["pinned", "pageable"], default="pinned")
+    parser.add_argument(
+        "--store-threshold",
+        type=int,
+        default=1,
+        metavar="N",
+        help="admit a block only on its N-th offer, like vLLM's store_threshold (default 1: off)",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="HybridKVCacheConfig (.py/.json/.yaml) for modality_aware"
+    )
+    add_profile_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.set_defaults(handler=run_simulate)
+    return parser
+
+
+def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from hkv.cost import CostModel, HardwareProfile
+    from hkv.model_spec import ModelSpec
+    from hkv.policies import get_policy_class
+    from hkv.sim import load_trace, simulate
+
+    out = out or sys.stdout
+    if args.capacity_blocks < 1:
+        raise HkvError(f"--capacity-blocks: got {args.capacity_blocks}; expected an integer >= 1")
+    if args.store_threshold < 1:
+        raise HkvError(f"--store-threshold: got {args.store_threshold}; expected an integer >= 1")
+    if args.policy != "all":
+        get_policy_class(args.policy)  # fail on a bad name before reading the trace
+    trace = load_trace(args.trace, block_tokens=args.block_tokens)
+    cost_model = CostModel(
+        ModelSpec.load(args.model),
+        HardwareProfile.load(args.profile),
+        kv_cache_dtype=args.kv_cache_dtype,
+        host_memory=args.host_memory,
+    )
+    config = None
+    if args.config:
+        from hkv.config import HybridKVCacheConfig
+
+        config = HybridKVCacheConfig.from_file(args.config)
+    results = simulate(
+        trace,
+        args.policy,
+        args.capacity_blocks,
+        cost_model=cost_model,
+        config=config,
+        tier=TIERS[args.tier],
+        store_threshold=args.store_threshold,
+    )
+    rows = [r.to_dict() for r in results]
+    if args.json:
+        payload: Any = rows if args.policy == "all" else rows[0]
+        json.dump(payload, out, indent=2)
+        out.write("\n")
+    else:
+        _print_table(rows, trace, out)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], trace: Any, out: TextIO) -> None:
+    out.write(
+        f"{trace.source}: {len(trace)} requests, {trace.num_block_refs} block refs, "
+        f"capacity {rows[0]['capacity_blocks']} blocks, tier {rows[0]['tier']}\n"
+    )
+    header = f"{'policy':<18}{'block hit':>10}{'token hit':>10}{'saved s':>10}{'load s':>9}"
+    out.write(header + f"{'evictions':>11}{'declined':>10}{'refs/s':>10}\n")
+    for row in rows:
+        out.write(
+            f"{row['policy']:<18}{row['block_hit_rate']:>10.4f}{row['prefix_token_hit_frac']:>10.4f}"
+            f"{row['recompute_s_saved']:>10.1f}{row['load_s']:>9.1f}{row['evictions']:>11}"
+            f"{row['declined']:>10}{row['refs_per_s']:>10}\n"
+        )
+
+
+def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="measure host, disk (and GPU link) bandwidth into a JSON profile",
+        description="Measure this machine into a profile that every command's --profile reads.",
+    )
+    parser.add_argument(
+        "--out", default="hkv-profile.json", metavar="FILE", help="where to write the profile"
+    )
+    parser.add_argument("--disk-dir", default=None, metavar="DIR", help="directory on the disk")
+    parser.add_argument("--size-mib", type=int, default=256, metavar="N", help="buffer size")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N")
+    parser.add_argument("--json", action="store_true", help="print the profile as JSON")
+    parser.set_defaults(handler=run_calibrate)
+    return parser
+
+
+def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from hkv.cost import calibrate
+
+    out = out or sys.stdout
+    profile = calibrate(disk_dir=args.disk_dir, size_mib=args.size_mib, repeats=args.repeats)
+    path = profile.save(args.out)
+    if args.json:
+        json.dump({**profile.to_dict(), "path": str(path)}, out, indent=2)
+        out.write("\n")
+        return 0
+    out.write(f"wrote {path}\n")
+    out.write(f"host memcpy      {profile.host_memcpy_gbps:8.2f} GB/s\n")
+    for name, link in profile.links.items():
+        flag = "measured" if f"links.{name}.to_gpu_gbps" in profile.measured else "default"
+        out.write(
+            f"{name:<16} to GPU {link.to_gpu_gbps:8.2f} GB/s, from GPU "
+            f"{link.from_gpu_gbps:8.2f} GB/s  ({flag})\n"
+        )
+    if profile.notes:
+        out.write(profile.notes + "\n")
+    return 0
+
+
+def add_workload_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from hkv.sim.workload import PRESETS
+
+    parser = subparsers.add_parser(
+        "workload",
+        help="generate a synthetic Mooncake-format workload",
+        description="Sessions, shared prefixes, documents, bursts, images; one seed, one file.",
+    )
+    parser.add_argument("--preset", default="chat", choices=list(PRESETS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sessions", type=int, default=None, help="number of sessions")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any WorkloadSpec field (repeatable)",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE.jsonl")
+    parser.add_argument("--json", action="store_true", help="print a summary as JSON")
+    parser.set_defaults(handler=run_workload)
+    return parser
+
+
+def run_workload(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from hkv.sim import WorkloadSpec, generate, write_trace
+
+    out = out or sys.stdout
+    overrides: dict[str, Any] = {"seed": args.seed}
+    if args.sessions is not None:
+        overrides["num_sessions"] = args.sessions
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise HkvError(f"--set: got {item!r}; expected FIELD=VALUE")
+        overrides[name] = _parse_value(value)
+    try:
+        spec = WorkloadSpec.preset(args.preset, **overrides)
+    except TypeError as exc:
+        valid = ", ".join(WorkloadSpec.__dataclass_fields__)
+        raise HkvError(f"--set: {exc}; fields: {valid}") from None
+    trace = generate(spec)
+    path = write_trace(trace.requests, Path(args.out))
+    summary = {
+        "path": str(path),
+        "requests": len(trace),
+        "block_refs": trace.num_block_refs,
+        "distinct_blocks": trace.distinct_blocks(),
+        "spec": spec.to_dict(),
+    }
+    if args.json:
+        json.dump(summary, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(
+            f"wrote {path}: {summary['requests']} requests, {summary['block_refs']} block refs, "
+            f"{summary['distinct_blocks']} distinct blocks\n"
+        )
+    return 0
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text

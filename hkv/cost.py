@@ -1,0 +1,427 @@
+"""What a KV block costs to move and to recompute, and which of the two to do.
+
+- Moving: each tier has a link to the GPU with a bandwidth per direction and a fixed latency
+  per transfer (`HardwareProfile`); `load_s = latency + bytes / bandwidth`. A block on the GPU
+  costs nothing to use. Disk loads go disk -> host staging -> GPU, pipelined, so they run at the
+  slowest of the three links.
+- Recomputing: the prefill FLOPs of the block's tokens at its position, over an effective FLOP
+  rate. Per token: `2 x active parameters` for the matmuls (the LM head excluded: prefill only
+  needs logits for the last token) plus attention, `4 x heads x head_dim` per layer per token of
+  context (QK^T and AV, 2 FLOPs a multiply-add), so a block late in a long prompt costs more.
+  Vision and audio blocks add their encoder's FLOPs per token.
+- Deciding: a resident block is loaded when that is cheaper than recomputing it, else recomputed
+  (DESIGN §3: from host RAM ~10x cheaper; from a 1 GB/s disk it can cost more).
+
+`HardwareProfile.default()` is the H200 SXM host measured in DESIGN §3; `calibrate()` measures
+this machine into a JSON profile (`hkv calibrate`) that `HardwareProfile.load` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.errors import HkvError
+
+if TYPE_CHECKING:
+    from hkv.model_spec import ModelSpec
+
+LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
+"""Link names of a profile: where a block's bytes sit, seen from the GPU."""
+
+FORMAT_BITS = {"auto": None, "fp16": 16.0, "bf16": 16.0, "q8": 8.25, "q6": 6.25, "q4": 4.25}
+"""Bits per KV value of each cold-tier format; q* carry one fp16 scale per 64 values."""
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One tier's path to the GPU: bandwidth each way (GB/s, 1e9 bytes) and per-transfer latency."""
+
+    to_gpu_gbps: float
+    from_gpu_gbps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("to_gpu_gbps", "from_gpu_gbps"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
+                raise HkvError(f"profile link {name}: got {value!r}; expected a number > 0")
+        if not isinstance(self.latency_s, int | float) or not self.latency_s >= 0:
+            raise HkvError(f"profile link latency_s: got {self.latency_s!r}; expected >= 0")
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Bandwidths, latencies and compute rate of one machine.
+
+    `measured` lists the fields measured on `machine`; every other value is the default H200's
+    (DESIGN §3) or an assumption named in `notes`.
+    """
+
+    name: str
+    links: dict[str, LinkSpec]
+    prefill_tflops: float
+    host_memcpy_gbps: float
+    gpu_name: str | None = None
+    measured: tuple[str, ...] = ()
+    machine: dict[str, Any] = field(default_factory=dict)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        missing = [name for name in LINKS if name not in self.links]
+        if missing:
+            raise HkvError(f"profile {self.name!r}: links {missing} missing; need all of {LINKS}")
+        for name in ("prefill_tflops", "host_memcpy_gbps"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise HkvError(f"profile {name}: got {value!r}; expected a number > 0")
+
+    @classmethod
+    def default(cls) -> HardwareProfile:
+        """One H200 SXM host as measured in DESIGN §3 (latencies and FLOP rate assumed)."""
+        return cls(
+            name="h200-default",
+            links={
+                # HBM copy measured 4,136 GB/s counting read + write: half of it moves a block.
+                "gpu": LinkSpec(2068.0, 2068.0, 5e-6),
+                "host_pinned": LinkSpec(51.9, 53.5, 10e-6),
+                "host_pageable": LinkSpec(5.3, 10.7, 20e-6),
+                "disk": LinkSpec(1.1, 0.48, 100e-6),
+            },
+            prefill_tflops=400.0,
+            host_memcpy_gbps=50.0,
+            gpu_name="NVIDIA H200",
+            measured=("links.*.to_gpu_gbps", "links.*.from_gpu_gbps"),
+            machine={"source": "DESIGN.md §3, one H200 SXM host"},
+            notes=(
+                "latencies assumed (launch ~5-20 us, NVMe ~100 us); prefill_tflops assumed: ~40% "
+                "of the H200's 989 dense bf16 TFLOP/s, which makes a 512-token MiniMax-M2.5 block "
+                "~10x dearer to recompute than to load from pinned host RAM, as DESIGN §3 says; "
+                "host_memcpy_gbps assumed"
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["measured"] = list(self.measured)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "profile") -> HardwareProfile:
+        try:
+            links = {name: LinkSpec(**spec) for name, spec in data["links"].items()}
+            return cls(
+                name=str(data.get("name", source)),
+                links=links,
+                prefill_tflops=data["prefill_tflops"],
+                host_memcpy_gbps=data.get("host_memcpy_gbps", 50.0),
+                gpu_name=data.get("gpu_name"),
+                measured=tuple(data.get("measured", ())),
+                machine=dict(data.get("machine", {})),
+                notes=str(data.get("notes", "")),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise HkvError(
+                f"--profile {source}: not a calibration profile ({type(exc).__name__}: {exc}); "
+                "write one with `hkv calibrate --out FILE`"
+            ) from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None) -> HardwareProfile:
+        """Read a profile written by `hkv calibrate`; None gives the default H200 profile."""
+        if path is None:
+            return cls.default()
+        path = Path(path)
+        if not path.is_file():
+            raise HkvError(f"--profile: no such file {str(path)!r}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise HkvError(f"--profile {path}: not valid JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise HkvError(f"--profile {path}: expected a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Load-or-recompute for one block in one tier; `saved_s` is what a hit there saves."""
+
+    action: str  # "load" or "recompute"
+    load_s: float
+    recompute_s: float
+
+    @property
+    def saved_s(self) -> float:
+        return max(0.0, self.recompute_s - self.load_s)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds to load or recompute a block of `spec`'s KV on `profile`'s machine.
+
+    `host_memory` picks the host link (pinned or pageable). Encoder costs are FLOPs per token of
+    the modality; the defaults assume a ~675M-parameter ViT with 2x2 patch merging (Qwen2.5-VL:
+    2 x 675e6 x 4 per token) and a Whisper-large-sized audio encoder at two frames per token.
+    """
+
+    spec: ModelSpec
+    profile: HardwareProfile = field(default_factory=HardwareProfile.default)
+    kv_cache_dtype: str = "auto"
+    host_memory: str = "pinned"
+    vision_encoder_flops_per_token: float = 5.4e9
+    audio_encoder_flops_per_token: float = 2.5e9
+
+    def __post_init__(self) -> None:
+        if self.host_memory not in ("pinned", "pageable"):
+            raise HkvError(f"host_memory: got {self.host_memory!r}; expected pinned or pageable")
+        spec = self.spec
+        lm_head = spec.vocab_size * spec.hidden_size
+        set_ = object.__setattr__
+        set_(self, "_linear_flops_per_token", 2.0 * max(spec.active_params - lm_head, 0))
+        set_(self, "_attn_groups", _attention_groups(spec))
+        set_(self, "_kv_bytes_per_token", spec.kv_bytes_per_token(self.kv_cache_dtype))
+        set_(self, "_kv_bits", 8.0 * spec.kv_dtype_bytes(self.kv_cache_dtype))
+        set_(self, "_flops_per_s", self.profile.prefill_tflops * 1e12)
+
+    @classmethod
+    def default(cls, model: str = "minimax-m2.5", **kwargs: Any) -> CostModel:
+        """MiniMax-M2.5 (or `model`: a shipped name or config.json) on the default H200."""
+        from hkv.model_spec import ModelSpec
+
+        return cls(ModelSpec.load(model), **kwargs)
+
+    def block_bytes(self, meta: BlockMeta, cold_format: str = "auto") -> int:
+        """Bytes of `meta`'s KV in `cold_format` (`auto`: the KV cache dtype)."""
+        raw = meta.tokens * self._kv_bytes_per_token
+        bits = FORMAT_BITS.get(cold_format)
+        if cold_format not in FORMAT_BITS:
+            raise HkvError(f"cold format: got {cold_format!r}; expected one of {list(FORMAT_BITS)}")
+        return raw if bits is None else int(raw * bits / self._kv_bits)
+
+    def recompute_flops(self, meta: BlockMeta) -> float:
+        """Prefill FLOPs of `meta.tokens` tokens starting at `meta.position`, encoder included."""
+        tokens, start = meta.tokens, meta.position
+        flops = self._linear_flops_per_token * tokens
+        for flops_per_ctx, window in self._attn_groups:
+            flops += flops_per_ctx * _context_sum(start, tokens, window)
+        if meta.modality is Modality.VISION:
+            flops += self.vision_encoder_flops_per_token * tokens
+        elif meta.modality is Modality.AUDIO:
+            flops += self.audio_encoder_flops_per_token * tokens
+        return flops
+
+    def recompute_s(self, meta: BlockMeta) -> float:
+        return self.recompute_flops(meta) / self._flops_per_s
+
+    def link(self, tier: Tier) -> LinkSpec:
+        if tier is Tier.GPU:
+            return self.profile.links["gpu"]
+        if tier is Tier.HOST:
+            return self.profile.links[f"host_{self.host_memory}"]
+        return self.profile.links["disk"]
+
+    def load_s(self, meta: BlockMeta, tier: Tier | None = None, cold_format: str = "auto") -> float:
+        """Seconds to bring `meta`'s block from `tier` (default: `meta.tier`) into GPU memory."""
+        tier = meta.tier if tier is None else tier
+        if tier is Tier.GPU:
+            return 0.0
+        nbytes = self.block_bytes(meta, cold_format)
+        link = self.link(tier)
+        gbps = link.to_gpu_gbps
+        if tier is Tier.DISK:
+            host = self.link(Tier.HOST).to_gpu_gbps
+            gbps = min(gbps, host, self.profile.host_memcpy_gbps)
+        return link.latency_s + nbytes / (gbps * 1e9)
+
+    def store_s(self, meta: BlockMeta, tier: Tier, cold_format: str = "auto") -> float:
+        """Seconds to write `meta`'s block from the GPU into `tier`."""
+        if tier is Tier.GPU:
+            return 0.0
+        link = self.link(tier)
+        return link.latency_s + self.block_bytes(meta, cold_format) / (link.from_gpu_gbps * 1e9)
+
+    def decide(
+        self, meta: BlockMeta, tier: Tier | None = None, cold_format: str = "auto"
+    ) -> Decision:
+        """Load or recompute `meta`'s block held in `tier`: whichever takes less time."""
+        load = self.load_s(meta, tier, cold_format)
+        recompute = self.recompute_s(meta)
+        return Decision("load" if load <= recompute else "recompute", load, recompute)
+
+    def describe(self) -> dict[str, Any]:
+        """Model and profile facts for results JSON."""
+        return {
+            "model": self.spec.name,
+            "profile": self.profile.name,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "host_memory": self.host_memory,
+            "kv_bytes_per_token": self._kv_bytes_per_token,
+            "prefill_tflops": self.profile.prefill_tflops,
+        }
+
+
+def _attention_groups(spec: ModelSpec) -> list[tuple[float, int | None]]:
+    """(FLOPs per token per context token, window) for each attention layer group."""
+    from hkv.model_spec import LayerKind
+
+    raw = spec.raw.get("text_config", spec.raw)
+    heads = spec.num_attention_heads
+    groups = []
+    for group in spec.layer_groups:
+        if group.kind is LayerKind.LINEAR:
+            continue
+        if group.kind is LayerKind.MLA:
+            qk = int(raw.get("qk_nope_head_dim", 0)) + int(raw.get("qk_rope_head_dim", 0))
+            per_ctx = 2.0 * heads * (qk + int(raw.get("v_head_dim", spec.head_dim)))
+        else:
+            per_ctx = 4.0 * heads * spec.head_dim
+        groups.append((per_ctx * group.num_layers, group.window_tokens))
+    return groups
+
+
+def _context_sum(start: int, tokens: int, window: int | None) -> float:
+    """Sum over the block's tokens of the context each attends to: positions start+1 .. +tokens."""
+    first, last = start + 1, start + tokens
+    if window is None or last <= window:
+        return (first + last) * tokens / 2.0
+    if first >= window:
+        return float(window * tokens)
+    below = window - first + 1  # tokens whose context is still growing
+    return (first + window) * below / 2.0 + window * (tokens - below)
+
+
+def calibrate(
+    *, disk_dir: str | os.PathLike[str] | None = None, size_mib: int = 256, repeats: int = 3
+) -> HardwareProfile:
+    """Measure this machine's host memcpy and disk bandwidth (and GPU links when CUDA is present).
+
+    Starts from the default H200 profile and replaces what it measures; `measured` lists those
+    fields. Disk reads drop the page cache for the file first (`posix_fadvise`), so they come
+    from the device. Takes a few seconds at the default size.
+    """
+    if isinstance(size_mib, bool) or not isinstance(size_mib, int) or size_mib < 1:
+        raise HkvError(f"--size-mib: got {size_mib!r}; expected an integer >= 1")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise HkvError(f"--repeats: got {repeats!r}; expected an integer >= 1")
+    base = HardwareProfile.default()
+    nbytes = size_mib * 2**20
+    memcpy = _measure_memcpy(nbytes, repeats)
+    disk_dir = Path(disk_dir) if disk_dir is not None else Path(tempfile.gettempdir())
+    if not disk_dir.is_dir():
+        raise HkvError(f"--disk-dir: no such directory {str(disk_dir)!r}")
+    disk_write, disk_read = _measure_disk(disk_dir, nbytes)
+    links = dict(base.links)
+    links["disk"] = replace(links["disk"], to_gpu_gbps=disk_read, from_gpu_gbps=disk_write)
+    measured = ["host_memcpy_gbps", "links.disk.to_gpu_gbps", "links.disk.from_gpu_gbps"]
+    gpu = _measure_cuda(nbytes, repeats)
+    if gpu is not None:
+        for name, spec in gpu["links"].items():
+            links[name] = spec
+            measured += [f"links.{name}.to_gpu_gbps", f"links.{name}.from_gpu_gbps"]
+    machine = {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "disk_dir": str(disk_dir),
+        "size_mib": size_mib,
+        "repeats": repeats,
+    }
+    no_gpu = "no CUDA device: GPU links and prefill_tflops are the default H200's. "
+    return HardwareProfile(
+        name=f"calibrated-{platform.node() or 'host'}",
+        links=links,
+        prefill_tflops=base.prefill_tflops,
+        host_memcpy_gbps=memcpy,
+        gpu_name=gpu["gpu_name"] if gpu else None,
+        measured=tuple(measured),
+        machine=machine,
+        notes=("" if gpu else no_gpu) + "latencies and prefill_tflops are the default's.",
+    )
+
+
+def _measure_memcpy(nbytes: int, repeats: int) -> float:
+    """Best-of-`repeats` GB/s of one large host-to-host copy (bytes copied per second)."""
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
+
+
+def _measure_disk(directory: Path, nbytes: int) -> tuple[float, float]:
+    """(write-with-fsync GB/s, cold sequential read GB/s) of a file in `directory`."""
+    data = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8).tobytes()
+    fd, name = tempfile.mkstemp(prefix="hkv-calibrate-", dir=directory)
+    try:
+        start = time.perf_counter()
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        write_s = time.perf_counter() - start
+        with open(name, "rb") as inp:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(inp.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            start = time.perf_counter()
+            while inp.read(16 * 2**20):
+                pass
+            read_s = time.perf_counter() - start
+    finally:
+        os.unlink(name)
+    return nbytes / write_s / 1e9, nbytes / read_s / 1e9
+
+
+def _measure_cuda(nbytes: int, repeats: int) -> dict[str, Any] | None:
+    """Pinned / pageable host<->GPU and device copy bandwidth; None without torch or CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    dev = torch.device("cuda")
+    gpu_buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    gpu_dst = torch.empty_like(gpu_buf)
+
+    def best_gbps(copy, moved: int) -> float:
+        copy()
+        torch.cuda.synchronize()
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            copy()
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - start)
+        return moved / best / 1e9
+
+    links = {}
+    for name, pin in (("host_pinned", True), ("host_pageable", False)):
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+        h2d = best_gbps(lambda h=host: gpu_buf.copy_(h, non_blocking=True), nbytes)
+        d2h = best_gbps(lambda h=host: h.copy_(gpu_buf, non_blocking=True), nbytes)
+        links[name] = LinkSpec(h2d, d2h, HardwareProfile.default().links[name].latency_s)
+    d2d = best_gbps(lambda: gpu_dst.copy_(gpu_buf), nbytes)
+    links["gpu"] = LinkSpec(d2d, d2d, HardwareProfile.default().links["gpu"].latency_s)
+    return {"gpu_name": torch.cuda.get_device_name(dev), "links": links}

@@ -1,0 +1,38 @@
+"""Eviction policies behind one interface (`EvictionPolicy`), found by name in a lazy registry.
+
+    from hkv.policies import make_policy, policy_names
+    policy = make_policy("s3fifo", capacity_blocks=1024)
+
+Each policy lives in its own module and is imported on first use. `make_policy` offers run
+context (`cost_model=`, `config=`, `future=`) to every policy; each takes what it declares.
+"""
+
+from hkv.policies.base import (
+    EvictionPolicy,
+    PriorityPolicy,
+    get_policy_class,
+    make_policy,
+    policy_names,
+    register_policy,
+)
+
+__all__ = [
+    "EvictionPolicy",
+    "PriorityPolicy",
+    "get_policy_class",
+    "make_policy",
+    "policy_names",
+    "register_policy",
+]
+
+for _name, _module, _cls in (
+    ("lru", "lru", "LRUPolicy"),
+    ("arc", "arc", "ARCPolicy"),
+    ("s3fifo", "s3fifo", "S3FIFOPolicy"),
+    ("gdsf", "gdsf", "GDSFPolicy"),
+    ("cost_aware", "cost_aware", "CostAwarePolicy"),
+    ("modality_aware", "modality_aware", "ModalityAwarePolicy"),
+    ("belady", "belady", "BeladyPolicy"),
+    ("random", "random", "RandomPolicy"),
+):
+    register_policy(_name, f"hkv.policies.{_module}", _cls)

@@ -1,0 +1,113 @@
+"""ARC, the adaptive replacement cache."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from hkv.blocks import BlockMeta
+from hkv.policies.base import EMPTY, EvictionPolicy, Key
+
+
+@dataclass(eq=False)
+class ARCPolicy(EvictionPolicy):
+    """Balances recency (T1: seen once) and frequency (T2: seen again) with ghost lists B1/B2.
+
+    Megiddo & Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST 2003; written to
+    behave like vLLM 0.32's `arc` policy: a miss offered for storage that hits a ghost list adapts
+    the T1 target (vLLM's `on_store_miss`; here in `admit`, which admits everything); inserts go
+    to T1; a reference to a resident block moves it to T2's MRU end; eviction takes T1's LRU block
+    while T1 is at or above its target, else T2's, falling back to the other list; evicted keys
+    enter the matching ghost list, each ghost list bounded by the capacity.
+    """
+
+    name = "arc"
+
+    def reset(self) -> None:
+        self.target_t1_blocks = 0.0
+        self._t1: OrderedDict[Key, BlockMeta] = OrderedDict()
+        self._t2: OrderedDict[Key, BlockMeta] = OrderedDict()
+        self._b1: OrderedDict[Key, None] = OrderedDict()
+        self._b2: OrderedDict[Key, None] = OrderedDict()
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        """Adapt the T1 target on a ghost hit; always admit."""
+        if key in self._b1:
+            delta = max(1.0, len(self._b2) / len(self._b1))
+            self.target_t1_blocks = min(self.target_t1_blocks + delta, self.capacity_blocks)
+            self._b1.move_to_end(key)
+        elif key in self._b2:
+            delta = max(1.0, len(self._b1) / len(self._b2))
+            self.target_t1_blocks = max(self.target_t1_blocks - delta, 0.0)
+            self._b2.move_to_end(key)
+        return True
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        if len(self) >= self.capacity_blocks:
+            raise self._full_error(key)
+        if key in self:
+            raise KeyError(f"arc: {key!r} is already resident")
+        self._t1[key] = meta
+        self._b1.pop(key, None)
+        self._b2.pop(key, None)
+
+    def touch(self, key: Key) -> None:
+        meta = self._t1.pop(key, None)
+        if meta is not None:
+            self._t2[key] = meta
+        elif key in self._t2:
+            self._t2.move_to_end(key)
+
+    def remove(self, key: Key) -> None:
+        if self._t1.pop(key, None) is None:
+            self._t2.pop(key, None)
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        if n <= 0:
+            return []
+        t1_left = _evictable(self._t1, protected)
+        t2_left = _evictable(self._t2, protected)
+        chosen: list[tuple[Key, bool]] = []  # (key, from_t1)
+        t1_size = len(self._t1)
+        for _ in range(n):
+            key = None
+            if t1_size >= int(self.target_t1_blocks):
+                key = next(t1_left, None)
+                from_t1 = key is not None
+            if key is None:
+                key = next(t2_left, None)
+                from_t1 = False
+            if key is None:
+                key = next(t1_left, None)
+                from_t1 = True
+            if key is None:
+                return None
+            t1_size -= from_t1
+            chosen.append((key, from_t1))
+        for key, from_t1 in chosen:
+            if from_t1:
+                del self._t1[key]
+                self._b1[key] = None
+            else:
+                del self._t2[key]
+                self._b2[key] = None
+        for ghost in (self._b1, self._b2):
+            while len(ghost) > self.capacity_blocks:
+                ghost.popitem(last=False)
+        return [key for key, _ in chosen]
+
+    def __len__(self) -> int:
+        return len(self._t1) + len(self._t2)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._t1 or key in self._t2
+
+    def __iter__(self) -> Iterator[Key]:
+        yield from self._t1
+        yield from self._t2
+
+
+def _evictable(queue: OrderedDict[Key, BlockMeta], protected: Collection[Key]) -> Iterator[Key]:
+    """Keys of `queue` from its LRU end that are neither protected nor pinned."""
+    return (k for k, meta in queue.items() if k not in protected and not meta.pinned)

@@ -1,0 +1,303 @@
+"""One eviction-policy interface for the simulator, the block manager and the vLLM adapter.
+
+A policy tracks which blocks are resident in one tier of `capacity_blocks` slots and, when asked,
+names the blocks to give up. Keys are opaque and hashable (trace hash ids, `BlockId`s, vLLM's
+bytes keys); what a policy may know about a block is its `BlockMeta` (tokens, position in its
+sequence, modality, tier, pinned).
+
+The caller owns the protocol, the same in all three users:
+
+    if key in policy:                       # a reference to a resident block
+        policy.touch(key)
+    elif policy.admit(key, meta):           # a miss the cache offers to store
+        if len(policy) == policy.capacity_blocks:
+            victims = policy.evict(1, protected)   # exactly 1 key, or None: do not store
+        policy.insert(key, meta)
+
+Policies never evict on their own: `insert` on a full policy is a bug and raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import importlib
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hkv.blocks import BlockMeta
+from hkv.errors import HkvError
+
+Key = Hashable
+EMPTY: frozenset[Key] = frozenset()
+
+
+def check_int(owner: str, field: str, value: Any, low: int, high: int | None = None) -> int:
+    """Return `value` if it is an integer in [low, high]; else raise `HkvError` naming it."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        accepted = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise HkvError(f"{owner}.{field}: got {value!r}; expected {accepted}")
+    return value
+
+
+def check_float(
+    owner: str, field: str, value: Any, low: float, high: float = math.inf, *, open_low=False
+) -> float:
+    """Return `value` as a float if it is a finite number in [low, high] (or (low, high])."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or value > high or (open_low and value == low):
+        bracket = "(" if open_low else "["
+        accepted = f"a number in {bracket}{low}, {high}]"
+        if high == math.inf:
+            accepted = f"a number {'>' if open_low else '>='} {low}"
+        raise HkvError(f"{owner}.{field}: got {value!r}; expected {accepted}")
+    return float(value)
+
+
+@dataclass(eq=False)
+class EvictionPolicy(ABC):
+    """Which resident blocks to give up, one tier of `capacity_blocks` slots at a time.
+
+    Contracts every policy keeps (tested across the registry in tests/test_policies.py):
+    - `evict(n, protected)` returns exactly `n` distinct resident keys, none in `protected` and
+      none whose meta is pinned, and forgets them; or returns None and changes nothing.
+    - at most `capacity_blocks` keys are resident; `insert` into a full policy raises.
+    - `touch` and `remove` of a key that is not resident are ignored.
+
+    Subclasses are dataclasses: their fields after `capacity_blocks` are hyperparameters,
+    validated in `validate()`; `reset()` builds the (empty) state and is what `clear()` calls.
+    """
+
+    capacity_blocks: int
+    name: ClassVar[str] = "?"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "capacity_blocks", self.capacity_blocks, 1)
+        self.validate()
+        self.reset()
+
+    def validate(self) -> None:  # noqa: B027 (an optional hook: most policies have no fields)
+        """Check hyperparameters; raise `HkvError` naming field, value and accepted range."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Build empty state (called at construction and by `clear`)."""
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        """Whether to store `key` on a miss (admission control); called once per miss offered.
+
+        The default admits everything. A policy that declines documents why in its docstring.
+        """
+        return True
+
+    @abstractmethod
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        """Make `key` resident; it must be absent and the policy must have a free slot."""
+
+    @abstractmethod
+    def touch(self, key: Key) -> None:
+        """Record a reference to resident `key` (ignored if absent)."""
+
+    @abstractmethod
+    def remove(self, key: Key) -> None:
+        """Forget `key` without counting an eviction (ignored if absent)."""
+
+    @abstractmethod
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        """Evict exactly `n` keys, none protected or pinned; or return None and change nothing."""
+
+    def clear(self) -> None:
+        """Forget every block and all learned state."""
+        self.reset()
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[Key]:
+        """The resident keys, in no promised order."""
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The policy's configuration as plain values (for results JSON)."""
+        skip = {"capacity_blocks", *self.context_fields}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.init and f.name not in skip and not f.name.startswith("_")
+        }
+
+    context_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields filled from the run's context by `make_policy` (cost model, config, future)."""
+
+    def _full_error(self, key: Key) -> RuntimeError:
+        return RuntimeError(
+            f"{self.name}: insert({key!r}) into a full policy ({self.capacity_blocks} blocks); "
+            "call evict() first"
+        )
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """A resident block of a `PriorityPolicy`: its meta, reference count and heap version."""
+
+    meta: BlockMeta
+    hits: int
+    seq: int
+    priority: float
+
+
+@dataclass(eq=False)
+class PriorityPolicy(EvictionPolicy):
+    """Evicts the resident block whose `priority()` is lowest; a policy is its priority function.
+
+    One evictor serves every priority policy (SGLang's habit): a min-heap of
+    `(priority, seq, key)` with lazy invalidation. A key's priority is recomputed when it is
+    inserted or touched; older heap entries of the key become stale and are skipped. Equal
+    priorities go oldest-first (`seq`). `_on_evict(entry)` lets a policy learn from its victims
+    (GDSF's inflation clock).
+    """
+
+    def reset(self) -> None:
+        self._entries: dict[Key, _Entry] = {}
+        self._heap: list[tuple[float, int, Key]] = []
+        self._seq = 0
+
+    @abstractmethod
+    def priority(self, entry: _Entry) -> float:
+        """Keep-worthiness of a resident block; the lowest is evicted first."""
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        if len(self._entries) >= self.capacity_blocks:
+            raise self._full_error(key)
+        if key in self._entries:
+            raise KeyError(f"{self.name}: {key!r} is already resident")
+        entry = _Entry(meta, 0, 0, 0.0)
+        self._entries[key] = entry
+        self._push(key, entry)
+
+    def touch(self, key: Key) -> None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.hits += 1
+            self._push(key, entry)
+
+    def remove(self, key: Key) -> None:
+        self._entries.pop(key, None)
+
+    def _push(self, key: Key, entry: _Entry) -> None:
+        self._seq += 1
+        entry.seq = self._seq
+        entry.priority = self.priority(entry)
+        heapq.heappush(self._heap, (entry.priority, self._seq, key))
+        if len(self._heap) > 2 * len(self._entries) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        self._heap = [(e.priority, e.seq, k) for k, e in self._entries.items()]
+        heapq.heapify(self._heap)
+
+    def _on_evict(self, entry: _Entry) -> None:
+        """Hook: learn from a victim (called once per evicted block, in eviction order)."""
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        if n <= 0:
+            return []
+        chosen = self._select(n, protected)
+        return None if chosen is None else self._commit(chosen)
+
+    def _select(
+        self, n: int, protected: Collection[Key], accept: Callable[[_Entry], bool] | None = None
+    ) -> list[tuple[float, int, Key]] | None:
+        """Pop the `n` lowest-priority evictable entries (that `accept`), or restore and say None.
+
+        The chosen heap items are left out of the heap: pass them to `_commit`.
+        """
+        chosen: list[tuple[float, int, Key]] = []
+        skipped: list[tuple[float, int, Key]] = []
+        heap, entries = self._heap, self._entries
+        while heap and len(chosen) < n:
+            item = heapq.heappop(heap)
+            entry = entries.get(item[2])
+            if entry is None or entry.seq != item[1]:
+                continue  # stale: the key was touched, removed or evicted since
+            if item[2] in protected or entry.meta.pinned or (accept and not accept(entry)):
+                skipped.append(item)
+            else:
+                chosen.append(item)
+        for item in skipped:
+            heapq.heappush(heap, item)
+        if len(chosen) < n:
+            for item in chosen:
+                heapq.heappush(heap, item)
+            return None
+        return chosen
+
+    def _commit(self, chosen: list[tuple[float, int, Key]]) -> list[Key]:
+        """Forget the selected keys (calling `_on_evict` for each) and return them."""
+        victims = []
+        for item in chosen:
+            self._on_evict(self._entries.pop(item[2]))
+            victims.append(item[2])
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._entries)
+
+
+_REGISTRY: dict[str, Callable[[], type[EvictionPolicy]]] = {}
+
+
+def register_policy(name: str, module_path: str, class_name: str) -> None:
+    """Register `module_path.class_name` under `name`; imported on first use."""
+    if name in _REGISTRY:
+        raise HkvError(f"policy {name!r} is already registered")
+
+    def loader() -> type[EvictionPolicy]:
+        return getattr(importlib.import_module(module_path), class_name)
+
+    _REGISTRY[name] = loader
+
+
+def policy_names() -> list[str]:
+    """Registered policy names, in registration order."""
+    return list(_REGISTRY)
+
+
+def get_policy_class(name: str) -> type[EvictionPolicy]:
+    """The class registered as `name`; `HkvError` listing the valid names on a miss."""
+    loader = _REGISTRY.get(name)
+    if loader is None:
+        raise HkvError(f"--policy: unknown policy {name!r}; valid: {', '.join(_REGISTRY)}")
+    return loader()
+
+
+def make_policy(name: str, capacity_blocks: int, **context_and_params: Any) -> EvictionPolicy:
+    """Build policy `name`, passing it the keyword arguments it declares as fields.
+
+    Callers may offer run context to every policy (`cost_model=`, `config=`, `future=`): each
+    policy takes the ones listed in its `context_fields` and ignores the rest. Any other keyword
+    is a hyperparameter and must be one of the policy's fields.
+    """
+    cls = get_policy_class(name)
+    field_names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in context_and_params.items():
+        if key in cls.context_fields or key in field_names:
+            kwargs[key] = value
+        elif key not in ("cost_model", "config", "future"):
+            valid = ", ".join(sorted(field_names - {"capacity_blocks", *cls.context_fields}))
+            raise HkvError(f"{name}: unknown hyperparameter {key!r}; valid: {valid or 'none'}")
+    return cls(capacity_blocks, **kwargs)

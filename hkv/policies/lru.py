@@ -1,0 +1,69 @@
+"""Least recently used."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from hkv.blocks import BlockMeta
+from hkv.policies.base import EMPTY, EvictionPolicy, Key
+
+
+@dataclass(eq=False)
+class LRUPolicy(EvictionPolicy):
+    """Evicts the block referenced longest ago; admits everything.
+
+    Its priority is the time of last reference. Because a reference always makes that priority
+    the largest, an `OrderedDict` in reference order is the whole evictor: O(1) per reference
+    instead of a heap push, which is what lets the simulator replay >300k references/s.
+    Same behaviour as vLLM's `lru` policy, except that hkv's replay touches a request's blocks
+    in prefix order (DESIGN §2), so the last block of a request is the most recent.
+    """
+
+    name = "lru"
+
+    def reset(self) -> None:
+        self._order: OrderedDict[Key, BlockMeta] = OrderedDict()
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        if len(self._order) >= self.capacity_blocks:
+            raise self._full_error(key)
+        if key in self._order:
+            raise KeyError(f"lru: {key!r} is already resident")
+        self._order[key] = meta
+
+    def touch(self, key: Key) -> None:
+        # try/except costs nothing when no exception is raised; contextlib.suppress would add a
+        # context manager to every reference on the simulator's hot path.
+        try:  # noqa: SIM105
+            self._order.move_to_end(key)
+        except KeyError:
+            pass
+
+    def remove(self, key: Key) -> None:
+        self._order.pop(key, None)
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        if n <= 0:
+            return []
+        victims = []
+        for key, meta in self._order.items():
+            if key not in protected and not meta.pinned:
+                victims.append(key)
+                if len(victims) == n:
+                    break
+        else:
+            return None
+        for key in victims:
+            del self._order[key]
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._order
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._order)

@@ -1,0 +1,130 @@
+"""Modality-aware eviction driven by a `HybridKVCacheConfig`."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.errors import HkvError
+from hkv.policies.base import EMPTY, Key, _Entry
+from hkv.policies.prefix import PrefixValuePolicy
+
+
+@dataclass(eq=False)
+class ModalityAwarePolicy(PrefixValuePolicy):
+    """Per-modality treatment from the config's `modality_configs`, on the cost-aware priority.
+
+    For each modality (text / vision / audio) the config gives:
+    - `offload_priority` in [0, 1] (1 leaves first): a block's worth is multiplied by
+      `1 - offload_priority`, so at equal recency and cost the eager modality goes first, and a
+      modality at 1 always goes before any other;
+    - `quantization`: the block's format in cold tiers; its worth is what a hit saves when the
+      block is loaded in that format (q8/q6/q4 move fewer bytes, `hkv.cost.FORMAT_BITS`);
+    - `max_keep_blocks`: when this tier must give up blocks, a modality holding more than its
+      cap gives first (enforced at eviction time: a policy never evicts on its own; the block
+      manager may call `excess_blocks()` to demote early).
+
+    `config` defaults to `HybridKVCacheConfig.article_example()`; costs come from `cost_model`
+    (default MiniMax-M2.5 on the H200 profile). Recency, frequency, the prefix cap and bypass are
+    `PrefixValuePolicy`'s.
+    """
+
+    config: Any = field(default=None, repr=False)
+    cost_model: Any = field(default=None, repr=False)
+    name = "modality_aware"
+    context_fields = ("config", "cost_model")
+
+    def validate(self) -> None:
+        super().validate()
+        from hkv.config import HybridKVCacheConfig
+
+        if self.config is None:
+            self.config = HybridKVCacheConfig.article_example()
+        if not isinstance(self.config, HybridKVCacheConfig):
+            raise HkvError(
+                f"modality_aware.config: got {type(self.config).__name__}; "
+                "expected a HybridKVCacheConfig"
+            )
+        if self.cost_model is None:
+            from hkv.cost import CostModel
+
+            self.cost_model = CostModel.default()
+        self._settings = {m: self.config.modality(m) for m in Modality}
+        self._caps = {m: s.max_keep_blocks for m, s in self._settings.items()}
+        reference = BlockMeta(tokens=512, position=0, tier=Tier.HOST)
+        self._reference_saving = self.cost_model.decide(reference).saved_s or 1.0
+        self._worth_cache: dict[tuple, float] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._resident_by_modality = {m: 0 for m in Modality}
+
+    def value(self, meta: BlockMeta) -> float:
+        shape = (meta.tokens, meta.position, meta.modality, meta.tier)
+        worth = self._worth_cache.get(shape)
+        if worth is None:
+            settings = self._settings[meta.modality]
+            saving = self.cost_model.decide(meta, cold_format=settings.quantization).saved_s
+            keep = 1.0 - settings.offload_priority
+            worth = self._worth_cache[shape] = keep * saving / self._reference_saving
+        return worth
+
+    def excess_blocks(self) -> dict[Modality, int]:
+        """Resident blocks above each modality's `max_keep_blocks` (only modalities over it)."""
+        return {
+            m: count - cap
+            for m, count in self._resident_by_modality.items()
+            if (cap := self._caps[m]) is not None and count > cap
+        }
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        super().insert(key, meta)
+        self._resident_by_modality[meta.modality] += 1
+
+    def remove(self, key: Key) -> None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._resident_by_modality[entry.meta.modality] -= 1
+        super().remove(key)
+
+    def _on_evict(self, entry: _Entry) -> None:
+        super()._on_evict(entry)
+        self._resident_by_modality[entry.meta.modality] -= 1
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        excess = self.excess_blocks()
+        if not excess or n <= 0:
+            return super().evict(n, protected)
+        # Over-cap modalities give first, lowest priority first, as many as they are over.
+        forced_n = min(n, sum(excess.values()))
+        forced = self._select_over_cap(forced_n, protected, excess)
+        if forced is None:
+            return super().evict(n, protected)
+        rest = self._select(n - len(forced), protected) if len(forced) < n else []
+        if rest is None:
+            for item in forced:
+                heapq.heappush(self._heap, item)
+            return None
+        return self._commit(forced + rest)
+
+    def _select_over_cap(self, n, protected, excess):
+        """Up to `n` evictable entries from over-cap modalities (fewer if not enough exist)."""
+        budget = dict(excess)
+
+        def accept(entry: _Entry) -> bool:
+            left = budget.get(entry.meta.modality, 0)
+            if left <= 0:
+                return False
+            budget[entry.meta.modality] = left - 1
+            return True
+
+        while n > 0:
+            chosen = self._select(n, protected, accept)
+            if chosen is not None:
+                return chosen
+            n -= 1
+            budget = dict(excess)
+        return None

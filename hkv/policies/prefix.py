@@ -1,0 +1,147 @@
+"""The priority shared by the value-aware policies: aged history frequency x value, prefix-capped.
+
+Not a registered policy: `cost_aware` and `modality_aware` are this machinery with their own
+`value()` (what one hit on a block is worth per slot it occupies).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from hkv.blocks import BlockMeta
+from hkv.errors import HkvError
+from hkv.policies.base import Key, PriorityPolicy, _Entry, check_float
+
+POSITION_TIE_BREAK = 1e-12
+"""Priority given up per token of position: at equal worth, the deeper block goes first."""
+
+
+@dataclass(eq=False)
+class PrefixValuePolicy(PriorityPolicy):
+    """GreedyDual-style priority `L + count x value(meta)`, made for prefix caching.
+
+    - `count` is the block's reference count over a long history that outlives residency
+      (TinyLFU's idea: Einziger et al., "TinyLFU", ACM TOS 2017): a block evicted before its
+      reuse still remembers how often it was wanted. Counts halve every
+      `history_factor x capacity_blocks` references (aging).
+    - `L` is GreedyDual's inflation value (the priority of the last victim), read once per access
+      epoch, so all blocks of one request are judged against the same `L`.
+    - Prefix cap: a block only hits when every block before it does, so it is never worth more
+      than its parent. Callers reference a request's blocks in prefix order (the simulator, the
+      block manager and the vLLM adapter all do); a reference whose position does not exceed the
+      previous one starts a new epoch, and within an epoch each block's priority is capped by
+      the previous block's. At equal priority the deeper block goes first, so chains shrink from
+      the tail, like the leaves of SGLang's radix cache.
+    - Admission: with `bypass`, a miss is declined when the cache is full and its priority is
+      below every evictable resident's (it would be the next victim anyway).
+    """
+
+    history_factor: float = 32.0
+    bypass: bool = True
+
+    def validate(self) -> None:
+        check_float(self.name, "history_factor", self.history_factor, 0.0, open_low=True)
+        if not isinstance(self.bypass, bool):
+            raise HkvError(f"{self.name}.bypass: got {self.bypass!r}; expected true or false")
+
+    def reset(self) -> None:
+        super().reset()
+        self.inflation = 0.0
+        self._epoch_inflation = 0.0
+        self._counts: dict[Key, int] = {}
+        self._refs_until_halving = self._history_refs()
+        self._last_position = -1
+        self._chain_cap = math.inf
+        self._epoch_keys: set[Key] = set()
+        self._pending: tuple[Key, int, float] | None = None
+
+    def _history_refs(self) -> int:
+        return max(64, int(self.history_factor * self.capacity_blocks))
+
+    def value(self, meta: BlockMeta) -> float:
+        """Worth of one hit on `meta`'s block per slot it holds; 1 for every block by default."""
+        return 1.0
+
+    def _observe(self, key: Key, meta: BlockMeta) -> tuple[int, float]:
+        """Count a reference and return (count, priority) for it, in prefix order."""
+        if meta.position <= self._last_position:
+            self._epoch_inflation = self.inflation
+            self._chain_cap = math.inf
+            self._epoch_keys = set()
+        self._last_position = meta.position
+        self._epoch_keys.add(key)
+        count = self._counts.get(key, 0) + 1
+        self._counts[key] = count
+        self._refs_until_halving -= 1
+        if self._refs_until_halving <= 0:
+            self._halve_counts()
+        raw = self._epoch_inflation + count * self.value(meta)
+        priority = min(raw, self._chain_cap)
+        self._chain_cap = priority
+        return count, priority - meta.position * POSITION_TIE_BREAK
+
+    def _halve_counts(self) -> None:
+        self._refs_until_halving = self._history_refs()
+        self._counts = {k: c >> 1 for k, c in self._counts.items() if c > 1}
+
+    def priority(self, entry: _Entry) -> float:
+        return entry.priority  # set by _observe before each push
+
+    def _push_with(self, key: Key, entry: _Entry, priority: float) -> None:
+        self._seq += 1
+        entry.seq = self._seq
+        entry.priority = priority
+        heapq.heappush(self._heap, (priority, self._seq, key))
+        if len(self._heap) > 2 * len(self._entries) + 64:
+            self._compact()
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        count, priority = self._observe(key, meta)
+        self._pending = (key, count, priority)
+        if not self.bypass or len(self._entries) < self.capacity_blocks:
+            return True
+        lowest = self._lowest_evictable()
+        return lowest is not None and priority >= lowest
+
+    def _lowest_evictable(self) -> float | None:
+        """Priority of the block `evict` would take now (current request protected)."""
+        heap, entries, skipped = self._heap, self._entries, []
+        lowest = None
+        while heap:
+            priority, seq, key = heap[0]
+            entry = entries.get(key)
+            if entry is None or entry.seq != seq:
+                heapq.heappop(heap)
+            elif key in self._epoch_keys or entry.meta.pinned:
+                skipped.append(heapq.heappop(heap))
+            else:
+                lowest = priority
+                break
+        for item in skipped:
+            heapq.heappush(heap, item)
+        return lowest
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        if len(self._entries) >= self.capacity_blocks:
+            raise self._full_error(key)
+        if key in self._entries:
+            raise KeyError(f"{self.name}: {key!r} is already resident")
+        pending, self._pending = self._pending, None
+        if pending is None or pending[0] != key:
+            count, priority = self._observe(key, meta)  # inserted without an admit() first
+        else:
+            count, priority = pending[1], pending[2]
+        entry = _Entry(meta, count, 0, priority)
+        self._entries[key] = entry
+        self._push_with(key, entry, priority)
+
+    def touch(self, key: Key) -> None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.hits, priority = self._observe(key, entry.meta)
+            self._push_with(key, entry, priority)
+
+    def _on_evict(self, entry: _Entry) -> None:
+        self.inflation = max(self.inflation, entry.priority)

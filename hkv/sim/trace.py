@@ -1,0 +1,183 @@
+"""Mooncake-format request traces: read, validate, write.
+
+One JSON object per line (DESIGN §2): `timestamp` (ms), `input_length`, `output_length`,
+`hash_ids` (prefix-block ids, `block_tokens` tokens each, `len(hash_ids) ==
+ceil(input_length / block_tokens)`), and optionally `modalities` (a list parallel to `hash_ids`
+of "text" / "vision" / "audio") and `session` (shared by the turns of one conversation).
+Unknown fields are ignored. Every malformed line raises `HkvError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.errors import HkvError
+
+DEFAULT_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request: its prompt as prefix-block ids, plus optional modality labels and session."""
+
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[Hashable, ...]
+    modalities: tuple[Modality, ...] | None = None
+    session: str | int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as one trace line's object (optional fields only when set)."""
+        out: dict[str, Any] = {
+            "timestamp": self.timestamp_ms,
+            "input_length": self.input_length,
+            "output_length": self.output_length,
+            "hash_ids": list(self.hash_ids),
+        }
+        if self.modalities is not None:
+            out["modalities"] = [m.value for m in self.modalities]
+        if self.session is not None:
+            out["session"] = self.session
+        return out
+
+    def block_meta(self, index: int, block_tokens: int, tier: Tier = Tier.HOST) -> BlockMeta:
+        """Meta of block `index` of this request: its tokens, position and modality."""
+        position = index * block_tokens
+        tokens = min(block_tokens, self.input_length - position)
+        modality = self.modalities[index] if self.modalities is not None else Modality.TEXT
+        return BlockMeta(tokens=tokens, position=position, modality=modality, tier=tier)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests in file order, with the block size their `hash_ids` were cut with."""
+
+    requests: tuple[Request, ...]
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def num_block_refs(self) -> int:
+        return sum(len(r.hash_ids) for r in self.requests)
+
+    def distinct_blocks(self) -> int:
+        return len({k for r in self.requests for k in r.hash_ids})
+
+    def reference_stream(self) -> list[list[Hashable]]:
+        """`hash_ids` of every request, in order: the future an offline policy is given."""
+        return [list(r.hash_ids) for r in self.requests]
+
+    def has_modalities(self) -> bool:
+        return any(r.modalities is not None for r in self.requests)
+
+
+def load_trace(path: str | os.PathLike[str], *, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake-format JSONL file; `HkvError` names the line of any malformed request."""
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+        raise HkvError(f"--block-tokens: got {block_tokens!r}; expected an integer >= 1")
+    path = Path(path)
+    if not path.is_file():
+        raise HkvError(f"--trace: no such file {str(path)!r}")
+    requests = []
+    with path.open(encoding="utf-8") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if line.strip():
+                requests.append(parse_request(line, block_tokens, where=f"{path}:{lineno}"))
+    if not requests:
+        raise HkvError(f"--trace: {str(path)!r} holds no requests (one JSON object per line)")
+    return Trace(tuple(requests), block_tokens, str(path))
+
+
+def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
+    """Parse and validate one trace line; `where` (file:line) prefixes every error."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise HkvError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise HkvError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for name in ("timestamp", "input_length", "output_length", "hash_ids"):
+        if name not in obj:
+            raise HkvError(f"{where}: missing field {name!r}")
+    timestamp = obj["timestamp"]
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+        raise HkvError(f"{where}: timestamp: got {timestamp!r}; expected a number (ms)")
+    input_length = _count(obj, "input_length", where, low=1)
+    output_length = _count(obj, "output_length", where, low=0)
+    hash_ids = _hash_ids(obj["hash_ids"], where)
+    expected = math.ceil(input_length / block_tokens)
+    if len(hash_ids) != expected:
+        raise HkvError(
+            f"{where}: {len(hash_ids)} hash_ids for input_length {input_length}; expected "
+            f"ceil({input_length} / {block_tokens}) = {expected} (is --block-tokens right?)"
+        )
+    return Request(
+        timestamp_ms=timestamp,
+        input_length=input_length,
+        output_length=output_length,
+        hash_ids=hash_ids,
+        modalities=_modalities(obj.get("modalities"), len(hash_ids), where),
+        session=_session(obj.get("session"), where),
+    )
+
+
+def _count(obj: dict[str, Any], name: str, where: str, *, low: int) -> int:
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise HkvError(f"{where}: {name}: got {value!r}; expected an integer >= {low}")
+    return value
+
+
+def _hash_ids(value: Any, where: str) -> tuple[Hashable, ...]:
+    if not isinstance(value, list):
+        raise HkvError(f"{where}: hash_ids: got {type(value).__name__}; expected a list")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int | str):
+            raise HkvError(f"{where}: hash_ids: got {item!r}; expected integers (or strings)")
+    return tuple(value)
+
+
+def _modalities(value: Any, num_blocks: int, where: str) -> tuple[Modality, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != num_blocks:
+        got = len(value) if isinstance(value, list) else type(value).__name__
+        raise HkvError(
+            f"{where}: modalities: got {got}; expected a list of {num_blocks} labels "
+            "(one per hash_id)"
+        )
+    return tuple(Modality.parse(m, field=f"{where}: modalities") for m in value)
+
+
+def _session(value: Any, where: str) -> str | int | None:
+    if value is None or (isinstance(value, int | str) and not isinstance(value, bool)):
+        return value
+    raise HkvError(f"{where}: session: got {value!r}; expected a string or integer id")
+
+
+def write_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> Path:
+    """Write requests as Mooncake-format JSONL (the format `load_trace` reads)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for request in requests:
+            out.write(json.dumps(request.to_json(), separators=(", ", ": ")) + "\n")
+    return path
+
+
+def trace_from_requests(
+    requests: Sequence[Request], *, block_tokens: int = DEFAULT_BLOCK_TOKENS, source: str = ""
+) -> Trace:
+    """Wrap in-memory requests (e.g. from `hkv.sim.workload`) as a `Trace`."""
+    return Trace(tuple(requests), block_tokens, source)

@@ -1,0 +1,364 @@
+"""Synthetic serving workloads in Mooncake format: sessions, shared prefixes, documents, images.
+
+A prompt is a list of segments (system prompt, documents, user text, images, audio, earlier
+replies), each a run of tokens with an id. Blocks are cut every `block_tokens` tokens and named by
+prefix hashing, like a serving engine: a block's id is determined by its parent block's id and
+the segment pieces it holds, so two prompts share block `i` exactly when their first `i + 1`
+blocks hold the same tokens. The partial last block of a prompt gets its own id; when the next
+turn extends the prompt that block becomes full with different content, and a new id.
+
+What is generated (all knobs are `WorkloadSpec` fields; one seed gives one file):
+- sessions arrive as a Poisson process whose rate jumps `burst_factor`-fold during bursts
+  (on/off periods, exponential lengths); turns of a session follow after think times;
+- chat sessions: a system prompt (drawn Zipf-like from a shared pool), then turns; each turn's
+  prompt is the previous prompt + its reply + new user text (DESIGN §4);
+- RAG sessions: system prompt + 1-3 documents from a shared Zipf-popular pool + a question;
+- one-off long-document requests: unique long contexts nobody reuses (scans);
+- multimodal overlay: a user turn carries images (tokens per image lognormal, median 570,
+  clipped to [10, 4600], the ServeGen mm-image facts in DESIGN §4; the real PMF is bimodal around
+  ~250 and ~1,200, the lognormal keeps the median and range, not the modes) and optionally audio.
+  A block is labelled with the modality that holds most of its tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from hkv.blocks import Modality
+from hkv.errors import HkvError
+from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Knobs of the generator; every field is validated (range in the field's comment)."""
+
+    seed: int = 0  # >= 0
+    num_sessions: int = 1000  # >= 1
+    block_tokens: int = DEFAULT_BLOCK_TOKENS  # >= 1
+    session_rate_per_s: float = 2.0  # > 0, outside bursts
+    burst_factor: float = 4.0  # >= 1, rate multiplier during a burst
+    burst_on_s: float = 20.0  # > 0, mean burst length
+    burst_off_s: float = 120.0  # > 0, mean time between bursts
+    rag_fraction: float = 0.25  # [0, 1] of sessions
+    long_doc_fraction: float = 0.15  # [0, 1] of sessions
+    mean_turns: float = 3.0  # >= 1, chat turns per session (geometric)
+    rag_mean_turns: float = 1.5  # >= 1
+    think_time_s: float = 60.0  # > 0, mean gap between turns (exponential)
+    num_system_prompts: int = 30  # >= 1
+    system_tokens_median: float = 1500.0  # > 0
+    num_documents: int = 300  # >= 1
+    document_tokens_median: float = 4000.0  # > 0
+    long_doc_tokens_median: float = 16000.0  # > 0
+    user_tokens_median: float = 250.0  # > 0
+    output_tokens_median: float = 300.0  # > 0
+    length_sigma: float = 0.8  # > 0, lognormal sigma of every text length
+    zipf_exponent: float = 1.1  # > 0, popularity of system prompts and documents
+    max_input_tokens: int = 131072  # >= block_tokens, sessions stop growing here
+    image_turn_fraction: float = 0.0  # [0, 1] of user turns carrying images
+    mean_images_per_turn: float = 1.2  # >= 1
+    image_tokens_median: float = 570.0  # > 0
+    image_tokens_sigma: float = 1.0  # > 0
+    image_tokens_min: int = 10  # >= 1
+    image_tokens_max: int = 4600  # >= image_tokens_min
+    audio_turn_fraction: float = 0.0  # [0, 1] of user turns carrying audio
+    audio_tokens_median: float = 400.0  # > 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_field(f.name, getattr(self, f.name), f.type)
+        if self.image_tokens_max < self.image_tokens_min:
+            raise HkvError(
+                f"workload.image_tokens_max: got {self.image_tokens_max}; expected >= "
+                f"image_tokens_min ({self.image_tokens_min})"
+            )
+        if self.max_input_tokens < self.block_tokens:
+            raise HkvError(
+                f"workload.max_input_tokens: got {self.max_input_tokens}; expected >= "
+                f"block_tokens ({self.block_tokens})"
+            )
+        if self.rag_fraction + self.long_doc_fraction > 1:
+            raise HkvError(
+                f"workload.rag_fraction + long_doc_fraction: got "
+                f"{self.rag_fraction + self.long_doc_fraction}; expected <= 1"
+            )
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> WorkloadSpec:
+        """A named starting point (`PRESETS`), with `overrides` applied on top."""
+        if name not in PRESETS:
+            raise HkvError(f"--workload: unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def multimodal(cls, **overrides: Any) -> WorkloadSpec:
+        """A vision-heavy chat workload with some audio (used by the benchmarks)."""
+        return cls.preset("multimodal", **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "chat": {},
+    # Question answering over long shared documents: few, long, popular prefixes.
+    "doc_qa": {
+        "rag_fraction": 0.6,
+        "long_doc_fraction": 0.1,
+        "num_documents": 400,
+        "document_tokens_median": 10000.0,
+        "rag_mean_turns": 2.0,
+        "output_tokens_median": 150.0,
+    },
+    "multimodal": {"image_turn_fraction": 0.4, "audio_turn_fraction": 0.1, "rag_fraction": 0.15},
+}
+"""Named workload shapes; `WorkloadSpec.preset(name, **overrides)`."""
+
+_FRACTIONS = {
+    "rag_fraction",
+    "long_doc_fraction",
+    "image_turn_fraction",
+    "audio_turn_fraction",
+}
+_AT_LEAST_ONE = {"mean_turns", "rag_mean_turns", "burst_factor", "mean_images_per_turn"}
+
+
+def _check_field(name: str, value: Any, kind: Any) -> None:
+    where = f"workload.{name}"
+    if kind in ("int", int):
+        low = 0 if name == "seed" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise HkvError(f"{where}: got {value!r}; expected an integer >= {low}")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise HkvError(f"{where}: got {value!r}; expected a finite number")
+    if name in _FRACTIONS and not 0 <= value <= 1:
+        raise HkvError(f"{where}: got {value!r}; expected a number in [0, 1]")
+    if name in _AT_LEAST_ONE and value < 1:
+        raise HkvError(f"{where}: got {value!r}; expected a number >= 1")
+    if name not in _FRACTIONS and value <= 0:
+        raise HkvError(f"{where}: got {value!r}; expected a number > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """A run of tokens that is identical wherever it appears (same id, same tokens)."""
+
+    seg_id: int
+    tokens: int
+    modality: Modality = Modality.TEXT
+
+
+class _BlockNamer:
+    """Prefix-hash naming: (parent block id, pieces it holds) -> small integer id."""
+
+    def __init__(self, block_tokens: int):
+        self.block_tokens = block_tokens
+        self._ids: dict[tuple, int] = {}
+
+    def name(self, segments: list[_Segment]) -> tuple[tuple[int, ...], tuple[Modality, ...]]:
+        """Block ids and labels of a prompt made of `segments`, in order."""
+        ids: list[int] = []
+        labels: list[Modality] = []
+        parent: int | None = None
+        pieces: list[tuple[int, int, int]] = []
+        weights: dict[Modality, int] = {}
+        room = self.block_tokens
+        for seg in segments:
+            offset = 0
+            while offset < seg.tokens:
+                take = min(room, seg.tokens - offset)
+                pieces.append((seg.seg_id, offset, take))
+                weights[seg.modality] = weights.get(seg.modality, 0) + take
+                offset += take
+                room -= take
+                if room == 0:
+                    parent = self._close(parent, pieces, weights, ids, labels)
+                    pieces, weights, room = [], {}, self.block_tokens
+        if pieces:
+            self._close(parent, pieces, weights, ids, labels)
+        return tuple(ids), tuple(labels)
+
+    def _close(self, parent, pieces, weights, ids, labels) -> int:
+        key = (parent, tuple(pieces))
+        block_id = self._ids.setdefault(key, len(self._ids))
+        ids.append(block_id)
+        labels.append(max(weights, key=weights.__getitem__))
+        return block_id
+
+
+class _Generator:
+    """One run of the generator: owns the RNG, the shared pools and the segment counter."""
+
+    def __init__(self, spec: WorkloadSpec):
+        self.spec = spec
+        self.rng = np.random.default_rng(spec.seed)
+        self.namer = _BlockNamer(spec.block_tokens)
+        self._next_seg = 0
+        self.system_prompts = [
+            self.segment(self.length(spec.system_tokens_median))
+            for _ in range(spec.num_system_prompts)
+        ]
+        self.documents = [
+            self.segment(self.length(spec.document_tokens_median))
+            for _ in range(spec.num_documents)
+        ]
+        self.system_pop = _zipf_weights(spec.num_system_prompts, spec.zipf_exponent)
+        self.document_pop = _zipf_weights(spec.num_documents, spec.zipf_exponent)
+
+    def segment(self, tokens: int, modality: Modality = Modality.TEXT) -> _Segment:
+        self._next_seg += 1
+        return _Segment(self._next_seg, tokens, modality)
+
+    def length(self, median: float, sigma: float | None = None) -> int:
+        sigma = self.spec.length_sigma if sigma is None else sigma
+        return max(1, round(float(self.rng.lognormal(math.log(median), sigma))))
+
+    def arrivals(self) -> np.ndarray:
+        """Session start times (s): Poisson, `burst_factor` times faster during on-periods."""
+        spec, rng = self.spec, self.rng
+        times, now, bursting = [], 0.0, False
+        period_end = rng.exponential(spec.burst_off_s)
+        while len(times) < spec.num_sessions:
+            rate = spec.session_rate_per_s * (spec.burst_factor if bursting else 1.0)
+            gap = rng.exponential(1.0 / rate)
+            if now + gap > period_end:
+                now, bursting = period_end, not bursting
+                period_end = now + rng.exponential(
+                    spec.burst_on_s if bursting else spec.burst_off_s
+                )
+                continue
+            now += gap
+            times.append(now)
+        return np.asarray(times)
+
+    def user_turn(self) -> list[_Segment]:
+        """New user content of one turn: maybe images, maybe audio, then text."""
+        spec, rng = self.spec, self.rng
+        parts = []
+        if rng.random() < spec.image_turn_fraction:
+            for _ in range(int(rng.geometric(1.0 / spec.mean_images_per_turn))):
+                tokens = self.length(spec.image_tokens_median, spec.image_tokens_sigma)
+                tokens = int(np.clip(tokens, spec.image_tokens_min, spec.image_tokens_max))
+                parts.append(self.segment(tokens, Modality.VISION))
+        if rng.random() < spec.audio_turn_fraction:
+            parts.append(self.segment(self.length(spec.audio_tokens_median), Modality.AUDIO))
+        parts.append(self.segment(self.length(spec.user_tokens_median)))
+        return parts
+
+    def session(self, session_id: int, start_s: float) -> list[Request]:
+        spec, rng = self.spec, self.rng
+        kind = rng.random()
+        system = self.system_prompts[rng.choice(spec.num_system_prompts, p=self.system_pop)]
+        if kind < spec.long_doc_fraction:
+            prompt = [system, self.segment(self.length(spec.long_doc_tokens_median))]
+            prompt.append(self.segment(self.length(spec.user_tokens_median)))
+            return [self.request(prompt, start_s, session_id)]
+        prompt = [system]
+        mean_turns = spec.mean_turns
+        if kind < spec.long_doc_fraction + spec.rag_fraction:
+            count = int(rng.integers(1, 4))
+            picks = rng.choice(spec.num_documents, size=count, replace=False, p=self.document_pop)
+            prompt += [self.documents[i] for i in picks]
+            mean_turns = spec.rag_mean_turns
+        turns = int(rng.geometric(1.0 / mean_turns))
+        requests, now = [], start_s
+        for _ in range(turns):
+            prompt = prompt + self.user_turn()
+            if sum(s.tokens for s in prompt) > spec.max_input_tokens:
+                break
+            request = self.request(prompt, now, session_id)
+            requests.append(request)
+            prompt = [*prompt, self.segment(request.output_length)]
+            now += rng.exponential(spec.think_time_s)
+        return requests
+
+    def request(self, prompt: list[_Segment], time_s: float, session_id: int) -> Request:
+        ids, labels = self.namer.name(prompt)
+        modalities = labels if any(m is not Modality.TEXT for m in labels) else None
+        return Request(
+            timestamp_ms=round(time_s * 1000),
+            input_length=sum(s.tokens for s in prompt),
+            output_length=self.length(self.spec.output_tokens_median),
+            hash_ids=ids,
+            modalities=modalities,
+            session=session_id,
+        )
+
+
+def _zipf_weights(n: int, exponent: float) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1) ** exponent
+    return weights / weights.sum()
+
+
+def generate(spec: WorkloadSpec | None = None, **overrides: Any) -> Trace:
+    """Generate a workload (`spec`, or `WorkloadSpec(**overrides)`); same seed, same trace."""
+    if spec is None:
+        spec = WorkloadSpec(**overrides)
+    elif overrides:
+        spec = WorkloadSpec(**{**spec.to_dict(), **overrides})
+    gen = _Generator(spec)
+    requests = []
+    for session_id, start_s in enumerate(gen.arrivals()):
+        requests += gen.session(session_id, float(start_s))
+    requests.sort(key=lambda r: r.timestamp_ms)  # stable: a session's turns keep their order
+    return Trace(tuple(requests), spec.block_tokens, f"generated(seed={spec.seed})")
+
+
+def overlay_modalities(
+    trace: Trace,
+    *,
+    seed: int = 0,
+    image_request_fraction: float = 0.3,
+    audio_request_fraction: float = 0.0,
+    image_tokens_median: float = 570.0,
+    image_tokens_sigma: float = 1.0,
+    image_tokens_range: tuple[int, int] = (10, 4600),
+) -> Trace:
+    """Label blocks of a text trace as vision / audio without changing its `hash_ids`.
+
+    Only a request's new user-turn blocks are labelled: the blocks after the longest prefix
+    already seen earlier in the trace, never the first block of a request (a shared system
+    prompt starts there) and never a block seen before (it keeps its first label). A chosen
+    request gets one image of `ceil(tokens / block_tokens)` blocks at the start of its new part,
+    tokens drawn like the generator's; audio likewise. The hit rate of the base trace is
+    unchanged because ids are; only costs and modality-aware decisions see the labels.
+    """
+    for name, value in (
+        ("image_request_fraction", image_request_fraction),
+        ("audio_request_fraction", audio_request_fraction),
+    ):
+        if not 0 <= value <= 1:
+            raise HkvError(f"overlay.{name}: got {value!r}; expected a number in [0, 1]")
+    rng = np.random.default_rng(seed)
+    low, high = image_tokens_range
+    seen: dict = {}  # block id -> the label of its first appearance
+    requests = []
+    for request in trace.requests:
+        ids = request.hash_ids
+        start = 0
+        while start < len(ids) and ids[start] in seen:
+            start += 1
+        start = max(start, 1)
+        labels = list(request.modalities or [Modality.TEXT] * len(ids))
+        labels = [seen.get(key, label) for key, label in zip(ids, labels, strict=True)]
+        for modality, fraction in (
+            (Modality.VISION, image_request_fraction),
+            (Modality.AUDIO, audio_request_fraction),
+        ):
+            if start < len(ids) and rng.random() < fraction:
+                tokens = float(rng.lognormal(math.log(image_tokens_median), image_tokens_sigma))
+                blocks = math.ceil(min(max(tokens, low), high) / trace.block_tokens)
+                for index in range(start, min(start + blocks, len(ids))):
+                    if ids[index] not in seen:
+                        labels[index] = modality
+                start += blocks
+        for key, label in zip(ids, labels, strict=True):
+            seen.setdefault(key, label)
+        changed = any(m is not Modality.TEXT for m in labels)
+        requests.append(replace(request, modalities=tuple(labels) if changed else None))
+    return Trace(tuple(requests), trace.block_tokens, f"{trace.source}+overlay(seed={seed})")

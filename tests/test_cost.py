@@ -1,0 +1,106 @@
+"""Cost model: DESIGN §3's numbers, the load-or-recompute decision, profiles and calibration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.cost import CostModel, HardwareProfile, _context_sum, calibrate
+from hkv.errors import HkvError
+
+
+@pytest.fixture(scope="module")
+def minimax() -> CostModel:
+    return CostModel.default()
+
+
+def block(position_blocks: int = 0, modality: Modality = Modality.TEXT) -> BlockMeta:
+    return BlockMeta(tokens=512, position=position_blocks * 512, modality=modality)
+
+
+def test_a_minimax_block_holds_124_mib(minimax):
+    assert minimax.block_bytes(block()) == 512 * 253_952 == 124 * 2**20
+
+
+def test_loading_from_pinned_host_takes_about_2_5_ms(minimax):
+    assert minimax.load_s(block(), Tier.HOST) == pytest.approx(2.5e-3, rel=0.03)
+
+
+def test_host_load_is_about_ten_times_cheaper_than_recompute(minimax):
+    ratio = minimax.recompute_s(block()) / minimax.load_s(block(), Tier.HOST)
+    assert 8 < ratio < 12
+
+
+def test_disk_can_cost_more_than_recompute_at_the_start_of_a_prompt(minimax):
+    assert minimax.load_s(block(), Tier.DISK) == pytest.approx(0.12, rel=0.1)
+    assert minimax.decide(block(), Tier.DISK).action == "recompute"
+    assert minimax.decide(block(), Tier.HOST).action == "load"
+    assert minimax.decide(block(), Tier.DISK).saved_s == 0
+
+
+def test_deep_blocks_cost_more_to_recompute_and_win_on_disk(minimax):
+    costs = [minimax.recompute_s(block(p)) for p in (0, 64, 256)]
+    assert costs[0] < costs[1] < costs[2]
+    assert minimax.decide(block(256), Tier.DISK).action == "load"  # 128K tokens in
+
+
+def test_gpu_resident_blocks_cost_nothing_to_load(minimax):
+    assert minimax.load_s(block(), Tier.GPU) == 0
+
+
+def test_vision_and_audio_blocks_add_their_encoder(minimax):
+    text = minimax.recompute_flops(block())
+    assert minimax.recompute_flops(block(0, Modality.VISION)) > text
+    assert minimax.recompute_flops(block(0, Modality.AUDIO)) > text
+
+
+def test_quantized_cold_blocks_move_fewer_bytes(minimax):
+    full = minimax.block_bytes(block())
+    assert minimax.block_bytes(block(), "q8") == pytest.approx(full * 8.25 / 16, rel=1e-6)
+    assert minimax.load_s(block(), Tier.HOST, "q4") < minimax.load_s(block(), Tier.HOST)
+    with pytest.raises(HkvError, match="cold format"):
+        minimax.block_bytes(block(), "q3")
+
+
+@pytest.mark.parametrize(
+    ("start", "tokens", "window"),
+    [(0, 512, None), (1000, 512, None), (0, 512, 256), (200, 512, 256), (4096, 512, 1024)],
+)
+def test_context_sum_matches_counting(start, tokens, window):
+    counted = sum(min(t + 1, window or 10**12) for t in range(start, start + tokens))
+    assert _context_sum(start, tokens, window) == pytest.approx(counted)
+
+
+def test_profile_round_trips_through_json(tmp_path):
+    path = HardwareProfile.default().save(tmp_path / "p.json")
+    assert HardwareProfile.load(path) == HardwareProfile.default()
+
+
+def test_bad_profiles_are_user_errors(tmp_path):
+    with pytest.raises(HkvError, match="--profile: no such file"):
+        HardwareProfile.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(HkvError, match="not valid JSON"):
+        HardwareProfile.load(tmp_path / "bad.json")
+    (tmp_path / "odd.json").write_text(json.dumps({"links": {}}))
+    with pytest.raises(HkvError, match="hkv calibrate"):
+        HardwareProfile.load(tmp_path / "odd.json")
+
+
+def test_calibrate_measures_host_and_disk(tmp_path):
+    profile = calibrate(disk_dir=tmp_path, size_mib=4, repeats=1)
+    assert profile.host_memcpy_gbps > 0
+    assert "links.disk.to_gpu_gbps" in profile.measured
+    assert profile.links["disk"].to_gpu_gbps > 0
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    reloaded = HardwareProfile.load(profile.save(tmp_path / "me.json"))
+    assert reloaded.links["disk"] == profile.links["disk"]
+
+
+def test_calibrate_rejects_bad_arguments(tmp_path):
+    with pytest.raises(HkvError, match="--size-mib"):
+        calibrate(size_mib=0)
+    with pytest.raises(HkvError, match="--disk-dir"):
+        calibrate(disk_dir=tmp_path / "nope", size_mib=1)

@@ -1,0 +1,417 @@
+"""Eviction policies: the registry, the contracts every policy keeps, and one scenario each."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.errors import HkvError
+from hkv.policies import get_policy_class, make_policy, policy_names, register_policy
+from hkv.policies.admission import StoreThreshold
+from hkv.sim.replay import replay
+from hkv.sim.trace import Request, Trace
+from hkv.sim.workload import WorkloadSpec, generate
+
+BLOCK = 512
+
+
+def meta(index: int = 0, modality: Modality = Modality.TEXT, **kw) -> BlockMeta:
+    return BlockMeta(tokens=BLOCK, position=index * BLOCK, modality=modality, **kw)
+
+
+def trace_of(*requests: list[int], modalities: dict[int, Modality] | None = None) -> Trace:
+    """A trace whose requests are the given hash-id lists (full 512-token blocks)."""
+    out = []
+    for time_ms, ids in enumerate(requests):
+        labels = None
+        if modalities:
+            labels = tuple(modalities.get(k, Modality.TEXT) for k in ids)
+        out.append(Request(time_ms, len(ids) * BLOCK, 1, tuple(ids), labels))
+    return Trace(tuple(out), BLOCK)
+
+
+def random_prefix_trace(seed: int, num_requests: int = 60) -> Trace:
+    """Requests that walk a small random prefix tree: shared heads, divergent tails."""
+    rng = random.Random(seed)
+    children: dict[tuple, int] = {}
+    requests = []
+    for _ in range(num_requests):
+        ids, node = [], ()
+        for _ in range(rng.randint(1, 8)):
+            branch = rng.choice([0, 0, 0, 1, 2])
+            key = (node, branch)
+            if key not in children:
+                children[key] = len(children)
+            node = key
+            ids.append(children[key])
+        requests.append(ids)
+    return trace_of(*requests)
+
+
+def build(name: str, capacity: int, trace: Trace | None = None):
+    future = trace.reference_stream() if trace is not None else [[0]]
+    return make_policy(name, capacity, future=future)
+
+
+# --- registry ---------------------------------------------------------------------------
+
+
+def test_registry_lists_the_issue_policies():
+    expected = {"lru", "arc", "s3fifo", "gdsf", "cost_aware", "modality_aware", "belady", "random"}
+    assert expected <= set(policy_names())
+
+
+def test_unknown_policy_lists_valid_names():
+    with pytest.raises(HkvError, match="unknown policy 'lfu'.*lru.*belady"):
+        get_policy_class("lfu")
+
+
+def test_duplicate_registration_raises():
+    with pytest.raises(HkvError, match="already registered"):
+        register_policy("lru", "hkv.policies.lru", "LRUPolicy")
+
+
+def test_unknown_hyperparameter_names_the_valid_ones():
+    with pytest.raises(HkvError, match="s3fifo: unknown hyperparameter 'ghost'.*small_fraction"):
+        make_policy("s3fifo", 4, ghost=2)
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, True])
+def test_non_positive_capacity_is_refused(capacity):
+    with pytest.raises(HkvError, match=r"lru.capacity_blocks: got .*expected an integer >= 1"):
+        make_policy("lru", capacity)
+
+
+def test_bad_hyperparameter_names_field_value_and_range():
+    with pytest.raises(HkvError, match=r"s3fifo.small_fraction: got 1.5; expected a number in"):
+        make_policy("s3fifo", 8, small_fraction=1.5)
+
+
+# --- contracts, once across the registry ------------------------------------------------
+
+
+class Driver:
+    """Drives a policy by the replay protocol while checking every contract."""
+
+    def __init__(self, policy, capacity: int, rng: random.Random):
+        self.policy, self.capacity, self.rng = policy, capacity, rng
+        self.resident: set[int] = set()
+        self.metas: dict[int, BlockMeta] = {}
+
+    def check_victims(self, victims, n, protected):
+        assert victims is not None and len(victims) == n and len(set(victims)) == n
+        for key in victims:
+            assert key in self.resident, "evicted a block that was not resident"
+            assert key not in protected, "evicted a protected block"
+            assert not self.metas[key].pinned, "evicted a pinned block"
+            assert key not in self.policy
+        self.resident.difference_update(victims)
+
+    def check_refusal_changes_nothing(self, protected):
+        """An impossible eviction returns None and leaves the policy as it was."""
+        twin = copy.deepcopy(self.policy)
+        evictable = [k for k in self.resident if k not in protected and not self.metas[k].pinned]
+        assert self.policy.evict(len(evictable) + 1, protected) is None
+        assert set(self.policy) == self.resident
+        for _ in range(min(3, len(evictable))):
+            assert self.policy.evict(1, protected) == twin.evict(1, protected)
+        # keep the twin's state: the probes above evicted the same blocks from both
+        self.resident = set(self.policy)
+
+    def request(self, ids, request: Request):
+        protected = frozenset(ids)
+        for index, key in enumerate(ids):
+            if key in self.resident:
+                self.policy.touch(key)
+                continue
+            block = self.metas.setdefault(key, request.block_meta(index, BLOCK))
+            if not self.policy.admit(key, block):
+                continue
+            if len(self.resident) >= self.capacity:
+                victims = self.policy.evict(1, protected)
+                if victims is None:
+                    continue
+                self.check_victims(victims, 1, protected)
+            self.policy.insert(key, block)
+            self.resident.add(key)
+            assert len(self.policy) <= self.capacity
+            assert set(self.policy) == self.resident
+        self.poke(protected)
+
+    def poke(self, protected):
+        """Between requests: pin/unpin, multi-block evictions, refused evictions."""
+        rng = self.rng
+        for key in rng.sample(sorted(self.resident), min(2, len(self.resident))):
+            self.metas[key].pinned = not self.metas[key].pinned
+        if rng.random() < 0.3 and len(self.resident) > 2:
+            n = rng.randint(2, 3)
+            victims = self.policy.evict(n, protected)
+            evictable = [
+                k for k in self.resident if k not in protected and not self.metas[k].pinned
+            ]
+            if len(evictable) >= n:
+                self.check_victims(victims, n, protected)
+            else:
+                assert victims is None
+        if rng.random() < 0.2:
+            self.check_refusal_changes_nothing(protected)
+
+
+@pytest.mark.parametrize("name", policy_names())
+@pytest.mark.parametrize("seed", [0, 1])
+def test_contracts_hold_for_every_policy(name, seed):
+    trace = random_prefix_trace(seed)
+    capacity = 6
+    driver = Driver(build(name, capacity, trace), capacity, random.Random(seed))
+    for request in trace.requests:
+        driver.request(list(request.hash_ids), request)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_insert_into_a_full_policy_raises(name):
+    trace = trace_of([1, 2, 3])
+    policy = build(name, 2, trace)
+    for index, key in enumerate([1, 2]):
+        if key in policy:
+            policy.touch(key)
+        else:
+            policy.admit(key, meta(index))
+            policy.insert(key, meta(index))
+    policy.admit(3, meta(2))
+    with pytest.raises(RuntimeError, match="full"):
+        policy.insert(3, meta(2))
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_clear_forgets_everything(name):
+    trace = random_prefix_trace(3, num_requests=10)
+    policy = build(name, 5, trace)
+    replay(trace, policy)
+    assert len(policy) > 0
+    policy.clear()
+    assert len(policy) == 0 and list(policy) == []
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_beats_nothing_and_belady_beats_every_policy(name):
+    trace = generate(WorkloadSpec(seed=7, num_sessions=80))
+    capacity = 40
+    result = replay(trace, build(name, capacity, trace))
+    optimum = replay(trace, build("belady", capacity, trace))
+    assert 0 < result.block_hit_rate <= optimum.block_hit_rate
+
+
+# --- brute-force references ---------------------------------------------------------------
+
+
+def brute_force_hits(trace: Trace, capacity: int, choose_victim) -> int:
+    """Replay semantics with a plain list as the cache and `choose_victim` deciding misses."""
+    flat = [k for r in trace.requests for k in r.hash_ids]
+    cache: list[int] = []
+    hits = 0
+    position = 0
+    for request in trace.requests:
+        ids = list(request.hash_ids)
+        for key in ids:
+            if key not in cache:
+                break
+            hits += 1
+        for key in ids:
+            if key in cache:
+                cache.remove(key)
+                cache.append(key)  # most recent at the end
+            elif len(cache) < capacity:
+                cache.append(key)
+            else:
+                victim = choose_victim(cache, key, set(ids), flat, position)
+                if victim is not None and victim != key:
+                    cache.remove(victim)
+                    cache.append(key)
+            position += 1
+    return hits
+
+
+def lru_victim(cache, key, protected, flat, position):
+    return next((k for k in cache if k not in protected), None)
+
+
+def belady_victim(cache, key, protected, flat, position):
+    def next_use(k):
+        for i in range(position + 1, len(flat)):
+            if flat[i] == k:
+                return i
+        return float("inf")
+
+    candidates = [k for k in cache if k not in protected] + [key]
+    return max(candidates, key=next_use)  # the incoming block on a tie: both never come back
+
+
+def small_traces():
+    yield generate(WorkloadSpec(seed=11, num_sessions=40))
+    yield generate(WorkloadSpec.preset("doc_qa", seed=12, num_sessions=30))
+    yield random_prefix_trace(13, num_requests=80)
+
+
+@pytest.mark.parametrize("trace", list(small_traces()), ids=["chat", "doc_qa", "tree"])
+@pytest.mark.parametrize("capacity", [5, 23])
+def test_lru_equals_brute_force(trace, capacity):
+    expected = brute_force_hits(trace, capacity, lru_victim)
+    assert replay(trace, build("lru", capacity)).block_hits == expected
+
+
+@pytest.mark.parametrize("trace", list(small_traces()), ids=["chat", "doc_qa", "tree"])
+@pytest.mark.parametrize("capacity", [5, 23])
+def test_belady_equals_brute_force(trace, capacity):
+    expected = brute_force_hits(trace, capacity, belady_victim)
+    assert replay(trace, build("belady", capacity, trace)).block_hits == expected
+
+
+# --- one scenario per policy --------------------------------------------------------------
+
+
+def fill(policy, keys):
+    for i, key in enumerate(keys):
+        assert policy.admit(key, meta(i))
+        policy.insert(key, meta(i))
+
+
+def test_lru_evicts_least_recently_used():
+    policy = make_policy("lru", 3)
+    fill(policy, [1, 2, 3])
+    policy.touch(1)
+    assert policy.evict(1) == [2]
+    assert policy.evict(1, protected={3}) == [1]
+
+
+def test_arc_keeps_reused_blocks_over_new_ones():
+    policy = make_policy("arc", 3)
+    fill(policy, [1, 2, 3])
+    policy.touch(1)  # 1 moves to T2 (frequent); 2 and 3 stay in T1
+    assert policy.evict(2) == [2, 3]
+    assert policy.admit(2, meta(1))  # a ghost hit in B1 raises the T1 target
+    assert policy.target_t1_blocks == 1
+
+
+def test_s3fifo_filters_one_hit_wonders():
+    policy = make_policy("s3fifo", 4, small_fraction=0.5)
+    fill(policy, [1, 2, 3, 4])
+    policy.touch(1)
+    # S holds all four; 1 was referenced so it moves to M instead of leaving.
+    assert policy.evict(1) == [2]
+    assert 1 in policy
+    policy.remove(3)
+    policy.insert(2, meta(0))  # 2 comes back from the ghost queue straight into M
+    policy.touch(2)
+    # S (just 4) is below its share, so M gives: 1 (counter reset on promotion) leaves,
+    # 2 is referenced so it goes round once with its counter decremented.
+    assert policy.evict(1) == [1]
+    assert policy.evict(1) == [2]
+    assert list(policy) == [4]
+
+
+def test_gdsf_keeps_the_frequent_block():
+    policy = make_policy("gdsf", 2)
+    fill(policy, [1, 2])
+    policy.touch(1)
+    assert policy.evict(1) == [2]
+    assert policy.inflation > 0
+
+
+def test_belady_bypasses_a_block_used_later_than_every_resident():
+    trace = trace_of([1], [2], [3], [1], [2], [3])
+    policy = make_policy("belady", 2, future=trace.reference_stream())
+    result = replay(trace, policy)
+    assert result.declined == 2  # 3 is needed after 1 and 2, and then never again
+    assert result.block_hits == 2
+
+
+def test_belady_refuses_to_be_driven_off_its_trace():
+    policy = make_policy("belady", 2, future=[[1, 2]])
+    with pytest.raises(RuntimeError, match="reference #0 is 5"):
+        policy.admit(5, meta())
+
+
+def test_belady_needs_the_future():
+    with pytest.raises(HkvError, match="belady: needs `future`"):
+        make_policy("belady", 2)
+
+
+def test_random_is_reproducible_by_seed():
+    runs = []
+    for _ in range(2):
+        policy = make_policy("random", 10, seed=3)
+        fill(policy, range(10))
+        runs.append(policy.evict(4))
+    assert runs[0] == runs[1]
+
+
+def test_cost_aware_keeps_the_block_that_is_dear_to_recompute():
+    policy = make_policy("cost_aware", 2, bypass=False)
+    early = BlockMeta(tokens=BLOCK, position=0)
+    late = BlockMeta(tokens=BLOCK, position=100 * BLOCK)  # attention makes it ~4x dearer
+    policy.admit(1, late)
+    policy.insert(1, late)
+    policy.admit(2, early)  # position drops: a new request
+    policy.insert(2, early)
+    assert policy.evict(1) == [2]
+
+
+def test_cost_aware_drops_blocks_cheaper_to_recompute_than_to_load():
+    policy = make_policy("cost_aware", 1)
+    on_disk = BlockMeta(tokens=BLOCK, position=0, tier=Tier.DISK)  # ~120 ms load vs ~26 ms
+    assert policy.value(on_disk) == 0
+    fill(policy, [1])
+    assert not policy.admit(2, on_disk)
+
+
+def test_cost_aware_caps_a_block_at_its_parents_worth():
+    policy = make_policy("cost_aware", 3, bypass=False)
+    for index, key in enumerate([1, 2, 3]):
+        policy.admit(key, meta(index))
+        policy.insert(key, meta(index))
+    # One request, in prefix order: deeper blocks cost more but never outrank their parent.
+    assert policy.evict(3) == [3, 2, 1]
+
+
+def test_modality_aware_sends_the_eager_modality_first():
+    policy = make_policy("modality_aware", 2, bypass=False)  # article: vision 0.8, text 0.3
+    policy.admit(1, meta(0))
+    policy.insert(1, meta(0))
+    image = meta(0, Modality.VISION)
+    policy.admit(2, image)
+    policy.insert(2, image)
+    assert policy.evict(1) == [2]
+
+
+def test_modality_aware_enforces_max_keep_blocks_at_eviction():
+    from hkv.config import HybridKVCacheConfig
+
+    config = HybridKVCacheConfig(
+        modality_configs={"vision": {"offload_priority": 0.0, "max_keep_blocks": 1}}
+    )
+    policy = make_policy("modality_aware", 4, config=config, bypass=False)
+    for key, modality in [(1, Modality.VISION), (2, Modality.VISION), (3, Modality.TEXT)]:
+        block = meta(0, modality)
+        policy.admit(key, block)
+        policy.insert(key, block)
+    assert policy.excess_blocks() == {Modality.VISION: 1}
+    assert policy.evict(1) == [1]  # the older vision block, although text is worth less
+    assert policy.excess_blocks() == {}
+
+
+def test_store_threshold_admits_on_the_second_offer():
+    policy = StoreThreshold(4, inner=make_policy("lru", 4), threshold=2)
+    assert not policy.admit(1, meta())
+    assert policy.admit(1, meta())
+    policy.insert(1, meta())
+    assert 1 in policy and len(policy) == 1
+
+
+def test_store_threshold_replays_like_vllm():
+    trace = trace_of([1, 2], [1, 2], [1, 2])
+    policy = StoreThreshold(4, inner=make_policy("lru", 4), threshold=2)
+    result = replay(trace, policy, label="lru+st2")
+    assert (result.declined, result.inserts, result.block_hits) == (2, 2, 2)

@@ -1,0 +1,104 @@
+"""Replay semantics of DESIGN §2, on hand-made traces with small block ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from hkv.blocks import Modality, Tier
+from hkv.cost import CostModel
+from hkv.errors import HkvError
+from hkv.policies import make_policy, policy_names
+from hkv.sim.replay import replay, simulate
+from hkv.sim.trace import Request, Trace
+
+BLOCK = 512
+
+
+def trace_of(*requests: list[int], input_lengths: list[int] | None = None) -> Trace:
+    out = []
+    for i, ids in enumerate(requests):
+        length = input_lengths[i] if input_lengths else len(ids) * BLOCK
+        out.append(Request(i, length, 1, tuple(ids)))
+    return Trace(tuple(out), BLOCK)
+
+
+def test_hits_are_the_longest_resident_prefix():
+    # 2 is evicted by 4 (LRU), so request 3 hits only block 1 although 3 is resident.
+    trace = trace_of([1, 2, 3], [1, 4], [1, 2, 3])
+    result = replay(trace, make_policy("lru", 3))
+    assert result.block_hits == 1 + 1
+    assert result.block_refs == 8
+    assert result.block_hit_rate == pytest.approx(2 / 8)
+
+
+def test_prefix_token_hit_fraction_caps_at_the_input_length():
+    trace = trace_of([1, 2], [1, 2], input_lengths=[700, 700])
+    result = replay(trace, make_policy("lru", 4))
+    assert result.prefix_token_hit_frac == pytest.approx(700 / 1400)
+
+
+def test_a_request_never_evicts_its_own_blocks():
+    trace = trace_of([1, 2, 3, 4])
+    result = replay(trace, make_policy("lru", 2))
+    assert result.store_failed == 2 and result.evictions == 0
+
+
+def test_hits_save_recompute_time_and_spend_load_time():
+    cost_model = CostModel.default()
+    trace = trace_of([1, 2], [1, 2])
+    host = replay(trace, make_policy("lru", 4), cost_model=cost_model, tier=Tier.HOST)
+    assert host.recompute_s_saved > 10 * host.load_s > 0
+    assert host.bytes_loaded == 2 * 124 * 2**20
+    disk = replay(trace, make_policy("lru", 4), cost_model=cost_model, tier=Tier.DISK)
+    assert disk.block_hits == 2 and disk.hits_recomputed == 2 and disk.recompute_s_saved == 0
+
+
+def test_a_block_keeps_the_modality_of_its_first_appearance():
+    labels = (Modality.VISION, Modality.TEXT)
+    trace = Trace(
+        (
+            Request(0, 1024, 1, (1, 2), labels),
+            Request(1, 1024, 1, (1, 2)),
+            Request(2, 1024, 1, (1, 2)),
+        ),
+        BLOCK,
+    )
+    cost_model = CostModel.default()
+    text_only = Trace(tuple(Request(i, 1024, 1, (1, 2)) for i in range(3)), BLOCK)
+    with_image = replay(trace, make_policy("lru", 4), cost_model=cost_model)
+    plain = replay(text_only, make_policy("lru", 4), cost_model=cost_model)
+    assert with_image.recompute_s_saved > plain.recompute_s_saved
+
+
+def test_simulate_all_runs_every_registered_policy():
+    trace = trace_of([1, 2, 3], [1, 2, 5], [1, 2, 3], [6], [1, 2, 3])
+    results = simulate(trace, "all", 4)
+    assert [r.policy for r in results] == policy_names()
+    keys = {
+        "policy",
+        "capacity_blocks",
+        "requests",
+        "block_refs",
+        "block_hit_rate",
+        "prefix_token_hit_frac",
+        "recompute_s_saved",
+        "load_s",
+        "bytes_loaded",
+        "evictions",
+    }
+    assert keys <= set(results[0].to_dict())
+
+
+def test_simulate_with_store_threshold_labels_the_wrapper():
+    trace = trace_of([1, 2], [1, 2], [1, 2])
+    (result,) = simulate(trace, "lru", 4, store_threshold=2)
+    assert result.policy == "lru+st2" and result.block_hits == 2
+
+
+def test_simulate_refuses_bad_input_before_working():
+    trace = trace_of([1])
+    with pytest.raises(HkvError, match="unknown policy 'nope'; valid: lru"):
+        simulate(trace, ["lru", "nope"], 4)
+    for capacity in (0, -1):
+        with pytest.raises(HkvError, match="--capacity-blocks: got"):
+            simulate(trace, "lru", capacity)
