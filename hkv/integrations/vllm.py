@@ -1,0 +1,283 @@
+"""hkv's eviction policies inside vLLM's CPU offloading tier.
+
+vLLM's `OffloadingConnector` keeps offloaded KV chunks in host memory and asks a `CachePolicy`
+which chunks to give up. This module turns every hkv policy into such a `CachePolicy` — the same
+implementation the simulator and the block manager use, wrapped, never copied. vLLM finds it by
+class name and module path:
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+      "kv_connector_extra_config": {"cpu_bytes_to_use": 17179869184,
+        "eviction_policy": "hkv_cost_aware",
+        "cache_policy_module_path": "hkv.integrations.vllm",
+        "hkv_config": {"offload_strategy": "cost_aware"}}}'
+
+`hkv_<name>` is generated on first access for every registered policy (`hkv_lru`,
+`hkv_cost_aware`, ...); any other name raises at engine start with the list of hkv's policies.
+vLLM 0.26 has no module-path loading: its built-in dictionary is filled by `register()`, the
+`vllm.general_plugins` entry point hkv installs (vLLM calls it in every process).
+
+What the adapter adds to the policy:
+- Chunks being written (`ref_cnt == -1`) or read (`ref_cnt > 0`) are never offered for eviction:
+  they join `protected` (checked lazily, so it also works where vLLM has no evictability hooks).
+- Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
+  policy declines is still stored, but outside the policy, and is the first to be evicted.
+- Block metadata: the position comes from vLLM's per-request key positions (`ReqContext`), the
+  modality from the request's `kv_transfer_params` (below), the token count from the config.
+
+Modality per block: vLLM does not pass multimodal placeholder ranges to the policy. A client
+marks the token spans that are images or audio in the request's `kv_transfer_params`:
+
+    {"prompt": ..., "kv_transfer_params": {"hkv_modalities": [[0, 576, "vision"]]}}
+
+(`[start, end, modality]`, token offsets into the prompt, end exclusive). A block whose tokens
+overlap a marked span takes that span's modality; every other block is text. vLLM's multimodal
+block hashes already include the image hash, so equal images still share blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+
+from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.errors import HkvError
+
+PREFIX = "hkv_"
+MODALITY_PARAM = "hkv_modalities"
+DEFAULT_BLOCK_TOKENS = 16
+
+
+def modality_at(spans: Sequence[Sequence[Any]] | None, start: int, end: int) -> Modality:
+    """The modality of tokens `[start, end)` given a request's marked spans (text if none)."""
+    for span_start, span_end, label in spans or ():
+        if span_start < end and start < span_end:
+            return Modality.parse(label, field=MODALITY_PARAM)
+    return Modality.TEXT
+
+
+class _Unevictable:
+    """`protected`, plus every chunk that is being written or read (`ref_cnt != 0`)."""
+
+    __slots__ = ("chunks", "protected")
+
+    def __init__(self, protected: Iterable[Any], chunks: dict[Any, Any]):
+        self.protected = protected
+        self.chunks = chunks
+
+    def __contains__(self, key: object) -> bool:
+        chunk = self.chunks.get(key)
+        return key in self.protected or chunk is None or chunk.ref_cnt != 0
+
+
+class HkvCachePolicy(CachePolicy):
+    """A vLLM `CachePolicy` that delegates every decision to an hkv `EvictionPolicy`.
+
+    Subclasses set `hkv_policy` (a registered name); `hkv_<name>` classes are made on demand.
+    Works with the `insert(key, status)` of vLLM 0.26-0.32 and with a `req_context` argument.
+    """
+
+    hkv_policy: str = "lru"
+
+    def __init__(self, cache_capacity: int, **settings: Any):
+        super().__init__(cache_capacity)
+        from hkv.policies import make_policy
+
+        self.settings = _settings() | settings
+        self.block_tokens = int(self.settings.get("block_tokens", DEFAULT_BLOCK_TOKENS))
+        self.chunks: dict[Any, Any] = {}
+        self.bypassed: OrderedDict[Any, None] = OrderedDict()
+        self.pending_meta: dict[Any, BlockMeta] = {}
+        self.policy = make_policy(
+            self.hkv_policy,
+            cache_capacity,
+            cost_model=self.settings.get("cost_model"),
+            config=self.settings.get("config"),
+        )
+
+    # -- what vLLM calls ------------------------------------------------------------------------
+    def get(self, key):
+        return self.chunks.get(key)
+
+    def insert(self, key, chunk, req_context=None) -> None:
+        self.chunks[key] = chunk
+        meta = self.pending_meta.pop(key, None)
+        if meta is None or req_context is not None:
+            meta = self.meta(key, req_context)
+        if self.policy.admit(key, meta):
+            self.policy.insert(key, meta)
+        else:
+            self.bypassed[key] = None
+
+    def remove(self, key) -> None:
+        self.chunks.pop(key, None)
+        self.bypassed.pop(key, None)
+        self.policy.remove(key)
+
+    def touch(self, keys: Iterable[Any], req_context=None) -> None:
+        for key in keys:
+            self.policy.touch(key)
+
+    def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
+        """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
+
+        A store miss is not a reference to a resident block, so nothing is touched.
+        """
+        if len(self.pending_meta) > 4 * self.cache_capacity:
+            self.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+        for key in keys:
+            self.pending_meta[key] = self.meta(key, req_context)
+
+    def on_request_finished(
+        self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
+    ) -> None:
+        """One access per request, in prefix order, as in hkv's replay."""
+        for keys in key_groups:
+            self.touch(_in_prefix_order(keys, req_context), req_context)
+
+    def evict(self, n: int, protected):
+        if n <= 0:
+            return []
+        unevictable = _Unevictable(protected, self.chunks)
+        first = [k for k in self.bypassed if k not in unevictable][:n]
+        rest = self.policy.evict(n - len(first), unevictable) if len(first) < n else []
+        if rest is None:
+            return None  # nothing changed: the policy refused and no bypassed key was taken
+        for key in first:
+            del self.bypassed[key]
+        return [(key, self.chunks.pop(key)) for key in [*first, *rest]]
+
+    def clear(self) -> None:
+        self.chunks.clear()
+        self.bypassed.clear()
+        self.pending_meta.clear()
+        self.policy.clear()
+
+    # -- block metadata ---------------------------------------------------------------------------
+    def meta(self, key, req_context) -> BlockMeta:
+        end = None
+        if req_context is not None and hasattr(req_context, "get_offload_key_position"):
+            end = req_context.get_offload_key_position(key)
+        if end is None:
+            return BlockMeta(tokens=self.block_tokens, tier=Tier.HOST)
+        start = max(0, end - self.block_tokens)
+        params = getattr(req_context, "kv_transfer_params", None) or {}
+        return BlockMeta(
+            tokens=end - start,
+            position=start,
+            modality=modality_at(params.get(MODALITY_PARAM), start, end),
+            tier=Tier.HOST,
+        )
+
+
+def _in_prefix_order(keys: Sequence[Any], req_context) -> list[Any]:
+    get = getattr(req_context, "get_offload_key_position", None)
+    if get is None:
+        return list(keys)
+    positions = {key: get(key) for key in keys}
+    if any(p is None for p in positions.values()):
+        return list(keys)
+    return sorted(keys, key=positions.__getitem__)
+
+
+def _settings() -> dict[str, Any]:
+    """hkv settings for the policies: `hkv_config` of the running vLLM's connector config, or
+    the `HKV_CONFIG` environment variable (JSON), plus the model's cost model."""
+    extra = _connector_extra_config()
+    raw = extra.get("hkv_config")
+    if raw is None and os.environ.get("HKV_CONFIG"):
+        raw = json.loads(os.environ["HKV_CONFIG"])
+    settings: dict[str, Any] = {}
+    if raw:
+        from hkv.config import HybridKVCacheConfig
+
+        settings["config"] = HybridKVCacheConfig.from_dict(raw, source="hkv_config")
+    if "block_size" in extra:
+        settings["block_tokens"] = int(extra["block_size"])
+    if (model := _model_cost()) is not None:
+        settings["cost_model"] = model
+    return settings
+
+
+def _connector_extra_config() -> dict[str, Any]:
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+    except ImportError:
+        return {}
+    config = get_current_vllm_config_or_none()
+    transfer = getattr(config, "kv_transfer_config", None)
+    return dict(getattr(transfer, "kv_connector_extra_config", None) or {})
+
+
+def _model_cost():
+    """A cost model for the served model when vLLM's config is at hand, else None (default)."""
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+    except ImportError:
+        return None
+    config = get_current_vllm_config_or_none()
+    hf_config = getattr(getattr(config, "model_config", None), "hf_config", None)
+    if hf_config is None:
+        return None
+    from hkv.cost import CostModel
+    from hkv.model_spec import ModelSpec
+
+    try:
+        spec = ModelSpec.from_hf_config(hf_config.to_dict(), name="served")
+    except HkvError:
+        return None
+    return CostModel(spec)
+
+
+@cache
+def policy_class(name: str) -> type[HkvCachePolicy]:
+    """The vLLM `CachePolicy` class for hkv policy `name` (`hkv_` prefix optional)."""
+    from hkv.policies import get_policy_class, policy_names
+
+    bare = name.removeprefix(PREFIX)
+    if bare not in policy_names():
+        valid = ", ".join(PREFIX + n for n in policy_names())
+        raise AttributeError(
+            f"hkv has no vLLM eviction policy {name!r}; set eviction_policy to one of {valid} "
+            "with cache_policy_module_path 'hkv.integrations.vllm'"
+        )
+    if "future" in get_policy_class(bare).context_fields:
+        raise AttributeError(
+            f"{name!r} is an offline yardstick that needs the future requests; vLLM cannot "
+            "run it. Use an online policy such as hkv_cost_aware"
+        )
+    return type(PREFIX + bare, (HkvCachePolicy,), {"hkv_policy": bare, "__module__": __name__})
+
+
+def __getattr__(name: str) -> type[HkvCachePolicy]:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return policy_class(name)
+
+
+def register() -> None:
+    """Entry point (`vllm.general_plugins`): make `hkv_<name>` known to vLLM by name alone.
+
+    vLLM >= 0.32 resolves names through `CachePolicyFactory`; 0.26 through the manager's
+    `_CACHE_POLICIES` dictionary. Calling this twice is harmless.
+    """
+    from hkv.policies import policy_names
+
+    names = [PREFIX + n for n in policy_names()]
+    try:
+        from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+    except ImportError:
+        import vllm.v1.kv_offload.cpu.manager as manager
+
+        for name in names:
+            manager._CACHE_POLICIES.setdefault(name, policy_class(name))
+        return
+    known = getattr(CachePolicyFactory, "_registry", {})
+    for name in names:
+        if name not in known:
+            CachePolicyFactory.register_cache_policy(name, __name__, name)
