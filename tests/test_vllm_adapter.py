@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key  # noqa: E402
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
-from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus  # noqa: E402
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
-from hkv.blocks import Modality  # noqa: E402
-from hkv.integrations import vllm as adapter  # noqa: E402
-from hkv.policies import get_policy_class, policy_names  # noqa: E402
+from hkv.blocks import Modality
+from hkv.integrations import vllm as adapter
+from hkv.policies import get_policy_class, policy_names
 
 ONLINE = [n for n in policy_names() if "future" not in get_policy_class(n).context_fields]
 
