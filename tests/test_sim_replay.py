@@ -102,3 +102,18 @@ def test_simulate_refuses_bad_input_before_working():
     for capacity in (0, -1):
         with pytest.raises(HkvError, match="--capacity-blocks: got"):
             simulate(trace, "lru", capacity)
+
+
+def test_per_request_store_evicts_once_and_stores_all_or_nothing():
+    policy = make_policy("lru", 3)
+    result = replay(trace_of([1, 2, 3], [4, 5], [6, 7, 8, 9]), policy, store="per_request")
+    # request 2 needs 2 slots: blocks 1 and 2 go in one eviction and 4, 5 are stored;
+    # request 3 needs 4 slots in a 3-slot tier: none of its blocks is stored
+    assert result.evictions == 2
+    assert result.store_failed == 4
+    assert sorted(policy) == [3, 4, 5]
+
+
+def test_store_mode_is_validated():
+    with pytest.raises(HkvError, match="expected per_block or per_request"):
+        replay(trace_of([1]), make_policy("lru", 2), store="batch")

@@ -36,6 +36,7 @@ block hashes already include the image hash, so equal images still share blocks.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from collections import OrderedDict
@@ -136,9 +137,12 @@ class HkvCachePolicy(CachePolicy):
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
     ) -> None:
-        """One access per request, in prefix order, as in hkv's replay."""
+        """One access per request, in prefix order, as in hkv's replay: blocks that were
+        resident before the request are touched; blocks it only inserted are not (their insert
+        was their reference), or frequency-based policies would count them twice."""
         for keys in key_groups:
-            self.touch(_in_prefix_order(keys, req_context), req_context)
+            reused = [k for k in keys if k not in insertion_only_keys]
+            self.touch(_in_prefix_order(reused, req_context), req_context)
 
     def evict(self, n: int, protected):
         if n <= 0:
@@ -165,7 +169,7 @@ class HkvCachePolicy(CachePolicy):
             end = req_context.get_offload_key_position(key)
         if end is None:
             return BlockMeta(tokens=self.block_tokens, tier=Tier.HOST)
-        start = max(0, end - self.block_tokens)
+        start = max(0, end - self.block_tokens, _previous_end(req_context, end))
         params = getattr(req_context, "kv_transfer_params", None) or {}
         return BlockMeta(
             tokens=end - start,
@@ -173,6 +177,24 @@ class HkvCachePolicy(CachePolicy):
             modality=modality_at(params.get(MODALITY_PARAM), start, end),
             tier=Tier.HOST,
         )
+
+
+class _EndPositions(list):
+    """A request's sorted block end positions, kept in its `ReqContext` state."""
+
+
+def _previous_end(req_context, end: int) -> int:
+    """End of the block before the one ending at `end` (0 if first): a short last block of a
+    prompt then gets its true token count."""
+    positions = getattr(req_context, "_offload_key_positions", None)
+    if positions is None or not hasattr(req_context, "get_state"):
+        return 0
+    ends = req_context.get_state(_EndPositions)
+    if ends is None or len(ends) != len(positions):
+        ends = _EndPositions(sorted(positions.values()))
+        req_context.set_state(ends)
+    at = bisect.bisect_left(ends, end)
+    return ends[at - 1] if at > 0 else 0
 
 
 def _in_prefix_order(keys: Sequence[Any], req_context) -> list[Any]:
@@ -186,8 +208,9 @@ def _in_prefix_order(keys: Sequence[Any], req_context) -> list[Any]:
 
 
 def _settings() -> dict[str, Any]:
-    """hkv settings for the policies: `hkv_config` of the running vLLM's connector config, or
-    the `HKV_CONFIG` environment variable (JSON), plus the model's cost model."""
+    """hkv settings for the policies, from the running vLLM's connector config (`hkv_config`,
+    `block_size`) or else the environment (`HKV_CONFIG` as JSON, `HKV_BLOCK_TOKENS`), plus a
+    cost model for the served model."""
     extra = _connector_extra_config()
     raw = extra.get("hkv_config")
     if raw is None and os.environ.get("HKV_CONFIG"):
@@ -197,8 +220,9 @@ def _settings() -> dict[str, Any]:
         from hkv.config import HybridKVCacheConfig
 
         settings["config"] = HybridKVCacheConfig.from_dict(raw, source="hkv_config")
-    if "block_size" in extra:
-        settings["block_tokens"] = int(extra["block_size"])
+    block_tokens = extra.get("block_size") or os.environ.get("HKV_BLOCK_TOKENS")
+    if block_tokens:
+        settings["block_tokens"] = int(block_tokens)
     if (model := _model_cost()) is not None:
         settings["cost_model"] = model
     return settings

@@ -8,6 +8,13 @@ A request never evicts its own blocks (they are `protected`); when nothing else 
 is not stored. Every reference therefore reaches the policy exactly once, as a `touch` (resident)
 or an `admit` (absent): offline policies (`belady`) follow the trace through these calls.
 
+`store="per_request"` models vLLM's CPU tier (`CPUOffloadingManager`) instead: a request's
+missing blocks are offered (`admit`) in order, the tier evicts what they need in one call
+(`evict(n)`, all or nothing: if it cannot, none of them is stored), inserts them all, and only
+then are the request's previously resident blocks touched, in prefix order (vLLM records
+accesses when the request finishes). `bench/vllm_replay.py` checks this mode against vLLM's
+manager. Offline policies need the per-block order and do not run in this mode.
+
 Costs: a hit block is loaded from `tier` when that is cheaper than recomputing it
 (`CostModel.decide`), saving its recompute time and spending its load time; otherwise it is
 recomputed and saves nothing (`hits_recomputed`).
@@ -73,14 +80,20 @@ def replay(
     tier: Tier = Tier.HOST,
     cold_format: str = "auto",
     label: str | None = None,
+    store: str = "per_block",
 ) -> ReplayResult:
     """Run `trace` through `policy` (fresh or not: it is not cleared) and count hits and costs.
 
     Without `cost_model` the cost fields are zero. `label` names the result (default: the
-    policy's registry name).
+    policy's registry name). `store` is `per_block` (DESIGN §2) or `per_request` (vLLM's tier).
     """
+    loops = {"per_block": _replay_loop, "per_request": _replay_loop_per_request}
+    if store not in loops:
+        raise HkvError(f"--store: got {store!r}; expected per_block or per_request")
+    if store == "per_request" and "future" in type(policy).context_fields:
+        raise HkvError(f"{policy.name}: an offline policy needs store='per_block'")
     costs = _BlockCosts(cost_model, tier, cold_format)
-    counts = _replay_loop(trace, policy, tier, costs)
+    counts = loops[store](trace, policy, tier, costs)
     elapsed_s = counts.pop("elapsed_s")
     refs = counts["block_refs"]
     return ReplayResult(
@@ -188,6 +201,67 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
     }
 
 
+def _replay_loop_per_request(
+    trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts
+) -> dict:
+    """`store="per_request"`: one all-or-nothing eviction per request, touches at its end."""
+    capacity = policy.capacity_blocks
+    block_tokens = trace.block_tokens
+    resident: set[Hashable] = set(policy)
+    metas: dict[Hashable, BlockMeta] = {}
+    totals = dict.fromkeys(("block_refs", "block_hits", "evictions", "inserts", "declined"), 0)
+    totals |= {"store_failed": 0, "hits_recomputed": 0, "bytes_loaded": 0}
+    saved_s = load_s = 0.0
+    hit_tokens = input_tokens = 0
+    start = time.perf_counter()
+    for request in trace.requests:
+        ids = request.hash_ids
+        num_hit = 0
+        while num_hit < len(ids) and ids[num_hit] in resident:
+            num_hit += 1
+        for key in ids[:num_hit]:
+            cost = costs.of(metas[key])
+            saved_s, load_s = saved_s + cost[0], load_s + cost[1]
+            totals["bytes_loaded"] += cost[2]
+            totals["hits_recomputed"] += cost[3]
+        totals["block_refs"] += len(ids)
+        totals["block_hits"] += num_hit
+        input_tokens += request.input_length
+        hit_tokens += min(num_hit * block_tokens, request.input_length)
+        reused = [key for key in ids if key in resident]
+        to_store = []
+        for index, key in enumerate(ids):
+            if key in resident or key in to_store:
+                continue
+            meta = metas.get(key) or request.block_meta(index, block_tokens, tier)
+            metas[key] = meta
+            if policy.admit(key, meta):
+                to_store.append(key)
+            else:
+                totals["declined"] += 1
+        need = len(resident) + len(to_store) - capacity
+        if need > 0:
+            victims = policy.evict(need, frozenset(ids))
+            if victims is None:
+                totals["store_failed"] += len(to_store)
+                to_store = []
+            else:
+                resident.difference_update(victims)
+                totals["evictions"] += len(victims)
+        for key in to_store:
+            policy.insert(key, metas[key])
+            resident.add(key)
+        totals["inserts"] += len(to_store)
+        for key in reused:
+            policy.touch(key)
+    return totals | {
+        "elapsed_s": time.perf_counter() - start,
+        "prefix_token_hit_frac": hit_tokens / input_tokens if input_tokens else 0.0,
+        "recompute_s_saved": saved_s,
+        "load_s": load_s,
+    }
+
+
 def simulate(
     trace: Trace,
     policies: Sequence[str] | str,
@@ -198,6 +272,7 @@ def simulate(
     tier: Tier = Tier.HOST,
     store_threshold: int = 1,
     hyperparameters: dict[str, dict[str, Any]] | None = None,
+    store: str = "per_block",
 ) -> list[ReplayResult]:
     """Replay `trace` once per policy name (`"all"`: every registered policy) at one capacity.
 
@@ -227,5 +302,7 @@ def simulate(
         if store_threshold >= 2:
             policy = StoreThreshold(capacity_blocks, inner=policy, threshold=store_threshold)
             label = f"{name}+st{store_threshold}"
-        results.append(replay(trace, policy, cost_model=cost_model, tier=tier, label=label))
+        results.append(
+            replay(trace, policy, cost_model=cost_model, tier=tier, label=label, store=store)
+        )
     return results

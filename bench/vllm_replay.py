@@ -1,0 +1,187 @@
+"""Replay a Mooncake-format trace through vLLM's own CPU offloading manager.
+
+For each request, in file order, the script drives vLLM's `CPUOffloadingManager` as the
+OffloadingConnector's scheduler does: `lookup` of the prompt's blocks (the hits are the longest
+resident prefix), `prepare_load`/`complete_load` of the hits, `prepare_store`/`complete_store` of
+the whole prompt (vLLM stores what is missing), then `on_request_finished`. Policies: vLLM's
+`lru` and `arc`, `lru` with `store_threshold` 2, and every online hkv policy through
+`hkv.integrations.vllm`. The same trace and capacity go through `hkv.sim.simulate`, so the table
+says how faithfully the simulator models vLLM's tier.
+
+    python bench/vllm_replay.py --trace ../shared/traces/mooncake/synthetic_trace.jsonl
+    python bench/vllm_replay.py --limit 400 --out data/results/vllm_replay_cpu.json   # CI size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
+
+
+def vllm_configs(hkv_policies: list[str]) -> list[dict]:
+    """(label, vLLM policy name, module path, store threshold, the simulator's counterpart)."""
+    configs = [
+        {"label": "vllm:lru", "policy": "lru", "module": None, "threshold": 1, "sim": "lru"},
+        {"label": "vllm:arc", "policy": "arc", "module": None, "threshold": 1, "sim": "arc"},
+        {"label": "vllm:lru+st2", "policy": "lru", "module": None, "threshold": 2, "sim": "lru"},
+    ]
+    for name in hkv_policies:
+        configs.append(
+            {
+                "label": f"hkv:{name}",
+                "policy": f"hkv_{name}",
+                "module": "hkv.integrations.vllm",
+                "threshold": 1,
+                "sim": name,
+            }
+        )
+    return configs
+
+
+def replay_in_vllm(trace, config: dict, capacity: int) -> dict:
+    """Hit counts of `trace` through vLLM's manager with one policy configuration."""
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    manager = CPUOffloadingManager(
+        num_chunks=capacity,
+        cache_policy=config["policy"],
+        cache_policy_module_path=config["module"],
+        store_threshold=config["threshold"],
+    )
+    block_tokens = trace.block_tokens
+    refs = hits = hit_tokens = input_tokens = failed_stores = 0
+    start = time.perf_counter()
+    for index, request in enumerate(trace.requests):
+        keys = [make_offload_key(int(h).to_bytes(8, "big"), 0) for h in request.hash_ids]
+        params = _modality_params(request, block_tokens)
+        ctx = ReqContext(req_id=str(index), kv_transfer_params=params)
+        for position, key in enumerate(keys):  # the last block may be short
+            ctx.set_offload_key_position(
+                key, min((position + 1) * block_tokens, request.input_length)
+            )
+        manager.on_new_request(ctx)
+        num_hit = 0
+        for key in keys:
+            if manager.lookup(key, ctx) != LookupResult.HIT:
+                break
+            num_hit += 1
+        if num_hit:
+            manager.prepare_load(keys[:num_hit], ctx)
+            manager.complete_load(keys[:num_hit], ctx)
+        out = manager.prepare_store(keys, ctx)
+        if out is None:
+            failed_stores += 1
+        elif out.keys_to_store:
+            manager.complete_store(out.keys_to_store, ctx)
+        manager.on_request_finished(ctx)
+        refs += len(keys)
+        hits += num_hit
+        input_tokens += request.input_length
+        hit_tokens += min(num_hit * block_tokens, request.input_length)
+    return {
+        "block_hit_rate": hits / refs,
+        "prefix_token_hit_frac": hit_tokens / input_tokens,
+        "failed_stores": failed_stores,
+        "refs_per_s": round(refs / (time.perf_counter() - start)),
+    }
+
+
+def _modality_params(request, block_tokens: int) -> dict | None:
+    """The `hkv_modalities` spans a client would send for a request's non-text blocks."""
+    labels = getattr(request, "modalities", None)
+    if not labels:
+        return None
+    spans = [
+        [i * block_tokens, (i + 1) * block_tokens, str(label)]
+        for i, label in enumerate(labels)
+        if str(label) != "text"
+    ]
+    return {"hkv_modalities": spans} if spans else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--capacities", type=float, nargs="+", default=[0.01, 0.05])
+    parser.add_argument("--limit", type=int, default=None, help="first N requests only")
+    parser.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_replay.json")
+    args = parser.parse_args(argv)
+
+    import vllm
+
+    from hkv.policies import get_policy_class, policy_names
+    from hkv.sim import load_trace, simulate
+    from hkv.sim.trace import trace_from_requests
+
+    trace = load_trace(args.trace)
+    os.environ["HKV_BLOCK_TOKENS"] = str(trace.block_tokens)  # the adapter's block size
+    if args.limit:
+        trace = trace_from_requests(trace.requests[: args.limit], trace.block_tokens)
+    online = [n for n in policy_names() if "future" not in get_policy_class(n).context_fields]
+    distinct = trace.distinct_blocks()
+    rows = []
+    for fraction in args.capacities:
+        capacity = max(1, round(distinct * fraction))
+        for config in vllm_configs(online):
+            in_vllm = replay_in_vllm(trace, config, capacity)
+            sim = {
+                store: simulate(
+                    trace, [config["sim"]], capacity, store_threshold=config["threshold"],
+                    store=store,
+                )[0].block_hit_rate
+                for store in ("per_block", "per_request")
+            }  # fmt: skip
+            row = {
+                "label": config["label"],
+                "capacity_frac": fraction,
+                "capacity_blocks": capacity,
+                "vllm_block_hit_rate": in_vllm["block_hit_rate"],
+                "sim_policy": config["sim"] + ("+st2" if config["threshold"] == 2 else ""),
+                "sim_block_hit_rate": sim["per_request"],
+                "diff_points": 100 * (in_vllm["block_hit_rate"] - sim["per_request"]),
+                "sim_per_block_hit_rate": sim["per_block"],
+                "diff_points_per_block": 100 * (in_vllm["block_hit_rate"] - sim["per_block"]),
+                "vllm_prefix_token_hit_frac": in_vllm["prefix_token_hit_frac"],
+                "failed_stores": in_vllm["failed_stores"],
+                "vllm_refs_per_s": in_vllm["refs_per_s"],
+            }
+            rows.append(row)
+            print(
+                f"{fraction:>5.0%} {row['label']:<22} vllm {row['vllm_block_hit_rate']:.4f}  "
+                f"sim(per_request) {row['sim_block_hit_rate']:.4f} {row['diff_points']:+.2f} pts"
+                f"  sim(per_block) {row['sim_per_block_hit_rate']:.4f} "
+                f"{row['diff_points_per_block']:+.2f} pts",
+                flush=True,
+            )
+    result = {
+        "generated_by": "bench/vllm_replay.py",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "versions": {"vllm": vllm.__version__},
+        "trace": {
+            "file": args.trace.name,
+            "requests": len(trace.requests),
+            "block_refs": trace.num_block_refs,
+            "distinct_blocks": distinct,
+            "block_tokens": trace.block_tokens,
+        },
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(args.out)  # never a half-written results file
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
