@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import vllm
 
-    from hkv.policies import get_policy_class, policy_names
+    from hkv.policies import policy_names
     from hkv.sim import load_trace, simulate
     from hkv.sim.trace import trace_from_requests
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HKV_BLOCK_TOKENS"] = str(trace.block_tokens)  # the adapter's block size
     if args.limit:
         trace = trace_from_requests(trace.requests[: args.limit], trace.block_tokens)
-    online = [n for n in policy_names() if "future" not in get_policy_class(n).context_fields]
+    online = policy_names(online_only=True)
     distinct = trace.distinct_blocks()
     rows = []
     for fraction in args.capacities:

@@ -305,7 +305,7 @@ class _Translator:
                 f"valid: {', '.join(valid)}"
             )
         for name in {flag_policy, config.offload_strategy} - {None}:
-            if "future" in get_policy_class(name).context_fields:
+            if get_policy_class(name).offline:
                 raise HkvError(
                     f"--hybrid-kv-cache-policy: {name!r} is an offline yardstick that needs the "
                     "future requests; a server cannot run it. Use an online policy such as "

@@ -18,9 +18,9 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
 from hkv.blocks import Modality
 from hkv.integrations import vllm as adapter
-from hkv.policies import get_policy_class, policy_names
+from hkv.policies import policy_names
 
-ONLINE = [n for n in policy_names() if "future" not in get_policy_class(n).context_fields]
+ONLINE = policy_names(online_only=True)
 
 
 def key(i: int) -> bytes:

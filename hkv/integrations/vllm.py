@@ -270,7 +270,7 @@ def policy_class(name: str) -> type[HkvCachePolicy]:
             f"hkv has no vLLM eviction policy {name!r}; set eviction_policy to one of {valid} "
             "with cache_policy_module_path 'hkv.integrations.vllm'"
         )
-    if "future" in get_policy_class(bare).context_fields:
+    if get_policy_class(bare).offline:
         raise AttributeError(
             f"{name!r} is an offline yardstick that needs the future requests; vLLM cannot "
             "run it. Use an online policy such as hkv_cost_aware"

@@ -136,6 +136,9 @@ class EvictionPolicy(ABC):
     context_fields: ClassVar[tuple[str, ...]] = ()
     """Fields filled from the run's context by `make_policy` (cost model, config, future)."""
 
+    offline: ClassVar[bool] = False
+    """True for yardsticks that need the future requests (`belady`): no server can run them."""
+
     def _full_error(self, key: Key) -> RuntimeError:
         return RuntimeError(
             f"{self.name}: insert({key!r}) into a full policy ({self.capacity_blocks} blocks); "
@@ -271,8 +274,10 @@ def register_policy(name: str, module_path: str, class_name: str) -> None:
     _REGISTRY[name] = loader
 
 
-def policy_names() -> list[str]:
-    """Registered policy names, in registration order."""
+def policy_names(*, online_only: bool = False) -> list[str]:
+    """Registered policy names, in registration order; `online_only` leaves out the oracles."""
+    if online_only:
+        return [name for name in _REGISTRY if not get_policy_class(name).offline]
     return list(_REGISTRY)
 
 

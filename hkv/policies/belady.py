@@ -36,6 +36,7 @@ class BeladyPolicy(EvictionPolicy):
     future: Sequence[Sequence[Hashable]] = field(default=(), repr=False)
     name = "belady"
     context_fields = ("future",)
+    offline = True
 
     def validate(self) -> None:
         if not self.future:

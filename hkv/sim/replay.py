@@ -90,7 +90,7 @@ def replay(
     loops = {"per_block": _replay_loop, "per_request": _replay_loop_per_request}
     if store not in loops:
         raise HkvError(f"--store: got {store!r}; expected per_block or per_request")
-    if store == "per_request" and "future" in type(policy).context_fields:
+    if store == "per_request" and type(policy).offline:
         raise HkvError(f"{policy.name}: an offline policy needs store='per_block'")
     costs = _BlockCosts(cost_model, tier, cold_format)
     counts = loops[store](trace, policy, tier, costs)
@@ -147,11 +147,14 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
     for request in trace.requests:
         ids = request.hash_ids
         num_hit = 0
-        for key in ids:
+        for index, key in enumerate(ids):
             if key not in resident:
                 break
             num_hit += 1
-            cost = block_cost[key]
+            cost = block_cost.get(key)
+            if cost is None:  # resident before this replay began
+                meta = metas[key] = request.block_meta(index, block_tokens, tier)
+                cost = block_cost[key] = costs.of(meta)
             saved_s += cost[0]
             load_s += cost[1]
             bytes_loaded += cost[2]
@@ -219,7 +222,9 @@ def _replay_loop_per_request(
         num_hit = 0
         while num_hit < len(ids) and ids[num_hit] in resident:
             num_hit += 1
-        for key in ids[:num_hit]:
+        for index, key in enumerate(ids[:num_hit]):
+            if key not in metas:  # resident before this replay began
+                metas[key] = request.block_meta(index, block_tokens, tier)
             cost = costs.of(metas[key])
             saved_s, load_s = saved_s + cost[0], load_s + cost[1]
             totals["bytes_loaded"] += cost[2]
