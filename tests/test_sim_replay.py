@@ -117,3 +117,11 @@ def test_per_request_store_evicts_once_and_stores_all_or_nothing():
 def test_store_mode_is_validated():
     with pytest.raises(HkvError, match="expected per_block or per_request"):
         replay(trace_of([1]), make_policy("lru", 2), store="batch")
+
+
+@pytest.mark.parametrize("store", ["per_block", "per_request"])
+def test_replay_continues_on_a_warm_policy(store):
+    policy = make_policy("lru", 4)
+    replay(trace_of([1, 2]), policy, store=store)
+    warm = replay(trace_of([1, 2, 3]), policy, store=store)
+    assert warm.block_hits == 2
