@@ -61,6 +61,12 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="admit a block only on its N-th offer, like vLLM's store_threshold (default 1: off)",
     )
     parser.add_argument(
+        "--store",
+        choices=["per_block", "per_request"],
+        default="per_block",
+        help="per_block: DESIGN §2 semantics; per_request: vLLM's CPU tier (one eviction a request)",
+    )
+    parser.add_argument(
         "--config", metavar="FILE", help="HybridKVCacheConfig (.py/.json/.yaml) for modality_aware"
     )
     add_profile_argument(parser)
@@ -102,6 +108,7 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         config=config,
         tier=TIERS[args.tier],
         store_threshold=args.store_threshold,
+        store=args.store,
     )
     rows = [r.to_dict() for r in results]
     if args.json:

@@ -91,7 +91,7 @@ def replay(
     if store not in loops:
         raise HkvError(f"--store: got {store!r}; expected per_block or per_request")
     if store == "per_request" and type(policy).offline:
-        raise HkvError(f"{policy.name}: an offline policy needs store='per_block'")
+        raise HkvError(f"{policy.name}: an offline policy needs --store per_block")
     costs = _BlockCosts(cost_model, tier, cold_format)
     counts = loops[store](trace, policy, tier, costs)
     elapsed_s = counts.pop("elapsed_s")
@@ -287,8 +287,8 @@ def simulate(
     """
     from hkv.policies.admission import StoreThreshold
 
-    if policies == "all":
-        names = policy_names()
+    if policies == "all":  # offline yardsticks need the per-block order
+        names = policy_names(online_only=store == "per_request")
     else:
         names = [policies] if isinstance(policies, str) else list(policies)
     for name in names:
