@@ -64,7 +64,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--store",
         choices=["per_block", "per_request"],
         default="per_block",
-        help="per_block: DESIGN §2 semantics; per_request: vLLM's CPU tier (one eviction a request)",
+        help="per_block: DESIGN §2 semantics; per_request: like vLLM's CPU tier",
     )
     parser.add_argument(
         "--config", metavar="FILE", help="HybridKVCacheConfig (.py/.json/.yaml) for modality_aware"
