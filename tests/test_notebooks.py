@@ -238,12 +238,43 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     assert all(Path(figure).is_file() for figure in r["figures"])
 
 
+def check_custom_modality_manager(r: dict[str, Any]) -> None:
+    assert r["config_is_article_example"] is True
+    assert r["policy"] == "modality_aware"
+    stats = r["stats"]
+    assert stats["refused"] == 0 and stats["lost"] == 0
+    assert stats["hits"]["host"] > 0 and stats["hits"]["disk"] > 0  # both cold tiers served
+    assert stats["demoted"]["host"] > 0 and stats["demoted"]["disk"] > 0
+    assert r["caps"] == {"text": 2048, "vision": 512, "audio": 256}  # the article's, verbatim
+    assert all(r["peak_hot"][m] <= r["caps"][m] for m in r["caps"])
+    saved = r["memory_saved"]
+    assert all(0.0 < saved[m]["gpu_saved_fraction"] < 1.0 for m in saved)
+    # vision leaves the GPU first (offload priority 0.8 against text's 0.3)
+    assert saved["vision"]["gpu_saved_fraction"] > saved["text"]["gpu_saved_fraction"]
+    # q6 saves more host RAM than q8; fp16 passthrough saves none
+    assert saved["vision"]["host_saved_fraction"] > saved["text"]["host_saved_fraction"] > 0.3
+    assert saved["audio"]["host_saved_fraction"] == 0.0
+    errors = r["quant_error"]
+    assert errors["audio"]["fmt"] == "fp16" and errors["audio"]["max_abs_error"] == 0.0
+    assert errors["text"]["fmt"] == "q8" and errors["text"]["attention_rel_l2"] < 0.015
+    assert errors["vision"]["fmt"] == "q6" and errors["vision"]["attention_rel_l2"] < 0.05
+    assert 0.0 < errors["text"]["attention_rel_l2"] < errors["vision"]["attention_rel_l2"]
+    assert all(row["from host"] > 0 and row["from disk"] > 0 for row in errors.values())
+    assert r["capped_peak_vision"] <= r["tight_vision_cap"] and r["capped_demotions"] > 0
+    decisions = {(d["modality"], d["tokens"], d["position"], d["tier"]): d for d in r["decisions"]}
+    assert all(d["decision"] == "load" for k, d in decisions.items() if k[3] == "host")
+    assert decisions[("text", 16, 4096, "disk")]["decision"] == "recompute"
+    assert decisions[("text", 512, 131072, "disk")]["decision"] == "load"
+    assert Path(r["figure"]).is_file()
+
+
 CHECKS = {
     "01_installation": check_installation,
     "02_loading_minimax_m25": check_loading,
     "03_flags": check_flags,
     "04_policies": check_policies,
     "05_failure_modes": check_failure_modes,
+    "07_custom_modality_manager": check_custom_modality_manager,
 }
 
 

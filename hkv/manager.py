@@ -1,0 +1,667 @@
+"""`HybridKVCacheManager`: hot KV blocks on the GPU, cold ones in host RAM and on disk.
+
+    manager = HybridKVCacheManager(layout, gpu_blocks=1024, host_blocks=4096, disk_blocks=16384,
+                                   disk_path="/nvme/hkv.kv", config=config, cost_model=cost)
+    manager.admit(7, kv, modality="vision", position=512)    # a new block, written on the GPU
+    result = manager.access([3, 5, 7], pin=True)             # promote what is cold, pin all
+    ... attention reads manager.gpu_view(b) or manager.gpu.layer(i)[result.gpu_slots[b]] ...
+    manager.unpin([3, 5, 7])
+
+Each tier has its own instance of the configured policy (`config.offload_strategy`, or
+`policy=`), driven by the protocol in `hkv.policies.base`: when the GPU needs a slot, its policy
+names victims, which are demoted to host (quantized to their modality's cold format on the GPU
+first); when the host arena is full its policy demotes to disk; when the disk is full its policy
+drops blocks (they are recomputed when next needed). A block lives in exactly one tier.
+
+- Pinned blocks (`pin`, `access(..., pin=True)`: a running request uses them) are never evicted;
+  a GPU full of pinned blocks refuses `admit` / `access` with `ok=False` and a reason, and
+  changes nothing.
+- `max_keep_blocks` of a modality caps its blocks on the GPU: extra ones are demoted right after
+  the call that brought them (blocks the call itself uses are kept until the next call).
+- Load or recompute: with a `cost_model`, a cold block whose load from its tier costs more than
+  recomputing it is dropped and reported in `recompute`; a block the model says is not worth a
+  disk slot is dropped instead of written. Without one every held block is loaded.
+- Lost blocks: a disk slot that fails its checks (torn, corrupted, truncated file) is reported
+  in `lost`, never returned.
+- Overlap: `prepare_access` launches the host -> GPU copies and returns; `complete_access` waits.
+  Demotions needed to make room are finished inside `prepare_access`. One access may be pending.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from hkv.blocks import BlockId, BlockMeta, Modality, Tier
+from hkv.config import HybridKVCacheConfig
+from hkv.errors import HkvError
+from hkv.policies import make_policy
+from hkv.quant import codec
+from hkv.tiers import BlockLayout, DiskTier, GpuTier, HostTier
+from hkv.transfer import TransferEngine
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What `admit` did: `ok` with the block's GPU slot, or not `ok` with the reason."""
+
+    ok: bool
+    block_id: BlockId
+    gpu_slot: int | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class AccessResult:
+    """What `access` found. Blocks in `gpu_slots` are on the GPU now; the rest must be computed.
+
+    `hits` counts the requested blocks served from each tier ("gpu", "host", "disk");
+    `recompute` were held but cheaper to recompute (dropped), `lost` failed their disk checks
+    (dropped), `missing` were not held. With `ok=False` (no room: the GPU is full of pinned
+    blocks) nothing changed and `reason` says why.
+    """
+
+    ok: bool
+    gpu_slots: dict[BlockId, int]
+    hits: dict[str, int]
+    recompute: tuple[BlockId, ...] = ()
+    lost: tuple[BlockId, ...] = ()
+    missing: tuple[BlockId, ...] = ()
+    reason: str | None = None
+
+    @property
+    def to_compute(self) -> tuple[BlockId, ...]:
+        return self.missing + self.lost + self.recompute
+
+
+class Link(enum.StrEnum):
+    GPU_TO_HOST = "gpu_to_host"
+    HOST_TO_GPU = "host_to_gpu"
+    HOST_TO_DISK = "host_to_disk"
+    DISK_TO_GPU = "disk_to_gpu"
+
+
+def _zeros(keys: Iterable[str], kind: type = int) -> dict[str, Any]:
+    return {k: kind() for k in keys}
+
+
+@dataclass
+class ManagerStats:
+    """Counters since construction; `to_dict()` for results JSON."""
+
+    hits: dict[str, int] = field(default_factory=lambda: _zeros(t.name.lower() for t in Tier))
+    misses: int = 0
+    lost: int = 0
+    recomputed: int = 0
+    admitted: int = 0
+    refused: int = 0
+    demoted: dict[str, int] = field(default_factory=lambda: _zeros(("host", "disk")))
+    capped: int = 0  # of the demotions from the GPU: over a modality's max_keep_blocks
+    dropped: int = 0
+    bytes_moved: dict[str, int] = field(default_factory=lambda: _zeros(Link))
+    transfer_s: dict[str, float] = field(default_factory=lambda: _zeros(Link, float))
+
+    def moved(self, link: Link, nbytes: int, seconds: float) -> None:
+        self.bytes_moved[link] += nbytes
+        self.transfer_s[link] += seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for name in ("bytes_moved", "transfer_s"):
+            out[name] = {str(k): v for k, v in out[name].items()}
+        return out
+
+
+@dataclass(slots=True, eq=False)
+class _Block:
+    key: int
+    meta: BlockMeta
+    fmt: str
+    pins: int = 0
+    gpu_slot: int | None = None
+    host_offset: int | None = None
+    disk_slot: int | None = None
+    inflight: bool = False
+
+
+@dataclass(eq=False)
+class PendingAccess:
+    """An access whose loads are in flight; pass it to `complete_access`."""
+
+    ids: list[int]
+    pin: bool
+    hits: dict[str, int]
+    loads: list[_Block]
+    transfers: list[tuple[Any, Link]]
+    scratch_offsets: list[int]
+    recompute: tuple[BlockId, ...]
+    lost: tuple[BlockId, ...]
+    missing: tuple[BlockId, ...]
+
+
+class HybridKVCacheManager:
+    """Blocks with modality tags over a GPU pool, a host arena and a disk file (module docstring).
+
+    `host_blocks` sizes the host arena in blocks of the layout's own dtype (quantized blocks
+    take less, so more fit); `disk_blocks` is the disk tier's slot count (fixed-size slots: a
+    quantized block saves disk bandwidth, not a slot). `device` defaults to CUDA when present;
+    on CPU the "GPU" pool is host memory and transfers are synchronous.
+    """
+
+    def __init__(
+        self,
+        layout: BlockLayout,
+        *,
+        gpu_blocks: int,
+        host_blocks: int = 0,
+        disk_blocks: int = 0,
+        disk_path: str | None = None,
+        config: HybridKVCacheConfig | None = None,
+        policy: str | None = None,
+        cost_model: Any = None,
+        device: str | torch.device | None = None,
+        pin_memory: bool | None = None,
+    ):
+        self.layout = layout
+        self.config = config if config is not None else HybridKVCacheConfig()
+        self.cost_model = cost_model
+        self.engine = TransferEngine(device)
+        self.device = self.engine.device
+        self.gpu = GpuTier(layout, gpu_blocks, self.device)
+        self.host = HostTier.for_layout(layout, host_blocks, pin_memory) if host_blocks else None
+        if disk_blocks and (disk_path is None or not host_blocks):
+            raise HkvError(
+                f"disk_blocks={disk_blocks}: a disk tier needs disk_path (a file to create) and "
+                "host_blocks > 0 (blocks reach the disk through host RAM)"
+            )
+        self.disk = DiskTier(disk_path, disk_blocks, layout.nbytes) if disk_blocks else None
+        self._scratch: HostTier | None = None
+        name = policy or self.config.offload_strategy
+        if name == "belady":
+            raise HkvError("policy: belady needs the future reference stream; use it in simulate")
+        context = {"config": self.config, "cost_model": cost_model}
+        self.policies = {Tier.GPU: make_policy(name, gpu_blocks, **context)}
+        if self.host is not None:
+            smallest = min(self._stride(fmt) for fmt in self._formats())
+            self.policies[Tier.HOST] = make_policy(
+                name, self.host.capacity_bytes // smallest, **context
+            )
+        if self.disk is not None:
+            self.policies[Tier.DISK] = make_policy(name, disk_blocks, **context)
+        self._blocks: dict[int, _Block] = {}
+        self._hot: dict[Modality, set[int]] = {m: set() for m in Modality}
+        self._num_pinned = 0
+        self._pending: PendingAccess | None = None
+        self.stats = ManagerStats()
+
+    def _formats(self) -> set[str]:
+        return {self.config.modality(m).quantization for m in Modality}
+
+    def _stride(self, fmt: str) -> int:
+        return self.host.stride_bytes(codec(self.layout, fmt).payload_bytes)
+
+    # ---- the public operations ------------------------------------------------------------
+
+    def admit(
+        self,
+        block_id: int,
+        kv: torch.Tensor | None = None,
+        *,
+        modality: Modality | str = Modality.TEXT,
+        position: int = 0,
+        tokens: int | None = None,
+        pin: bool = False,
+    ) -> Admission:
+        """Place a new block on the GPU (demoting others if needed); write `kv` into it if given.
+
+        `kv` is `[num_layers, 2, block_tokens, kv_heads, head_dim]`. Refused (`ok=False`,
+        nothing changed) when every GPU block is pinned.
+        """
+        key = self._new_key(block_id)
+        meta = BlockMeta(
+            tokens=self.layout.block_tokens if tokens is None else tokens,
+            position=position,
+            modality=Modality.parse(modality),
+            tier=Tier.GPU,
+        )
+        if kv is not None and tuple(kv.shape) != self.layout.shape:
+            raise HkvError(f"admit: kv shape {tuple(kv.shape)}; expected {self.layout.shape}")
+        gpu_policy = self.policies[Tier.GPU]
+        gpu_policy.admit(key, meta)  # a hot block is always placed; admit() lets it learn
+        slots = self._gpu_slots(1, {key})
+        if isinstance(slots, str):
+            self.stats.refused += 1
+            return Admission(False, BlockId(key), None, slots)
+        block = _Block(key, meta, self.config.modality(meta.modality).quantization)
+        self._blocks[key] = block
+        self._to_gpu(block, slots[0])
+        if kv is not None:
+            self.gpu.kv[slots[0]].copy_(kv)
+        if pin:
+            self._pin(block)
+        self.stats.admitted += 1
+        self._enforce_keep_limits({key})
+        return Admission(True, BlockId(key), slots[0])
+
+    def access(self, block_ids: Iterable[int], *, pin: bool = False) -> AccessResult:
+        """Bring the held blocks among `block_ids` to the GPU: prepare and complete an access."""
+        pending = self.prepare_access(block_ids, pin=pin)
+        return pending if isinstance(pending, AccessResult) else self.complete_access(pending)
+
+    def prepare_access(
+        self, block_ids: Iterable[int], *, pin: bool = False
+    ) -> PendingAccess | AccessResult:
+        """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room."""
+        if self._pending is not None:
+            raise HkvError("prepare_access: an access is pending; complete_access() it first")
+        ids = list(dict.fromkeys(int(b) for b in block_ids))
+        hot, cold, missing = [], [], []
+        for key in ids:
+            block = self._blocks.get(key)
+            if block is not None and block.inflight:
+                raise HkvError(f"access: block {key} is being moved; complete that access first")
+            (missing if block is None else hot if block.meta.tier is Tier.GPU else cold).append(
+                key if block is None else block
+            )
+        recompute = [b for b in cold if self._cheaper_to_recompute(b, b.meta.tier)]
+        loads = [b for b in cold if b not in set(recompute)]
+        reason = self._no_room(len(loads), hot)
+        if reason is not None:
+            self.stats.refused += 1
+            return AccessResult(False, {}, {}, reason=reason)
+        for block in hot:
+            self.policies[Tier.GPU].touch(block.key)
+        for block in recompute:
+            self._forget(block)
+        self.stats.recomputed += len(recompute)
+        for block in loads:  # out of their cold policies: no cascade below may pick them
+            self.policies[block.meta.tier].remove(block.key)
+            block.inflight = True
+        lost, scratch = self._read_disk([b for b in loads if b.meta.tier is Tier.DISK])
+        loads = [b for b in loads if b not in set(lost)]
+        hits = Counter(b.meta.tier.name.lower() for b in hot + loads)
+        slots = self._gpu_slots(len(loads), set(ids))
+        assert not isinstance(slots, str), slots  # room was checked above
+        transfers = self._launch_loads(loads, slots, scratch)
+        for block in hot if pin else ():
+            self._pin(block)
+        pending = PendingAccess(
+            ids,
+            pin,
+            dict(hits),
+            loads,
+            transfers,
+            list(scratch.values()),
+            tuple(BlockId(b.key) for b in recompute),
+            tuple(BlockId(b.key) for b in lost),
+            tuple(BlockId(k) for k in missing),
+        )
+        self._pending = pending
+        return pending
+
+    def complete_access(self, pending: PendingAccess) -> AccessResult:
+        """Wait for `pending`'s loads; the blocks are on the GPU and usable from any stream."""
+        if pending is not self._pending:
+            raise HkvError("complete_access: not the pending access of this manager")
+        for transfer, link in pending.transfers:
+            done = self.engine.complete_load(transfer)
+            self.stats.moved(link, done.nbytes, done.device_s)
+        for block in pending.loads:
+            if block.host_offset is not None:
+                self.host.free([block.host_offset])
+                block.host_offset = None
+            if block.disk_slot is not None:
+                self.disk.free([block.disk_slot])
+                block.disk_slot = None
+            block.inflight = False
+            if not pending.pin:
+                self._unpin(block)
+        if pending.scratch_offsets:
+            self._scratch.free(pending.scratch_offsets)
+        self._pending = None
+        for tier, count in pending.hits.items():
+            self.stats.hits[tier] += count
+        self.stats.misses += len(pending.missing)
+        self._enforce_keep_limits(set(pending.ids))
+        slots = {
+            BlockId(k): self._blocks[k].gpu_slot
+            for k in pending.ids
+            if k in self._blocks and self._blocks[k].gpu_slot is not None
+        }
+        return AccessResult(
+            True, slots, pending.hits, pending.recompute, pending.lost, pending.missing
+        )
+
+    def pin(self, block_ids: Iterable[int]) -> None:
+        """Keep blocks on the GPU until `unpin` (pins nest). They must be on the GPU."""
+        for key in block_ids:
+            block = self._held(key, "pin")
+            if block.meta.tier is not Tier.GPU:
+                raise HkvError(
+                    f"pin: block {key} is in the {block.meta.tier.name.lower()} tier; "
+                    "use access([...], pin=True) to bring it to the GPU and pin it"
+                )
+            self._pin(block)
+
+    def unpin(self, block_ids: Iterable[int]) -> None:
+        """Release pins; blocks over their modality's `max_keep_blocks` may then be demoted."""
+        for key in block_ids:
+            block = self._held(key, "unpin")
+            if block.pins == 0:
+                raise HkvError(f"unpin: block {key} is not pinned")
+            self._unpin(block)
+        self._enforce_keep_limits(set())
+
+    def demote(self, block_ids: Iterable[int]) -> None:
+        """Move unpinned GPU blocks to the cold tiers now (an idle session's KV, say)."""
+        blocks = [self._held(k, "demote") for k in block_ids]
+        for block in blocks:
+            if block.pins or block.meta.tier is not Tier.GPU:
+                raise HkvError(f"demote: block {block.key} is pinned or not on the GPU")
+        for block in blocks:
+            self.policies[Tier.GPU].remove(block.key)
+        self._demote_gpu(blocks)
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """Forget blocks wherever they are (their request ended and they are not to be cached)."""
+        for key in block_ids:
+            block = self._held(key, "free")
+            if block.pins or block.inflight:
+                raise HkvError(f"free: block {key} is pinned or being moved; unpin it first")
+            self._forget(block)
+
+    def block_ids(
+        self, tier: Tier | None = None, modality: Modality | str | None = None
+    ) -> list[BlockId]:
+        """Held blocks, optionally only those in `tier` and of `modality`, in admission order."""
+        wanted = None if modality is None else Modality.parse(modality)
+        return [
+            BlockId(k)
+            for k, b in self._blocks.items()
+            if (tier is None or b.meta.tier is tier)
+            and (wanted is None or b.meta.modality is wanted)
+        ]
+
+    def where(self, block_id: int) -> Tier | None:
+        block = self._blocks.get(int(block_id))
+        return None if block is None else block.meta.tier
+
+    def gpu_view(self, block_id: int) -> torch.Tensor:
+        """The block's `[num_layers, 2, block_tokens, kv_heads, head_dim]` slot on the GPU."""
+        block = self._held(block_id, "gpu_view")
+        if block.gpu_slot is None or block.inflight:
+            raise HkvError(f"gpu_view: block {block_id} is not on the GPU; access() it first")
+        return self.gpu.block(block.gpu_slot)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self._blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def usage(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per modality and tier: `blocks`, `raw_bytes` (in the layout's dtype) and
+        `stored_bytes` (what the tier spends: a GPU slot, host pages, a disk slot)."""
+        fields = ("blocks", "raw_bytes", "stored_bytes")
+        out = {m.value: {t.name.lower(): _zeros(fields) for t in Tier} for m in Modality}
+        for block in self._blocks.values():
+            tier = block.meta.tier
+            cell = out[block.meta.modality.value][tier.name.lower()]
+            cell["blocks"] += 1
+            cell["raw_bytes"] += self.layout.nbytes
+            cell["stored_bytes"] += {
+                Tier.GPU: self.layout.nbytes,
+                Tier.HOST: self._stride(block.fmt) if self.host is not None else 0,
+                Tier.DISK: self.disk.stride if self.disk is not None else 0,
+            }[tier]
+        return out
+
+    def close(self) -> None:
+        if self.disk is not None:
+            self.disk.close()
+
+    # ---- placement ------------------------------------------------------------------------
+
+    def _no_room(self, needed: int, hot: list[_Block]) -> str | None:
+        short = needed - self.gpu.num_free
+        if short <= 0:
+            return None
+        in_use = self._num_pinned + sum(1 for b in hot if b.pins == 0)
+        evictable = self.gpu.capacity_blocks - self.gpu.num_free - in_use
+        if short <= evictable:
+            return None
+        return (
+            f"GPU tier full: {needed} blocks to place, {self.gpu.num_free} free of "
+            f"{self.gpu.capacity_blocks}, {self._num_pinned} pinned and "
+            f"{in_use - self._num_pinned} used by this call; unpin blocks or raise gpu_blocks"
+        )
+
+    def _gpu_slots(self, n: int, protected: set[int]) -> list[int] | str:
+        """`n` free GPU slots, demoting policy-chosen victims; a reason string if impossible."""
+        short = n - self.gpu.num_free
+        if short > 0:
+            victims = self.policies[Tier.GPU].evict(short, protected)
+            if victims is None:
+                return (
+                    f"GPU tier full: all {self.gpu.capacity_blocks} blocks are pinned or used by "
+                    "this call; unpin blocks or raise gpu_blocks"
+                )
+            self._demote_gpu([self._blocks[k] for k in victims])
+        return self.gpu.allocate(n)
+
+    def _to_gpu(self, block: _Block, slot: int) -> None:
+        block.gpu_slot = slot
+        block.meta.tier = Tier.GPU
+        self._hot[block.meta.modality].add(block.key)
+        policy = self.policies[Tier.GPU]
+        if block.key not in policy:
+            policy.insert(block.key, block.meta)
+
+    def _demote_gpu(self, blocks: list[_Block]) -> None:
+        """GPU -> host for blocks already out of the GPU policy, batched per cold format."""
+        by_fmt = defaultdict(list)
+        for block in blocks:
+            by_fmt[block.fmt].append(block)
+        for fmt, group in by_fmt.items():
+            kept = self._admit_cold(Tier.HOST, group)
+            offsets = self._host_room(fmt, len(kept)) if kept else None
+            if offsets is None:
+                kept = []
+            kept_ids = {b.key for b in kept}
+            self._drop([b for b in group if b.key not in kept_ids])
+            if not kept:
+                continue
+            slots = [b.gpu_slot for b in kept]
+            done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
+            self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
+            for block, offset in zip(kept, offsets.tolist(), strict=True):
+                self._leave_gpu(block)
+                block.host_offset, block.meta.tier = offset, Tier.HOST
+                self.policies[Tier.HOST].insert(block.key, block.meta)
+            self.stats.demoted["host"] += len(kept)
+
+    def _host_room(self, fmt: str, count: int) -> np.ndarray | None:
+        """Host extents for `count` blocks of `fmt`, demoting host blocks to disk as needed."""
+        policy, nbytes = self.policies[Tier.HOST], codec(self.layout, fmt).payload_bytes
+        while True:
+            over = len(policy) + count - policy.capacity_blocks
+            if over <= 0 and self.host.can_allocate(nbytes, count):
+                return self.host.allocate(nbytes, count)
+            short = count * self._stride(fmt) - (self.host.capacity_bytes - self.host.used_bytes)
+            want = max(over, -(-short // self._stride("bf16")), 1)
+            victims = policy.evict(min(want, len(policy))) if len(policy) else None
+            if not victims:
+                return None
+            self._demote_host([self._blocks[k] for k in victims])
+
+    def _demote_host(self, blocks: list[_Block]) -> None:
+        """Host -> disk (or dropped) for blocks already out of the host policy."""
+        worth = [b for b in blocks if not self._cheaper_to_recompute(b, Tier.DISK)]
+        kept = self._admit_cold(Tier.DISK, worth)
+        policy = self.policies.get(Tier.DISK)
+        if kept:  # slots of blocks being promoted are still taken: count free slots, too
+            short = max(
+                len(policy) + len(kept) - policy.capacity_blocks, len(kept) - self.disk.num_free
+            )
+            if short > 0 and len(policy):
+                victims = policy.evict(min(short, len(policy))) or []
+                self._drop([self._blocks[k] for k in victims])
+            kept = kept[: self.disk.num_free]
+        kept_ids = {b.key for b in kept}
+        self._drop([b for b in blocks if b.key not in kept_ids])
+        if not kept:
+            return
+        slots = self.disk.allocate(len(kept))
+        entries = []
+        for block, slot in zip(kept, slots, strict=True):
+            payload = self.host.view(block.host_offset, codec(self.layout, block.fmt).payload_bytes)
+            entries.append((slot, block.key, block.fmt, payload.numpy()))
+        start = time.perf_counter()
+        nbytes = self.disk.write_many(entries)
+        self.stats.moved(Link.HOST_TO_DISK, nbytes, time.perf_counter() - start)
+        for block, slot in zip(kept, slots, strict=True):
+            self.host.free([block.host_offset])
+            block.host_offset, block.disk_slot, block.meta.tier = None, slot, Tier.DISK
+            policy.insert(block.key, block.meta)
+        self.stats.demoted["disk"] += len(kept)
+
+    def _admit_cold(self, tier: Tier, blocks: list[_Block]) -> list[_Block]:
+        """The blocks `tier`'s policy admits (admission control may decline some)."""
+        policy = self.policies.get(tier)
+        if policy is None:
+            return []
+        if len(blocks) > policy.capacity_blocks:
+            blocks = blocks[: policy.capacity_blocks]
+        return [b for b in blocks if policy.admit(b.key, b.meta)]
+
+    def _read_disk(self, blocks: list[_Block]) -> tuple[list[_Block], dict[int, int]]:
+        """Read disk blocks into the scratch arena: (lost blocks, key -> scratch offset)."""
+        if not blocks:
+            return [], {}
+        self._ensure_scratch(len(blocks))
+        offsets = {}
+        for fmt in {b.fmt for b in blocks}:
+            group = [b for b in blocks if b.fmt == fmt]
+            nbytes = codec(self.layout, fmt).payload_bytes
+            places = self._scratch.allocate(nbytes, len(group)).tolist()
+            offsets.update(zip((b.key for b in group), places, strict=True))
+        entries = [(b.disk_slot, b.key, b.fmt) for b in blocks]
+        start = time.perf_counter()
+        problems = self.disk.read_many(
+            entries, self._scratch.buf.numpy(), [offsets[b.key] for b in blocks]
+        )
+        read_s = time.perf_counter() - start
+        lost = [b for b, problem in zip(blocks, problems, strict=True) if problem is not None]
+        self.stats.moved(Link.DISK_TO_GPU, 0, read_s)
+        for block in lost:
+            self._scratch.free([offsets.pop(block.key)])
+            block.inflight = False
+            self._forget(block)
+        self.stats.lost += len(lost)
+        return lost, offsets
+
+    def _ensure_scratch(self, count: int) -> None:
+        need = count * self._stride("bf16")
+        if self._scratch is None or self._scratch.capacity_bytes < need:
+            pin = self.host.pinned if self.host is not None else False
+            page = self.host.page_bytes if self.host is not None else 4096
+            self._scratch = HostTier(need, page, pin_memory=pin)
+
+    def _launch_loads(self, loads: list[_Block], slots: list[int], scratch: dict[int, int]):
+        """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots."""
+        groups = defaultdict(list)
+        for block, slot in zip(loads, slots, strict=True):
+            self._pin(block)  # in flight: no eviction may pick it
+            self._to_gpu(block, slot)
+            from_disk = block.key in scratch
+            groups[(from_disk, block.fmt)].append((block, slot))
+        transfers = []
+        for (from_disk, fmt), group in groups.items():
+            source = self._scratch if from_disk else self.host
+            offsets = [scratch[b.key] if from_disk else b.host_offset for b, _ in group]
+            transfer = self.engine.prepare_load(
+                source, offsets, self.gpu, [s for _, s in group], fmt
+            )
+            transfers.append((transfer, Link.DISK_TO_GPU if from_disk else Link.HOST_TO_GPU))
+        return transfers
+
+    def _enforce_keep_limits(self, protected: set[int]) -> None:
+        """Demote each modality's GPU blocks beyond its `max_keep_blocks` (policy's choice)."""
+        for modality, keys in self._hot.items():
+            cap = self.config.modality(modality).max_keep_blocks
+            if cap is None or len(keys) <= cap:
+                continue
+            evictable = sum(1 for k in keys if k not in protected and not self._blocks[k].pins)
+            n = min(len(keys) - cap, evictable)
+            if n <= 0:
+                continue
+            others = set().union(*(s for m, s in self._hot.items() if m is not modality))
+            victims = self.policies[Tier.GPU].evict(n, others | protected)
+            if victims:
+                self.stats.capped += len(victims)
+                self._demote_gpu([self._blocks[k] for k in victims])
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+
+    def _cheaper_to_recompute(self, block: _Block, tier: Tier) -> bool:
+        if self.cost_model is None:
+            return False
+        return self.cost_model.decide(block.meta, tier, block.fmt).action == "recompute"
+
+    def _new_key(self, block_id: Any) -> int:
+        if isinstance(block_id, bool) or not isinstance(block_id, int | np.integer):
+            raise HkvError(f"block id: got {block_id!r}; expected an integer (a BlockId)")
+        key = int(block_id)
+        if key in self._blocks:
+            tier = self._blocks[key].meta.tier.name.lower()
+            raise HkvError(f"admit: block {key} is already held (in the {tier} tier); access() it")
+        return key
+
+    def _held(self, block_id: Any, action: str) -> _Block:
+        block = self._blocks.get(int(block_id))
+        if block is None:
+            raise HkvError(f"{action}: block {block_id!r} is not held by this manager")
+        return block
+
+    def _pin(self, block: _Block) -> None:
+        block.pins += 1
+        if block.pins == 1:
+            self._num_pinned += 1
+            block.meta.pinned = True
+
+    def _unpin(self, block: _Block) -> None:
+        block.pins -= 1
+        if block.pins == 0:
+            self._num_pinned -= 1
+            block.meta.pinned = False
+
+    def _leave_gpu(self, block: _Block) -> None:
+        self.gpu.free([block.gpu_slot])
+        block.gpu_slot = None
+        self._hot[block.meta.modality].discard(block.key)
+
+    def _drop(self, blocks: list[_Block]) -> None:
+        """Blocks no cold tier keeps: forgotten (they are recomputed when next needed)."""
+        for block in blocks:
+            self._forget(block)
+        self.stats.dropped += len(blocks)
+
+    def _forget(self, block: _Block) -> None:
+        for policy in self.policies.values():
+            policy.remove(block.key)
+        if block.gpu_slot is not None:
+            self._leave_gpu(block)
+        if block.host_offset is not None:
+            self.host.free([block.host_offset])
+        if block.disk_slot is not None:
+            self.disk.free([block.disk_slot])
+        if block.pins:
+            self._num_pinned -= 1
+        self._blocks.pop(block.key, None)

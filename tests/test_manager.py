@@ -1,0 +1,264 @@
+"""The block manager on CPU: tiers, policies, pins, per-modality limits, faults, cost decisions."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from hkv import HybridKVCacheConfig
+from hkv.blocks import Modality, Tier
+from hkv.cost import CostModel, HardwareProfile, LinkSpec
+from hkv.errors import HkvError
+from hkv.manager import HybridKVCacheManager
+from hkv.policies import policy_names
+from hkv.quant import quantization_error
+from hkv.tiers import BlockLayout
+
+LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)
+LOSSLESS = HybridKVCacheConfig(
+    offload_strategy="lru",
+    modality_configs={m.value: {"quantization": "bf16"} for m in Modality},
+)
+
+
+def kv(seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(LAYOUT.shape, generator=gen).to(LAYOUT.torch_dtype)
+
+
+def manager(tmp_path, *, gpu=4, host=4, disk=8, config=LOSSLESS, **kwargs):
+    return HybridKVCacheManager(
+        LAYOUT,
+        gpu_blocks=gpu,
+        host_blocks=host,
+        disk_blocks=disk,
+        disk_path=str(tmp_path / "cold.kv") if disk else None,
+        config=config,
+        device="cpu",
+        **kwargs,
+    )
+
+
+def fill(m, ids, modality="text"):
+    for key in ids:
+        assert m.admit(key, kv(key), modality=modality, position=16 * key).ok
+
+
+def test_round_trip_through_every_tier_is_bit_exact(tmp_path) -> None:
+    m = manager(tmp_path)
+    fill(m, range(12))  # LRU: 0-3 end on disk, 4-7 in host RAM, 8-11 on the GPU
+    assert [m.where(k) for k in (0, 5, 11)] == [Tier.DISK, Tier.HOST, Tier.GPU]
+    result = m.access([0, 1, 2, 3])  # disk -> (host staging) -> GPU
+    assert result.ok and result.hits == {"disk": 4} and not result.to_compute
+    assert [m.where(k) for k in (4, 8)] == [Tier.DISK, Tier.HOST]  # 8-11 made room
+    result = m.access([8, 9])  # host -> GPU
+    assert result.hits == {"host": 2}
+    for key in range(12):
+        if m.where(key) is not Tier.GPU:
+            assert m.access([key]).ok
+        assert torch.equal(m.gpu_view(key), kv(key)), key
+    stats = m.stats
+    assert stats.demoted["disk"] >= 4 and stats.hits["disk"] >= 4 and stats.hits["host"] >= 2
+    assert stats.bytes_moved["gpu_to_host"] > 0 and stats.bytes_moved["host_to_disk"] > 0
+    assert stats.transfer_s["gpu_to_host"] > 0
+    assert m.stats.to_dict()["bytes_moved"]["disk_to_gpu"] > 0
+
+
+def test_quantized_round_trip_stays_within_bounds(tmp_path) -> None:
+    config = HybridKVCacheConfig.article_example()  # text q8, vision q6, audio fp16
+    m = manager(tmp_path, gpu=6, host=2, disk=24, config=config, policy="lru")
+    kinds = {0: "text", 1: "vision", 2: "audio", 3: "text", 4: "vision", 5: "audio"}
+    for key, modality in kinds.items():
+        assert m.admit(key, kv(key), modality=modality).ok
+    fill(m, range(10, 26))  # push 0-5 through host RAM to disk
+    assert {m.where(k) for k in kinds} == {Tier.DISK}
+    assert m.access(list(kinds)).ok
+    for key, modality in kinds.items():
+        fmt = config.modality(modality).quantization
+        error = quantization_error(kv(key)[None], fmt, LAYOUT, restored=m.gpu_view(key)[None])
+        bound = {"q8": 0.01, "q6": 0.04, "fp16": 0.0}[fmt]
+        assert error.key_rel_l2 <= bound and error.value_rel_l2 <= bound, (modality, error)
+
+
+def test_policy_chooses_victims_and_pins_are_honoured(tmp_path) -> None:
+    m = manager(tmp_path, disk=0)
+    fill(m, range(4))
+    m.pin([0])
+    m.access([1])  # LRU order now 2, 3, 1 (0 pinned)
+    fill(m, [4, 5])
+    assert m.where(0) is Tier.GPU  # pinned: never demoted although least recently used
+    assert (m.where(2), m.where(3)) == (Tier.HOST, Tier.HOST)
+    m.unpin([0])
+    fill(m, [6])
+    assert m.where(0) is Tier.HOST
+
+
+def test_full_gpu_refuses_and_leaves_every_block_intact(tmp_path) -> None:
+    m = manager(tmp_path)
+    fill(m, range(6))
+    m.pin([2, 3, 4, 5])
+    before = {k: m.where(k) for k in range(6)}
+    refused = m.admit(9, kv(9))
+    assert not refused.ok and refused.gpu_slot is None
+    assert "GPU tier full" in refused.reason and "unpin" in refused.reason
+    access = m.access([0])
+    assert not access.ok and "4 pinned" in access.reason
+    assert {k: m.where(k) for k in range(6)} == before and 9 not in m
+    assert m.stats.refused == 2
+    m.unpin([2])
+    assert m.access([0]).ok
+    for key in range(6):
+        m.access([key]) if m.where(key) is not Tier.GPU else None
+        assert torch.equal(m.gpu_view(key), kv(key))
+
+
+def test_max_keep_blocks_per_modality(tmp_path) -> None:
+    config = HybridKVCacheConfig(
+        offload_strategy="lru",
+        modality_configs={"vision": {"max_keep_blocks": 2, "quantization": "q6"}},
+    )
+    m = manager(tmp_path, gpu=8, host=8, disk=0, config=config)
+    fill(m, range(5), modality="vision")
+    fill(m, range(10, 14), modality="text")
+    on_gpu = [k for k in range(5) if m.where(k) is Tier.GPU]
+    assert len(on_gpu) == 2 and on_gpu == [3, 4]  # the cap, most recent kept (LRU)
+    assert all(m.where(k) is Tier.GPU for k in range(10, 14))  # text has no cap here
+    usage = m.usage()["vision"]
+    assert usage["host"]["blocks"] == 3
+    assert usage["host"]["stored_bytes"] < usage["host"]["raw_bytes"]  # q6 takes fewer pages
+    assert m.access([0, 1, 2], pin=True).ok  # a request may hold more than the cap ...
+    assert m.block_ids(Tier.GPU, "vision") == [0, 1, 2]
+    m.unpin([0, 1, 2])  # ... until it lets go
+    assert len(m.block_ids(Tier.GPU, Modality.VISION)) == 2
+    assert m.stats.capped >= 4  # three at admission, one at unpin
+
+
+def test_host_full_demotes_to_disk_and_full_disk_drops(tmp_path) -> None:
+    m = manager(tmp_path, gpu=2, host=2, disk=2)
+    fill(m, range(8))  # 2 on GPU, 2 in host RAM, 2 on disk, the 2 oldest dropped
+    assert [m.where(k) for k in range(8)] == [None, None] + [Tier.DISK] * 2 + [Tier.HOST] * 2 + [
+        Tier.GPU
+    ] * 2
+    assert m.stats.dropped == 2
+    result = m.access([0, 2])
+    assert result.missing == (0,) and result.hits == {"disk": 1}
+    assert m.stats.misses == 1
+
+
+def test_corrupted_disk_block_is_reported_lost_never_served(tmp_path) -> None:
+    m = manager(tmp_path)
+    fill(m, range(12))
+    block = m._blocks[1]
+    with open(m.disk.path, "r+b") as f:
+        f.seek(m.disk._offset(block.disk_slot) + 64 + 10)
+        f.write(b"\x00\x01\x02")
+    result = m.access([0, 1])
+    assert result.ok and result.lost == (1,) and result.to_compute == (1,)
+    assert 1 not in m and m.stats.lost == 1
+    assert torch.equal(m.gpu_view(0), kv(0))  # its neighbour arrived intact
+    assert m.admit(1, kv(1)).ok  # recomputed by the caller, admitted again
+
+
+def test_truncated_disk_file_loses_only_the_cut_blocks(tmp_path) -> None:
+    m = manager(tmp_path)
+    fill(m, range(12))
+    slots = {k: m._blocks[k].disk_slot for k in range(4)}
+    cut = max(slots.values())
+    os.truncate(m.disk.path, m.disk._offset(cut) + 10)
+    result = m.access(range(4))
+    assert result.lost == tuple(k for k in range(4) if slots[k] == cut)
+    for key in range(4):
+        if key in m:
+            assert torch.equal(m.gpu_view(key), kv(key))
+
+
+def slow_host_cost_model() -> CostModel:
+    default = HardwareProfile.default()
+    slow = LinkSpec(to_gpu_gbps=1e-3, from_gpu_gbps=1e-3, latency_s=0.0)
+    return CostModel.default(profile=replace(default, links={**default.links, "host_pinned": slow}))
+
+
+def test_cost_model_decides_load_or_recompute(tmp_path) -> None:
+    # Default H200 profile, MiniMax-M2.5 dims: a 16-token block is cheaper to recompute than to
+    # read from a ~1 GB/s disk, so it is dropped instead of written; host RAM is worth it.
+    m = manager(tmp_path, cost_model=CostModel.default())
+    fill(m, range(12))
+    assert m.stats.demoted["disk"] == 0 and m.stats.dropped == 4
+    assert m.access([5]).hits == {"host": 1}
+    # With a host link slower than recomputing, a held host block is reported for recompute.
+    m = manager(tmp_path, disk=0, cost_model=slow_host_cost_model())
+    fill(m, range(6))
+    result = m.access([0, 4])
+    assert result.recompute == (0,) and result.gpu_slots.keys() == {4}
+    assert 0 not in m and m.stats.recomputed == 1
+
+
+def test_prepare_and_complete_access_overlap_with_admissions(tmp_path) -> None:
+    m = manager(tmp_path, gpu=4, host=8, disk=0)
+    fill(m, range(8))
+    pending = m.prepare_access([0, 1])
+    with pytest.raises(HkvError, match="pending"):
+        m.prepare_access([2])
+    assert m.admit(20, kv(20)).ok  # compute carries on while the loads are in flight
+    with pytest.raises(HkvError, match="pinned or being moved"):
+        m.free([0])
+    result = m.complete_access(pending)
+    assert set(result.gpu_slots) == {0, 1}
+    assert torch.equal(m.gpu_view(0), kv(0)) and torch.equal(m.gpu_view(1), kv(1))
+
+
+def test_access_pin_and_usage_mistakes(tmp_path) -> None:
+    m = manager(tmp_path, disk=0)
+    fill(m, range(6))
+    result = m.access([0, 5], pin=True)
+    assert m._blocks[0].pins == 1 and m._blocks[5].pins == 1
+    assert result.hits == {"host": 1, "gpu": 1}
+    with pytest.raises(HkvError, match="in the host tier.*access"):
+        m.pin([1])
+    with pytest.raises(HkvError, match="not pinned"):
+        m.unpin([2])
+    with pytest.raises(HkvError, match="already held"):
+        m.admit(5)
+    with pytest.raises(HkvError, match="expected an integer"):
+        m.admit("x")
+    with pytest.raises(HkvError, match="kv shape"):
+        m.admit(50, torch.zeros(3))
+    with pytest.raises(HkvError, match="not held"):
+        m.unpin([99])
+    with pytest.raises(HkvError, match="disk_path"):
+        HybridKVCacheManager(LAYOUT, gpu_blocks=2, host_blocks=2, disk_blocks=2, device="cpu")
+    idle = next(k for k in (2, 3, 4) if m.where(k) is Tier.GPU)
+    m.demote([idle])
+    assert m.where(idle) is Tier.HOST
+    m.free([idle, 1])
+    assert idle not in m and 1 not in m
+
+
+@pytest.mark.parametrize("name", [p for p in policy_names() if p != "belady"])
+def test_every_policy_keeps_the_invariants(tmp_path, name: str) -> None:
+    rng = random.Random(name)
+    m = manager(tmp_path, gpu=6, host=6, disk=6, policy=name)
+    pinned: set[int] = set()
+    for step in range(120):
+        key = rng.randrange(40)
+        if key not in m:
+            m.admit(key, kv(key), modality=rng.choice(list(Modality)), position=16 * key)
+        else:
+            result = m.access([key])
+            assert result.ok or len(pinned) == 6
+        if rng.random() < 0.2 and m.where(key) is Tier.GPU and key not in pinned:
+            m.pin([key])
+            pinned.add(key)
+        if pinned and rng.random() < 0.25:
+            m.unpin([pinned.pop()])
+        assert m.gpu.num_free >= 0 and len(m.policies[Tier.GPU]) <= 6
+        assert all(m.where(k) is Tier.GPU for k in pinned), step
+    for key in list(m._blocks):
+        if m.where(key) is not Tier.GPU:
+            assert m.access([key]).ok
+        if key in m:
+            assert torch.equal(m.gpu_view(key), kv(key)), (name, key)
