@@ -415,3 +415,13 @@ def test_store_threshold_replays_like_vllm():
     policy = StoreThreshold(4, inner=make_policy("lru", 4), threshold=2)
     result = replay(trace, policy, label="lru+st2")
     assert (result.declined, result.inserts, result.block_hits) == (2, 2, 2)
+
+
+def test_prefix_policies_count_a_batch_of_admits_once_each():
+    for name in ("cost_aware", "modality_aware"):
+        policy = make_policy(name, 8)
+        metas = {k: BlockMeta(tokens=16, position=16 * k) for k in range(3)}
+        assert all(policy.admit(k, metas[k]) for k in range(3))  # vLLM admits a request at once
+        for k in range(3):
+            policy.insert(k, metas[k])
+        assert all(policy._entries[k].hits == 1 for k in range(3))

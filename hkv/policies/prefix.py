@@ -55,7 +55,7 @@ class PrefixValuePolicy(PriorityPolicy):
         self._last_position = -1
         self._chain_cap = math.inf
         self._epoch_keys: set[Key] = set()
-        self._pending: tuple[Key, int, float] | None = None
+        self._pending: dict[Key, tuple[int, float]] = {}  # admitted, not yet inserted
 
     def _history_refs(self) -> int:
         return max(64, int(self.history_factor * self.capacity_blocks))
@@ -99,11 +99,15 @@ class PrefixValuePolicy(PriorityPolicy):
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         count, priority = self._observe(key, meta)
-        self._pending = (key, count, priority)
-        if not self.bypass or len(self._entries) < self.capacity_blocks:
-            return True
-        lowest = self._lowest_evictable()
-        return lowest is not None and priority >= lowest
+        if len(self._pending) > self.capacity_blocks:
+            self._pending.clear()  # admitted keys whose store never happened
+        admitted = not self.bypass or len(self._entries) < self.capacity_blocks
+        if not admitted:
+            lowest = self._lowest_evictable()
+            admitted = lowest is not None and priority >= lowest
+        if admitted:
+            self._pending[key] = (count, priority)
+        return admitted
 
     def _lowest_evictable(self) -> float | None:
         """Priority of the block `evict` would take now (current request protected)."""
@@ -128,11 +132,11 @@ class PrefixValuePolicy(PriorityPolicy):
             raise self._full_error(key)
         if key in self._entries:
             raise KeyError(f"{self.name}: {key!r} is already resident")
-        pending, self._pending = self._pending, None
-        if pending is None or pending[0] != key:
+        pending = self._pending.pop(key, None)
+        if pending is None:
             count, priority = self._observe(key, meta)  # inserted without an admit() first
         else:
-            count, priority = pending[1], pending[2]
+            count, priority = pending
         entry = _Entry(meta, count, 0, priority)
         self._entries[key] = entry
         self._push_with(key, entry, priority)
