@@ -39,8 +39,30 @@ if TYPE_CHECKING:
 LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
 """Link names of a profile: where a block's bytes sit, seen from the GPU."""
 
-FORMAT_BITS = {"auto": None, "fp16": 16.0, "bf16": 16.0, "q8": 8.25, "q6": 6.25, "q4": 4.25}
-"""Bits per KV value of each cold-tier format; q* carry one fp16 scale per 64 values."""
+CODE_BITS = {"q8": 8, "q6": 6, "q4": 4}
+"""Bits of one quantized code in each lossy cold format (`hkv.quant` packs them)."""
+KEY_GROUP_TOKENS = 64
+"""Tokens that share one key minimum and scale per channel (fewer in a shorter block)."""
+COLD_FORMAT_NAMES = ("auto", "fp16", "bf16", *CODE_BITS)
+
+
+def cold_bits_per_value(fmt: str, block_tokens: int, head_dim: int) -> float | None:
+    """Stored bits per KV value of a `block_tokens`-token block in cold format `fmt`.
+
+    `None` for `auto` (the KV cache's own dtype). The q* formats are counted exactly as
+    `hkv.quant` stores them (KIVI-style): b-bit codes, plus a 16-bit minimum and scale per key
+    channel per group of gcd(block_tokens, 64) tokens, plus a 16-bit minimum and scale per value
+    token and head; i.e. b + 16 / group + 16 / head_dim bits (8.375 for q8 at 512 tokens and
+    head_dim 128).
+    """
+    if fmt not in COLD_FORMAT_NAMES:
+        raise HkvError(f"cold format: got {fmt!r}; expected one of {', '.join(COLD_FORMAT_NAMES)}")
+    if fmt == "auto":
+        return None
+    if fmt in ("fp16", "bf16"):
+        return 16.0
+    group = math.gcd(block_tokens, KEY_GROUP_TOKENS)
+    return CODE_BITS[fmt] + 16 / group + 16 / head_dim
 
 
 @dataclass(frozen=True)
@@ -210,10 +232,12 @@ class CostModel:
     def block_bytes(self, meta: BlockMeta, cold_format: str = "auto") -> int:
         """Bytes of `meta`'s KV in `cold_format` (`auto`: the KV cache dtype)."""
         raw = meta.tokens * self._kv_bytes_per_token
-        bits = FORMAT_BITS.get(cold_format)
-        if cold_format not in FORMAT_BITS:
-            raise HkvError(f"cold format: got {cold_format!r}; expected one of {list(FORMAT_BITS)}")
+        bits = self.bits_per_value(meta, cold_format)
         return raw if bits is None else int(raw * bits / self._kv_bits)
+
+    def bits_per_value(self, meta: BlockMeta, cold_format: str = "auto") -> float | None:
+        """Stored bits per KV value of `meta`'s block in `cold_format` (None: the KV dtype)."""
+        return cold_bits_per_value(cold_format, meta.tokens, self.spec.head_dim)
 
     def recompute_flops(self, meta: BlockMeta) -> float:
         """Prefill FLOPs of `meta.tokens` tokens starting at `meta.position`, encoder included."""

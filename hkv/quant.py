@@ -32,12 +32,11 @@ from dataclasses import dataclass
 import torch
 
 from hkv.config import COLD_FORMATS, LOSSLESS_FORMATS
+from hkv.cost import CODE_BITS, KEY_GROUP_TOKENS
 from hkv.errors import HkvError
 from hkv.tiers import BlockLayout
 
-BITS = {"q8": 8, "q6": 6, "q4": 4}
-KEY_GROUP_TOKENS = 64
-"""Tokens sharing one key minimum and scale per channel (fewer when the block is shorter)."""
+BITS = CODE_BITS  # one definition of the formats: the cost model counts these bytes too
 
 
 def _pad8(nbytes: int) -> int:

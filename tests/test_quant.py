@@ -107,3 +107,17 @@ def test_constant_groups_decode_without_nan() -> None:
 def test_unknown_format_is_a_user_error() -> None:
     with pytest.raises(HkvError, match="q3.*fp16, bf16, q8, q6, q4"):
         codec(BlockLayout(16, 2, 16), "q3")
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "q8", "q6", "q4"])
+@pytest.mark.parametrize("block_tokens", [16, 512])
+def test_cost_model_counts_the_bytes_the_codec_stores(fmt, block_tokens):
+    from hkv.blocks import BlockMeta
+    from hkv.cost import CostModel
+    from hkv.model_spec import ModelSpec
+
+    spec = ModelSpec.load("minimax-m2.5")
+    layout = BlockLayout.from_spec(spec, block_tokens)
+    counted = CostModel(spec).block_bytes(BlockMeta(tokens=block_tokens), fmt)
+    stored = codec(layout, fmt).payload_bytes
+    assert 0 <= stored - counted <= 5 * 8  # the codec pads each of its 5 parts to 8 bytes

@@ -23,6 +23,9 @@ What the adapter adds to the policy:
   policy declines is still stored, but outside the policy, and is the first to be evicted.
 - Block metadata: the position comes from vLLM's per-request key positions (`ReqContext`), the
   modality from the request's `kv_transfer_params` (below), the token count from the config.
+- One access per request, in prefix order: 0.32+ reports it when the request finishes
+  (`on_request_finished`); 0.26 touches a request's whole prompt at lookup and after every
+  store, so there the first touch counts and later ones only note metadata (`_touch_request`).
 
 Modality per block: vLLM does not pass multimodal placeholder ranges to the policy. A client
 marks the token spans that are images or audio in the request's `kv_transfer_params`:
@@ -80,13 +83,16 @@ class HkvCachePolicy(CachePolicy):
     """A vLLM `CachePolicy` that delegates every decision to an hkv `EvictionPolicy`.
 
     Subclasses set `hkv_policy` (a registered name); `hkv_<name>` classes are made on demand.
-    Works with the `insert(key, status)` of vLLM 0.26-0.32 and with a `req_context` argument.
+    Works with the `insert(key, status)` of vLLM 0.26-0.32 and with a `req_context` argument,
+    with 0.32+'s access hooks (`on_store_miss`, `on_request_finished`) and with 0.26's
+    whole-request `touch` (`_touch_request`), which stands in for them there.
     """
 
     hkv_policy: str = "lru"
 
     def __init__(self, cache_capacity: int, **settings: Any):
         super().__init__(cache_capacity)
+        self.cache_capacity = cache_capacity  # vLLM 0.26's base __init__ does not keep it
         from hkv.policies import make_policy
 
         self.settings = _settings() | settings
@@ -94,6 +100,7 @@ class HkvCachePolicy(CachePolicy):
         self.chunks: dict[Any, Any] = {}
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
+        self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = make_policy(
             self.hkv_policy,
             cache_capacity,
@@ -121,8 +128,38 @@ class HkvCachePolicy(CachePolicy):
         self.policy.remove(key)
 
     def touch(self, keys: Iterable[Any], req_context=None) -> None:
+        if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
+            self._touch_request(list(keys), req_context)
+            return
         for key in keys:
             self.policy.touch(key)
+
+    def _touch_request(self, keys: list[Any], req_context) -> None:
+        """vLLM 0.26: `keys` are all of a request's keys, in prefix order, at every touch.
+
+        Its scheduler touches a request's whole prompt when it looks the request up and again
+        after each store, and passes no context to `insert`. The first touch is the request's
+        one access (resident blocks are touched once, in prefix order, as in hkv's replay) and
+        notes position and modality of the absent keys for their `insert`; a later touch only
+        looks at keys the request did not have before (its list only grows).
+        """
+        seen = self.touched_requests.get(req_context.req_id)
+        if seen is None and len(self.touched_requests) >= 4096:
+            self.touched_requests.popitem(last=False)
+        self.touched_requests[req_context.req_id] = len(keys)
+        if len(self.pending_meta) > 4 * self.cache_capacity:
+            self.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+        spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
+        chunks, pending, tokens = self.chunks, self.pending_meta, self.block_tokens
+        for index in range(seen or 0, len(keys)):
+            key = keys[index]
+            if key in chunks:
+                if seen is None:
+                    self.policy.touch(key)
+            elif key not in pending:
+                start = index * tokens
+                modality = modality_at(spans, start, start + tokens) if spans else Modality.TEXT
+                pending[key] = BlockMeta(tokens, start, modality, Tier.HOST)
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
         """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
@@ -160,6 +197,7 @@ class HkvCachePolicy(CachePolicy):
         self.chunks.clear()
         self.bypassed.clear()
         self.pending_meta.clear()
+        self.touched_requests.clear()
         self.policy.clear()
 
     # -- block metadata ---------------------------------------------------------------------------
@@ -287,8 +325,9 @@ def __getattr__(name: str) -> type[HkvCachePolicy]:
 def register() -> None:
     """Entry point (`vllm.general_plugins`): make `hkv_<name>` known to vLLM by name alone.
 
-    vLLM >= 0.32 resolves names through `CachePolicyFactory`; 0.26 through the manager's
-    `_CACHE_POLICIES` dictionary. Calling this twice is harmless.
+    vLLM >= 0.32 resolves names through `CachePolicyFactory` (lazily: an offline policy fails
+    with hkv's message when chosen); 0.26 through the manager's `_CACHE_POLICIES` dictionary of
+    classes, which gets the online policies only. Calling this twice is harmless.
     """
     from hkv.policies import policy_names
 
@@ -298,8 +337,8 @@ def register() -> None:
     except ImportError:
         import vllm.v1.kv_offload.cpu.manager as manager
 
-        for name in names:
-            manager._CACHE_POLICIES.setdefault(name, policy_class(name))
+        for name in policy_names(online_only=True):
+            manager._CACHE_POLICIES.setdefault(PREFIX + name, policy_class(name))
         return
     known = getattr(CachePolicyFactory, "_registry", {})
     for name in names:

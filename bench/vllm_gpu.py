@@ -1,0 +1,706 @@
+"""Real vLLM on one GPU: a multi-turn workload through vLLM's CPU offloading tier, per policy.
+
+The workload is the rig's anchor (../shared/gpu-vllm/anchor_bench.py, same seed and random
+stream, so the token sequences are identical): `sessions` conversations of `turns` turns; turn 0
+is 8-16K random token ids, each later turn re-sends the previous prompt plus 1-2K new tokens
+(replies are not appended); rounds go turn by turn, sessions in a fresh random order each round,
+in waves of `wave` concurrent requests. The GPU KV cache is capped (4 GiB) so that a session's
+prefix has left the GPU before it returns: what comes back comes from the CPU tier or is
+recomputed. The multimodal variant marks spans of each turn's new tokens as images through the
+adapter's documented channel, `kv_transfer_params = {"hkv_modalities": [[start, end, "vision"]]}`
+(the tokens stay random ids: the served model is text-only; only the policies see the labels).
+
+Three modes, each one process:
+
+    python bench/vllm_gpu.py run --policy hkv_cost_aware --cpu-gib 8 --repeats 2 --out R.json
+    python bench/vllm_gpu.py drive --plan full --out data/results/vllm_h200.json
+    python bench/vllm_gpu.py workload                 # the request sequence's summary (CPU)
+
+`run` measures one configuration (policy x CPU tier x variant) in this process, engine core
+in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's policies register into
+vLLM 0.26's built-in dictionary); `repeats` runs of the workload share the engine, with the GPU
+prefix cache and the CPU tier emptied before each. `drive` runs a plan's configurations one
+subprocess each, in order, until a deadline, and rewrites the results JSON atomically after each.
+
+Per run: workload wall time, TTFT mean / p50 / p90, cached share of prompt tokens (all turns and
+turns > 0; vLLM's `num_cached_tokens`, GPU prefix hits plus CPU-tier hits), GB loaded from and
+stored into the CPU tier, failed stores (`prepare_store` refused: no room could be made), and the
+policy's own time per scheduler step (every `CachePolicy` method timed, over every engine step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from array import array
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RIG = ROOT.parent / "shared" / "gpu-vllm"
+VLLM_POLICIES = ("lru", "arc")
+"""vLLM's own policies; every other name is `hkv_<online policy>`."""
+
+TOKEN_LOW, TOKEN_HIGH = 1000, 150000
+"""Workload token ids (the anchor's range); warm-up prompts use ids above it."""
+
+
+# -- the workload -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """The anchor workload's parameters; `images` adds the multimodal overlay."""
+
+    sessions: int = 32
+    turns: int = 4
+    wave: int = 4
+    first_min: int = 8192
+    first_max: int = 16384
+    delta_min: int = 1024
+    delta_max: int = 2048
+    max_tokens: int = 16
+    seed: int = 0
+    images: bool = False
+    image_seed: int = 1
+    image_median_tokens: int = 570
+    block_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("sessions", "turns", "wave", "first_min", "delta_min", "block_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Workload.{name}: got {value!r}; expected an integer >= 1")
+        if self.first_max < self.first_min or self.delta_max < self.delta_min:
+            raise ValueError(
+                f"Workload: first_max/delta_max ({self.first_max}/{self.delta_max}) must be >= "
+                f"first_min/delta_min ({self.first_min}/{self.delta_min})"
+            )
+
+
+@dataclass(frozen=True)
+class Session:
+    """One conversation: all its tokens, the prompt length of each turn, and its image spans."""
+
+    tokens: list[int]
+    prompt_lens: list[int]
+    spans: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One request of the sequence, in submission order."""
+
+    index: int
+    wave: int
+    session: int
+    turn: int
+    prompt_len: int
+    spans: list[tuple[int, int, str]]
+
+
+def build_sessions(w: Workload) -> tuple[list[Session], list[list[tuple[int, int]]]]:
+    """Sessions and waves `[[(session, turn), ...], ...]`, the anchor's random stream exactly."""
+    rng = random.Random(w.seed)
+    drafts = []
+    for _ in range(w.sessions):
+        first = rng.randint(w.first_min, w.first_max)
+        deltas = [rng.randint(w.delta_min, w.delta_max) for _ in range(w.turns - 1)]
+        total = first + sum(deltas)
+        tokens = [rng.randrange(TOKEN_LOW, TOKEN_HIGH) for _ in range(total)]
+        lens = [first]
+        for delta in deltas:
+            lens.append(lens[-1] + delta)
+        drafts.append((tokens, lens))
+    waves = []
+    for turn in range(w.turns):
+        order = list(range(w.sessions))
+        rng.shuffle(order)
+        for start in range(0, len(order), w.wave):
+            waves.append([(s, turn) for s in order[start : start + w.wave]])
+    image_rng = random.Random(w.image_seed)  # its own stream: the tokens stay the anchor's
+    sessions = [
+        Session(tokens, lens, image_spans(lens, w, image_rng) if w.images else [])
+        for tokens, lens in drafts
+    ]
+    return sessions, waves
+
+
+def image_spans(prompt_lens: list[int], w: Workload, rng: random.Random) -> list:
+    """Image spans in each turn's new tokens: 1-4 in turn 0, one in half the later turns.
+
+    Sizes are log-normal around `image_median_tokens` (ServeGen's image-token median is ~570),
+    clipped to [64, 4600] and to the slot each image is drawn in (a turn's new tokens are cut
+    into equal slots, one image per slot, so images never overlap).
+    """
+    spans = []
+    start = 0
+    for turn, end in enumerate(prompt_lens):
+        count = rng.randint(1, 4) if turn == 0 else int(rng.random() < 0.5)
+        slot = (end - start) // max(count, 1)
+        for i in range(count):
+            size = round(rng.lognormvariate(math.log(w.image_median_tokens), 0.6))
+            size = min(max(64, min(size, 4600)), slot - 1)
+            if size < 1:
+                continue  # a turn too short to hold an image (only in small test workloads)
+            first = start + i * slot + rng.randrange(0, slot - size)
+            spans.append((first, first + size, "vision"))
+        start = end
+    return spans
+
+
+def request_sequence(w: Workload) -> tuple[list[Session], list[TurnRequest]]:
+    """The sessions and every request in submission order (wave by wave)."""
+    sessions, waves = build_sessions(w)
+    requests = []
+    for wave_index, wave in enumerate(waves):
+        for session, turn in wave:
+            length = sessions[session].prompt_lens[turn]
+            spans = [(a, min(b, length), m) for a, b, m in sessions[session].spans if a < length]
+            requests.append(TurnRequest(len(requests), wave_index, session, turn, length, spans))
+    return sessions, requests
+
+
+def block_hash_chain(tokens: list[int], block_tokens: int) -> list[int]:
+    """Ids of the full blocks of `tokens`, each hashing its parent's id and its own tokens.
+
+    Like vLLM's prefix-cache hashes: equal prefixes give equal ids, a partial last block has
+    none (vLLM neither caches nor offloads it).
+    """
+    ids, parent = [], b""
+    for start in range(0, len(tokens) - block_tokens + 1, block_tokens):
+        block = array("q", tokens[start : start + block_tokens]).tobytes()
+        parent = hashlib.blake2b(parent + block, digest_size=8).digest()
+        ids.append(int.from_bytes(parent, "big"))
+    return ids
+
+
+def block_modalities(spans, num_blocks: int, block_tokens: int) -> list[str]:
+    """Label per block: a block overlapping a marked span takes its label (the adapter's rule)."""
+    labels = ["text"] * num_blocks
+    for start, end, label in spans:
+        for index in range(start // block_tokens, min(num_blocks, -(-end // block_tokens))):
+            labels[index] = label
+    return labels
+
+
+def workload_summary(w: Workload) -> dict:
+    sessions, requests = request_sequence(w)
+    blocks = sum(s.prompt_lens[-1] // w.block_tokens for s in sessions)
+    image_tokens = sum(b - a for s in sessions for a, b, _ in s.spans)
+    return {
+        **asdict(w),
+        "requests": len(requests),
+        "prompt_tokens": sum(r.prompt_len for r in requests),
+        "distinct_full_blocks": blocks,
+        "image_tokens": image_tokens,
+        "image_spans": sum(len(s.spans) for s in sessions),
+    }
+
+
+# -- one configuration in this process -------------------------------------------------------
+class PolicyTimer:
+    """Times every method call on one `CachePolicy` instance (wrapping its bound methods)."""
+
+    METHODS = ("get", "insert", "remove", "touch", "evict", "clear")
+    OPTIONAL = ("mark_evictable", "mark_non_evictable", "on_store_miss", "on_request_finished")
+
+    def __init__(self, policy) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        for name in self.METHODS + self.OPTIONAL:
+            if hasattr(policy, name):
+                setattr(policy, name, self._timed(getattr(policy, name)))
+
+    def _timed(self, method):
+        clock = time.perf_counter
+
+        def timed(*args, **kwargs):
+            start = clock()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += clock() - start
+                self.calls += 1
+
+        return timed
+
+
+class StepTimer:
+    """Counts and times the engine's steps (the in-process `EngineCore.step_fn`)."""
+
+    def __init__(self, engine_core) -> None:
+        self.seconds = 0.0
+        self.steps = 0
+        step = engine_core.step_fn
+
+        def timed():
+            start = time.perf_counter()
+            out = step()
+            self.seconds += time.perf_counter() - start
+            self.steps += 1
+            return out
+
+        engine_core.step_fn = timed
+
+
+class ManagerCounter:
+    """Blocks loaded and stored and refused stores, counted at vLLM's offloading manager."""
+
+    def __init__(self, manager) -> None:
+        self.loaded_blocks = self.stored_blocks = self.evicted_blocks = self.failed_stores = 0
+        prepare_load, prepare_store = manager.prepare_load, manager.prepare_store
+
+        def load(keys, *args, **kwargs):
+            self.loaded_blocks += len(keys)
+            return prepare_load(keys, *args, **kwargs)
+
+        def store(keys, *args, **kwargs):
+            out = prepare_store(keys, *args, **kwargs)
+            if out is None:
+                self.failed_stores += 1
+            else:
+                self.stored_blocks += len(out.keys_to_store)
+                self.evicted_blocks += len(out.evicted_keys)
+            return out
+
+        manager.prepare_load, manager.prepare_store = load, store
+
+    def snapshot(self) -> dict:
+        return dict(vars(self))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    low = int(k)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (k - low)
+
+
+def engine_kwargs(args) -> dict:
+    policy = args.policy
+    extra = {"cpu_bytes_to_use": int(args.cpu_gib * (1 << 30)), "eviction_policy": policy}
+    return {
+        "model": str(args.model),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "max_model_len": 32768,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": int(args.gpu_kv_gib * (1 << 30)),
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 16,
+        "enable_prefix_caching": True,
+        "disable_log_stats": False,
+        "seed": 0,
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        },
+    }
+
+
+def offloading_manager(llm):
+    """vLLM's scheduler-side `CPUOffloadingManager` (engine core in this process)."""
+    core = llm.llm_engine.engine_core.engine_core
+    return core, core.scheduler.connector.connector_scheduler.manager
+
+
+def metric_values(llm) -> dict[str, float]:
+    """Counters of interest from vLLM's Prometheus metrics, summed over label sets."""
+    wanted = ("offload", "prefix_cache", "kv_transfer")
+    out: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if any(w in metric.name for w in wanted) and hasattr(metric, "value"):
+            out[metric.name] = out.get(metric.name, 0.0) + float(metric.value)
+    return out
+
+
+def warm_up(llm, sampling) -> None:
+    """JIT paths (Triton MoE etc.) on token ids the workload never uses."""
+    rng = random.Random(12345)
+
+    def prompt(n):
+        return {"prompt_token_ids": [rng.randrange(TOKEN_HIGH, 199000) for _ in range(n)]}
+
+    for n in (3000, 9000, 17000):
+        llm.generate([prompt(n)], sampling, use_tqdm=False)
+    llm.generate([prompt(2000 + 37 * i) for i in range(4)], sampling, use_tqdm=False)
+
+
+def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
+    """One pass of the workload; per-request rows and the run's summary."""
+    from vllm import SamplingParams
+
+    policy_timer, step_timer, manager_counter, block_bytes = counters
+    base = {
+        "policy_s": policy_timer.seconds,
+        "policy_calls": policy_timer.calls,
+        "step_s": step_timer.seconds,
+        "steps": step_timer.steps,
+        **manager_counter.snapshot(),
+    }
+    metrics_before = metric_values(llm)
+    rows = []
+    start = time.perf_counter()
+    for wave_index, wave in enumerate(waves):
+        prompts, params = [], []
+        for session, turn in wave:
+            length = sessions[session].prompt_lens[turn]
+            prompts.append({"prompt_token_ids": sessions[session].tokens[:length]})
+            spans = [[a, min(b, length), m] for a, b, m in sessions[session].spans if a < length]
+            extra = {"kv_transfer_params": {"hkv_modalities": spans}} if spans else None
+            params.append(
+                SamplingParams(
+                    max_tokens=w.max_tokens,
+                    ignore_eos=True,
+                    temperature=0.0,
+                    detokenize=False,
+                    extra_args=extra,
+                )
+            )
+        wave_start = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        wave_s = time.perf_counter() - wave_start
+        for (session, turn), out in zip(wave, outputs, strict=True):
+            metrics = out.metrics
+            rows.append(
+                {
+                    "wave": wave_index,
+                    "session": session,
+                    "turn": turn,
+                    "prompt_len": sessions[session].prompt_lens[turn],
+                    "ttft_s": getattr(metrics, "first_token_latency", None),
+                    "cached_tokens": out.num_cached_tokens or 0,
+                    "wave_s": wave_s,
+                }
+            )
+    wall_s = time.perf_counter() - start
+    metrics_after = metric_values(llm)
+    delta = {k: v - metrics_before.get(k, 0.0) for k, v in metrics_after.items()}
+    now = {
+        "policy_s": policy_timer.seconds,
+        "policy_calls": policy_timer.calls,
+        "step_s": step_timer.seconds,
+        "steps": step_timer.steps,
+        **manager_counter.snapshot(),
+    }
+    used = {k: now[k] - base[k] for k in now}
+    return {"summary": summarize(rows, wall_s, used, delta, block_bytes), "requests": rows}
+
+
+def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
+    ttft = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
+    later = [r for r in rows if r["turn"] > 0]
+    later_ttft = [r["ttft_s"] for r in later if r["ttft_s"] is not None]
+    steps = max(used["steps"], 1)
+    # Counted at the manager (exact); vLLM's own byte counters are kept beside them.
+    load_bytes = used["loaded_blocks"] * block_bytes
+    store_bytes = used["stored_blocks"] * block_bytes
+    return {
+        "wall_s": wall_s,
+        "ttft_mean_s": sum(ttft) / len(ttft) if ttft else None,
+        "ttft_p50_s": percentile(ttft, 0.5),
+        "ttft_p90_s": percentile(ttft, 0.9),
+        "ttft_turn_gt0_mean_s": (sum(later_ttft) / len(later_ttft) if later_ttft else None),
+        "cached_frac": sum(r["cached_tokens"] for r in rows) / sum(r["prompt_len"] for r in rows),
+        "turn_gt0_cached_frac": (
+            sum(r["cached_tokens"] for r in later) / sum(r["prompt_len"] for r in later)
+            if later
+            else None
+        ),
+        "load_gb": load_bytes / 1e9,
+        "store_gb": store_bytes / 1e9,
+        "failed_stores": used["failed_stores"],
+        "allocation_failures_metric": metrics.get("vllm:kv_offload_allocation_failure"),
+        "load_gb_metric": metrics.get("vllm:kv_offload_load_bytes", 0.0) / 1e9,
+        "store_gb_metric": metrics.get("vllm:kv_offload_store_bytes", 0.0) / 1e9,
+        "loaded_blocks": used["loaded_blocks"],
+        "stored_blocks": used["stored_blocks"],
+        "evicted_blocks": used["evicted_blocks"],
+        "steps": used["steps"],
+        "step_s_mean": used["step_s"] / steps,
+        "policy_s_per_step": used["policy_s"] / steps,
+        "policy_frac_of_step": used["policy_s"] / used["step_s"] if used["step_s"] else None,
+        "policy_calls": used["policy_calls"],
+        "metrics_delta": metrics,
+    }
+
+
+def run_config(args, result: dict) -> None:
+    """Measure one configuration into `result` (written to `args.out` after every repeat)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
+    w = Workload(images=args.variant == "mm")
+    result |= {"policy": args.policy, "cpu_gib": args.cpu_gib, "variant": args.variant}
+    t0 = time.perf_counter()
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    if args.policy not in VLLM_POLICIES:
+        from hkv.integrations.vllm import register
+
+        register()  # vLLM 0.26: into the manager's built-in dictionary; 0.32+: the factory
+    result["vllm_version"] = vllm.__version__
+    result["t_import_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    llm = LLM(**engine_kwargs(args))
+    result["t_engine_init_s"] = time.perf_counter() - t1
+    core, manager = offloading_manager(llm)
+    result["cpu_blocks"] = manager._num_blocks if hasattr(manager, "_num_blocks") else None
+    result["gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
+    block_bytes = int(args.cpu_gib * (1 << 30)) // max(result["cpu_blocks"] or 1, 1)
+    result["block_bytes"] = block_bytes
+    policy = manager._policy
+    result["policy_class"] = type(policy).__name__
+    inner = getattr(policy, "policy", None)  # hkv: the wrapped EvictionPolicy
+    if inner is not None:
+        result["hkv_hyperparameters"] = inner.hyperparameters()
+        model = getattr(inner, "cost_model", None)
+        result["hkv_cost_model"] = getattr(getattr(model, "spec", None), "name", None)
+    counters = (PolicyTimer(policy), StepTimer(core), ManagerCounter(manager), block_bytes)
+
+    sampling = SamplingParams(
+        max_tokens=w.max_tokens, ignore_eos=True, temperature=0.0, detokenize=False
+    )
+    t2 = time.perf_counter()
+    warm_up(llm, sampling)
+    result["t_warmup_s"] = time.perf_counter() - t2
+    sessions, waves = build_sessions(w)
+    result["repeats"] = []
+    for repeat in range(args.repeats):
+        # Both tiers start empty (the warm-up's blocks too); a refusal is recorded, not fatal.
+        reset_ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+        one = run_workload(llm, w, sessions, waves, counters)
+        one["repeat"] = repeat
+        one["summary"]["caches_reset"] = reset_ok
+        result["repeats"].append(one)
+        print("SUMMARY", args.policy, args.cpu_gib, args.variant, repeat,
+              json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
+              flush=True)  # fmt: skip
+        write_json(args.out, result)
+    result["status"] = "done"
+    write_json(args.out, result)
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write `data` as JSON atomically (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+# -- a plan of configurations, one subprocess each ----------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    policy: str
+    cpu_gib: float
+    variant: str = "text"
+    repeats: int = 2
+
+
+def plan(name: str, best_hkv: str, hkv_policies: list[str]) -> list[Config]:
+    """Configurations in the order they run (most informative first, so a deadline cuts the rest).
+
+    `full`: vLLM's lru and arc and every online hkv policy at 8 and 12 GiB, the best hkv policy
+    and lru at 16 GiB, and the multimodal variant at 8 GiB; each twice. `reduced`: lru, arc and
+    the best hkv policy at 8 GiB, once. `budget`: the acceptance points first (8 GiB twice,
+    16 GiB once), then the article's policies and the multimodal variant, then the rest once.
+    """
+    best = f"hkv_{best_hkv}"
+    others = [f"hkv_{p}" for p in hkv_policies if p != best_hkv]
+    if name == "reduced":
+        return [Config(p, 8.0, repeats=1) for p in ("lru", "arc", best)]
+    if name == "budget":
+        article = [p for p in ("hkv_cost_aware", "hkv_modality_aware") if p != best]
+        return [
+            *(Config(p, 8.0) for p in ("lru", "arc", best)),
+            Config(best, 16.0, repeats=1),
+            Config("lru", 16.0, repeats=1),
+            *(Config(p, 8.0, repeats=1) for p in article[:1]),
+            Config("hkv_modality_aware", 8.0, "mm", repeats=1),
+            *(Config(p, 8.0, repeats=1) for p in others if p not in article[:1]),
+            *(Config(p, 12.0, repeats=1) for p in ("lru", "arc", best)),
+        ]
+    if name == "full":
+        return [
+            *(Config(p, gib) for gib in (8.0, 12.0) for p in ("lru", "arc", best, *others)),
+            Config(best, 16.0),
+            Config("lru", 16.0),
+            *(Config(p, 8.0, "mm") for p in ("lru", best, "hkv_modality_aware")),
+        ]
+    raise ValueError(f"--plan: got {name!r}; expected reduced, budget or full")
+
+
+def measure_link() -> dict:
+    """Pinned host<->GPU copy bandwidth (GB/s, 1e9 bytes) of this machine, 256 MiB copies."""
+    import torch
+
+    n = 256 << 20
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+    out = {"gpu_name": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    for label, copy in (
+        ("h2d_gbps", lambda: dev.copy_(host)),
+        ("d2h_gbps", lambda: host.copy_(dev)),
+    ):
+        copy()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(10):
+            copy()
+        torch.cuda.synchronize()
+        out[label] = round(10 * n / (time.perf_counter() - start) / 1e9, 1)
+    return out
+
+
+def run_until(command: list[str], log, timeout_s: float) -> str:
+    """Run `command` in its own process group; kill the whole group after `timeout_s`."""
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return "killed: deadline"
+    return "done" if code == 0 else f"exit {code}"
+
+
+def drive(args) -> dict:
+    """Run a plan's configurations in subprocesses until `deadline_s`; write the results JSON."""
+    from hkv.policies import policy_names
+
+    deadline = time.time() + args.deadline_s
+    configs = plan(args.plan, args.best, policy_names(online_only=True))
+    if args.only:
+        configs = configs[: args.only]
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    link = subprocess.run(
+        [sys.executable, __file__, "link"], capture_output=True, text=True, timeout=120
+    )
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    machine |= json.loads(link.stdout.strip().splitlines()[-1]) if link.returncode == 0 else {}
+    result = {
+        "generated_by": "bench/vllm_gpu.py drive --plan " + args.plan,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine,
+        "versions": {"python": platform.python_version()},
+        "workload": {
+            "text": workload_summary(Workload()),
+            "mm": workload_summary(Workload(images=True)),
+        },
+        "plan": [asdict(c) for c in configs],
+        "configs": [],
+        "runs": [],
+    }  # fmt: skip
+    for index, config in enumerate(configs):
+        left = deadline - time.time()
+        if left < args.min_config_s:
+            result["configs"].append({**asdict(config), "status": "skipped: deadline"})
+            continue
+        out = work / f"run{index:02d}.json"
+        command = [
+            *(sys.executable, __file__, "run", "--policy", config.policy),
+            *("--cpu-gib", str(config.cpu_gib), "--variant", config.variant),
+            *("--repeats", str(config.repeats), "--out", str(out), "--model", str(args.model)),
+        ]
+        started = time.time()
+        with open(work / f"run{index:02d}.log", "w") as log:
+            status = run_until(command, log, left)
+        collect(result, config, out, status, time.time() - started)
+        write_json(args.out, result)
+    write_json(args.out, result)
+    return result
+
+
+CONFIG_FIELDS = (
+    *("t_import_s", "t_engine_init_s", "t_warmup_s", "cpu_blocks", "gpu_blocks", "block_bytes"),
+    *("policy_class", "hkv_hyperparameters", "hkv_cost_model", "error"),
+)
+
+
+def collect(result: dict, config: Config, out: Path, status: str, seconds: float) -> None:
+    """Fold one configuration's file into the results (`configs` and one `runs` row a repeat)."""
+    data = json.loads(out.read_text()) if out.exists() else {}
+    entry = {**asdict(config), "status": status, "process_s": round(seconds, 1)}
+    entry |= {k: data[k] for k in CONFIG_FIELDS if k in data}
+    result["configs"].append(entry)
+    if "vllm_version" in data:
+        result["versions"]["vllm"] = data["vllm_version"]
+    for one in data.get("repeats", []):
+        rows = one["requests"]  # submission order, the same as `request_sequence`
+        result["runs"].append(
+            {
+                "policy": config.policy,
+                "cpu_gib": config.cpu_gib,
+                "variant": config.variant,
+                "repeat": one["repeat"],
+                **one["summary"],
+                "cached_tokens": [r["cached_tokens"] for r in rows],
+                "ttft_s": [None if r["ttft_s"] is None else round(r["ttft_s"], 5) for r in rows],
+            }
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    one = sub.add_parser("run", help="one configuration in this process")
+    one.add_argument("--policy", required=True, help="lru, arc or hkv_<online policy>")
+    one.add_argument("--cpu-gib", type=float, required=True)
+    one.add_argument("--variant", choices=("text", "mm"), default="text")
+    one.add_argument("--repeats", type=int, default=1)
+    one.add_argument("--gpu-kv-gib", type=float, default=4.0)
+    one.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    one.add_argument("--out", type=Path, required=True)
+    many = sub.add_parser("drive", help="a plan of configurations, one subprocess each")
+    many.add_argument("--plan", default="budget", choices=("reduced", "budget", "full"))
+    many.add_argument("--best", default="arc", help="the hkv policy the simulator ranks best")
+    many.add_argument("--deadline-s", type=float, default=540.0)
+    many.add_argument("--min-config-s", type=float, default=45.0)
+    many.add_argument("--only", type=int, default=None, help="the plan's first N configurations")
+    many.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    many.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_gpu")
+    many.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_h200.json")
+    sub.add_parser("link", help="pinned host<->GPU bandwidth as one JSON line")
+    sub.add_parser("workload", help="the request sequence's summary as JSON")
+    args = parser.parse_args(argv)
+    if args.mode == "run":
+        result: dict = {}
+        code = 0
+        try:
+            run_config(args, result)
+        except BaseException:
+            traceback.print_exc()
+            write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})
+            code = 3
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # vLLM's teardown is slow and can hang on exit; results are written
+    if args.mode == "drive":
+        drive(args)
+    elif args.mode == "link":
+        print(json.dumps(measure_link()))
+    else:
+        print(json.dumps({"text": workload_summary(Workload()),
+                          "mm": workload_summary(Workload(images=True))}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,287 @@
+"""The GPU benchmark's CPU side: its workload, its plans and results, and the simulator's model.
+
+bench/ holds scripts, not a package: the two scripts are loaded from their files. Nothing here
+needs a GPU; the adapter test at the end needs vLLM (any version) for the `CachePolicy` base.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load("vllm_gpu")
+sim = load("vllm_gpu_sim")
+
+SMALL = bench.Workload(
+    sessions=4, turns=3, wave=2, first_min=64, first_max=128, delta_min=16, delta_max=40
+)
+
+
+def test_same_seed_same_sequence_and_every_turn_once_round_by_round():
+    sessions, waves = bench.build_sessions(SMALL)
+    again, waves_again = bench.build_sessions(SMALL)
+    assert [s.tokens for s in sessions] == [s.tokens for s in again] and waves == waves_again
+    submitted = [pair for wave in waves for pair in wave]
+    assert sorted(submitted) == [(s, t) for s in range(4) for t in range(3)]
+    assert [t for _, t in submitted] == sorted(t for _, t in submitted)  # turn 0s first
+    assert all(len(wave) == 2 for wave in waves)
+    for s in sessions:
+        assert 64 <= s.prompt_lens[0] <= 128 and s.prompt_lens[-1] == len(s.tokens)
+        assert all(16 <= b - a <= 40 for a, b in pairwise(s.prompt_lens))
+        assert all(bench.TOKEN_LOW <= t < bench.TOKEN_HIGH for t in s.tokens)
+
+
+def test_a_later_turn_resends_the_previous_prompt():
+    sessions, requests = bench.request_sequence(SMALL)
+    for r in requests:
+        if r.turn:
+            previous = sessions[r.session].prompt_lens[r.turn - 1]
+            assert r.prompt_len > previous
+    assert [r.index for r in requests] == list(range(12))
+
+
+def test_images_leave_the_tokens_alone_and_sit_in_each_turns_new_tokens():
+    plain, _ = bench.build_sessions(SMALL)
+    mm, _ = bench.build_sessions(bench.Workload(**{**SMALL.__dict__, "images": True}))
+    assert [s.tokens for s in plain] == [s.tokens for s in mm]
+    for s in mm:
+        bounds = [0, *s.prompt_lens]
+        spans = sorted(s.spans)
+        assert spans and all(a < b and label == "vision" for a, b, label in spans)
+        assert all(b1 <= a2 for (_, b1, _), (a2, _, _) in pairwise(spans))  # disjoint
+        for a, b, _ in spans:  # inside one turn's new tokens
+            assert any(lo <= a and b <= hi for lo, hi in pairwise(bounds))
+
+
+def test_turn_requests_carry_the_spans_that_fit_their_prompt():
+    _, requests = bench.request_sequence(bench.Workload(**{**SMALL.__dict__, "images": True}))
+    for r in requests:
+        assert all(0 <= a < b <= r.prompt_len for a, b, _ in r.spans)
+
+
+def test_block_ids_chain_like_prefix_hashes():
+    tokens = list(range(1000, 1100))
+    ids = bench.block_hash_chain(tokens, 16)
+    assert len(ids) == 6  # 100 tokens: six full blocks, the partial seventh has no id
+    assert bench.block_hash_chain(tokens[:40], 16) == ids[:2]
+    changed = bench.block_hash_chain([*tokens[:20], 7, *tokens[21:]], 16)
+    assert changed[0] == ids[0] and all(a != b for a, b in zip(changed[1:], ids[1:], strict=True))
+
+
+def test_a_block_overlapping_a_span_takes_its_label():
+    labels = bench.block_modalities([(20, 33, "vision")], 4, 16)
+    assert labels == ["text", "vision", "vision", "text"]
+
+
+def test_the_workload_summary_matches_the_anchor_working_set():
+    summary = bench.workload_summary(bench.Workload())
+    assert summary["requests"] == 128
+    assert summary["distinct_full_blocks"] * 512 * 1024 / (1 << 30) == pytest.approx(16.3, 0.01)
+
+
+def test_plans_put_the_acceptance_points_first():
+    online = ["lru", "arc", "s3fifo", "gdsf", "cost_aware", "modality_aware", "random"]
+    reduced = bench.plan("reduced", "arc", online)
+    assert [(c.policy, c.cpu_gib, c.repeats) for c in reduced] == [
+        ("lru", 8.0, 1),
+        ("arc", 8.0, 1),
+        ("hkv_arc", 8.0, 1),
+    ]
+    budget = bench.plan("budget", "arc", online)
+    assert [c.policy for c in budget[:3]] == ["lru", "arc", "hkv_arc"]
+    assert {(c.policy, c.cpu_gib) for c in budget[3:5]} == {("hkv_arc", 16.0), ("lru", 16.0)}
+    full = bench.plan("full", "cost_aware", online)
+    text_8 = {c.policy for c in full if c.cpu_gib == 8.0 and c.variant == "text"}
+    assert text_8 == {"lru", "arc", *(f"hkv_{p}" for p in online)}
+    assert all(c.repeats == 2 for c in full)
+    assert any(c.variant == "mm" for c in full)
+    with pytest.raises(ValueError, match="reduced, budget or full"):
+        bench.plan("all", "arc", online)
+
+
+def test_summary_counts_cached_share_over_all_and_later_turns():
+    rows = [
+        {"turn": 0, "prompt_len": 100, "cached_tokens": 0, "ttft_s": 0.4},
+        {"turn": 1, "prompt_len": 200, "cached_tokens": 96, "ttft_s": 0.2},
+        {"turn": 2, "prompt_len": 300, "cached_tokens": 192, "ttft_s": None},
+    ]
+    used = dict.fromkeys(("policy_s", "policy_calls", "loaded_blocks", "evicted_blocks"), 0)
+    used |= {"steps": 10, "step_s": 1.0, "policy_s": 0.005, "stored_blocks": 4}
+    used |= {"failed_stores": 1}
+    out = bench.summarize(rows, 2.0, used, {}, 512 * 1024)
+    assert out["cached_frac"] == pytest.approx(288 / 600)
+    assert out["turn_gt0_cached_frac"] == pytest.approx(288 / 500)
+    assert out["ttft_mean_s"] == pytest.approx(0.3) and out["ttft_p50_s"] == pytest.approx(0.3)
+    assert out["store_gb"] == pytest.approx(4 * 512 * 1024 / 1e9)
+    assert out["policy_frac_of_step"] == pytest.approx(0.005)
+    assert out["failed_stores"] == 1
+
+
+def test_collect_folds_one_row_per_repeat_into_the_results(tmp_path):
+    summary = {"wall_s": 1.0, "cached_frac": 0.5, "turn_gt0_cached_frac": 0.6}
+    summary |= {"ttft_mean_s": 0.1, "load_gb": 1.0, "store_gb": 2.0, "failed_stores": 0}
+    request = {"cached_tokens": 32, "ttft_s": 0.123456789}
+    data = {"vllm_version": "0.26.0", "cpu_blocks": 16384, "policy_class": "LRUCachePolicy"}
+    data["repeats"] = [{"repeat": i, "summary": summary, "requests": [request]} for i in (0, 1)]
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps(data))
+    result = {"versions": {}, "configs": [], "runs": []}
+    bench.collect(result, bench.Config("lru", 8.0), out, "done", 3.0)
+    assert result["versions"]["vllm"] == "0.26.0"
+    assert result["configs"][0]["cpu_blocks"] == 16384
+    required = {"policy", "cpu_gib", "repeat", "wall_s", "ttft_mean_s", "cached_frac"}
+    required |= {"turn_gt0_cached_frac", "load_gb", "store_gb", "failed_stores"}
+    assert [r["repeat"] for r in result["runs"]] == [0, 1]
+    assert all(required <= set(r) for r in result["runs"])
+    assert result["runs"][0]["ttft_s"] == [0.12346]
+    bench.collect(result, bench.Config("arc", 8.0), tmp_path / "missing.json", "exit 3", 1.0)
+    assert result["configs"][-1]["status"] == "exit 3" and len(result["runs"]) == 2
+
+
+def test_write_json_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "r" / "x.json"
+    bench.write_json(path, {"a": 1})
+    bench.write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["x.json"]
+
+
+# -- the simulator's side -------------------------------------------------------------------
+def test_capacities_in_blocks_of_512_kib():
+    assert sim.blocks_for_gib(8) == 16384 and sim.blocks_for_gib(4) == 8192
+
+
+def test_trace_requests_cut_full_blocks_and_label_images():
+    w = bench.Workload(**{**SMALL.__dict__, "images": True})
+    requests, turns = sim.trace_requests(workload=w)
+    assert len(requests) == len(turns) == 12
+    for req, turn in zip(requests, turns, strict=True):
+        assert req.input_length == turn.prompt_len // 16 * 16
+        assert len(req.hash_ids) == turn.prompt_len // 16 == len(req.modalities)
+    assert any(m == "vision" for r in requests for m in r.modalities)
+
+
+def request(ids: list[int]):
+    from hkv.sim.trace import Request
+
+    return Request(0.0, 16 * len(ids), 1, tuple(ids))
+
+
+def test_cached_tokens_are_the_gpu_prefix_plus_the_cpu_blocks_that_continue_it():
+    from hkv.blocks import BlockMeta
+    from hkv.policies import make_policy
+
+    tiers = sim.TwoTierReplay(make_policy("lru", 8), gpu_blocks=8)
+    tiers.gpu.insert(1, BlockMeta(16))
+    for key in (2, 3):
+        tiers.cpu.insert(key, BlockMeta(16))
+    assert tiers.step(request([1, 2, 3, 4]), 70) == 48  # 1 from the GPU, 2 and 3 from the CPU
+    assert tiers.step(request([1, 2, 3, 4]), 64) == 63  # a full hit keeps one token to compute
+
+
+def test_a_prefix_pushed_off_the_gpu_comes_back_from_the_cpu_tier():
+    from hkv.policies import make_policy
+
+    tiers = sim.TwoTierReplay(make_policy("lru", 6), gpu_blocks=4)
+    assert tiers.step(request([1, 2, 3]), 50) == 0
+    assert tiers.step(request([4, 5, 6]), 50) == 0  # pushes 1 and 2 off the GPU
+    assert 1 not in tiers.gpu and all(k in tiers.cpu for k in (1, 2, 3))
+    assert tiers.step(request([1, 2, 3, 7]), 70) == 48
+    assert tiers.step(request([1, 2, 3, 7, 8]), 90) == 64  # now all on the GPU
+
+
+def test_prediction_with_room_for_everything_reuses_every_earlier_turn():
+    requests, turns = sim.trace_requests(workload=SMALL)
+    everything = sim.predict("lru", 10_000, 10_000, requests, turns)
+    reusable = sum(
+        SMALL.block_tokens
+        * (bench.build_sessions(SMALL)[0][t.session].prompt_lens[t.turn - 1] // 16)
+        for t in turns
+        if t.turn
+    )
+    assert everything["cached_frac"] * sum(t.prompt_len for t in turns) == pytest.approx(reusable)
+    starved = sim.predict("lru", 1, 1, requests, turns)
+    assert starved["cached_frac"] == 0.0 and everything["store_failed"] == 0
+
+
+def test_measured_and_predicted_shares_are_paired_by_policy_and_tier(tmp_path):
+    measured = tmp_path / "m.json"
+    runs = [{"policy": "lru", "cpu_gib": 8.0, "cached_frac": c, "turn_gt0_cached_frac": c}
+            for c in (0.1, 0.2)]  # fmt: skip
+    runs += [{"policy": "hkv_cost_aware", "cpu_gib": 8.0, "cached_frac": 0.3,
+              "turn_gt0_cached_frac": 0.4}]  # fmt: skip
+    for run in runs:
+        run["store_gb"] = 1.0
+    measured.write_text(json.dumps({"runs": runs}))
+    rows = [
+        {"policy": p, "cpu_gib": 8.0, "variant": "text", "cached_frac": 0.2}
+        | {"turn_gt0_cached_frac": 0.2, "store_gb": 1.0}
+        for p in ("lru", "cost_aware")
+    ]
+    paired = {r["policy"]: r for r in sim.compare(rows, measured)}
+    assert paired["lru"]["measured_cached_frac"] == pytest.approx(0.15)
+    assert paired["lru"]["diff_points"] == pytest.approx(5.0)
+    assert paired["hkv_cost_aware"]["diff_points"] == pytest.approx(-10.0)
+    assert sim.compare(rows, tmp_path / "absent.json") == []
+
+
+# -- the adapter on vLLM 0.26 (whole-request touch, no context on insert) -------------------
+@dataclass
+class OldReqContext:
+    """vLLM 0.26's `ReqContext`: no per-key positions."""
+
+    req_id: str
+    kv_transfer_params: dict | None = None
+
+
+@dataclass
+class Status:
+    ref_cnt: int = 0
+
+
+def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
+    adapter = pytest.importorskip("hkv.integrations.vllm")
+    from hkv.blocks import Modality
+
+    p = adapter.policy_class("hkv_lru")(cache_capacity=8, block_tokens=16)
+    for key in (b"a", b"b", b"z"):
+        p.insert(key, Status())
+    first = OldReqContext("r2", {"hkv_modalities": [[40, 45, "vision"]]})
+    p.touch([b"a", b"b", b"c", b"d"], first)  # lookup: a, b reused; c, d about to be stored
+    p.touch([b"z"], OldReqContext("r3"))
+    p.touch([b"a", b"b", b"c", b"d"], first)  # after a store: no second access
+    p.insert(b"c", Status())
+    meta = p.policy._order[b"c"]
+    assert (meta.position, meta.tokens, meta.modality) == (32, 16, Modality.VISION)
+    assert p.pending_meta[b"d"].modality is Modality.TEXT
+    assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after a and b
+
+
+def test_vllm_026_registry_gets_the_online_policies(monkeypatch):
+    adapter = pytest.importorskip("hkv.integrations.vllm")
+    import vllm.v1.kv_offload.cpu.manager as manager
+
+    monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu.policies.factory", None)
+    monkeypatch.setattr(manager, "_CACHE_POLICIES", {"lru": object}, raising=False)
+    adapter.register()
+    assert manager._CACHE_POLICIES["hkv_arc"].hkv_policy == "arc"
+    assert "hkv_belady" not in manager._CACHE_POLICIES and "lru" in manager._CACHE_POLICIES
