@@ -294,6 +294,10 @@ class SlotHeader:
     checksum_kind: str
 
 
+_MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
+"""Buffers one `pwritev` may take (the kernel's limit)."""
+
+
 class DiskTier:
     """`num_slots` slots of up to `slot_bytes` payload in one memory-mapped file at `path`.
 
@@ -395,6 +399,9 @@ class DiskTier:
         if reused:
             self._mark(reused, valid=False)
         kind, total = self.checksum_kind, 0
+        run: list[Any] = []  # buffers of consecutive slots, written with one pwritev
+        run_start = previous = None
+        last_bytes = 0
         for slot, key, fmt, payload in entries:
             data = memoryview(payload).cast("B")
             if data.nbytes > self.slot_bytes:
@@ -403,8 +410,17 @@ class DiskTier:
                 )
             fields = (_SLOT_MAGIC, _VERSION, COLD_FORMATS.index(fmt), kind, key & _KEY_MASK)
             header = _HEADER.pack(*fields, data.nbytes, CHECKSUMS[kind][1](data))
-            os.pwritev(self._fd, [header.ljust(HEADER_BYTES, b"\0"), data], self._offset(slot))
+            if run and (slot != previous + 1 or len(run) >= _MAX_IOV - 3):
+                os.pwritev(self._fd, run, self._offset(run_start))
+                run = []
+            if not run:
+                run_start = slot
+            elif gap := self.stride - HEADER_BYTES - last_bytes:
+                run.append(bytes(gap))  # the rest of the previous slot
+            run += [header.ljust(HEADER_BYTES, b"\0"), data]
+            previous, last_bytes = slot, data.nbytes
             total += data.nbytes
+        os.pwritev(self._fd, run, self._offset(run_start))
         os.fdatasync(self._fd)
         self._mark([slot for slot, *_ in entries], valid=True)
         return total
