@@ -122,15 +122,10 @@ class _SlotPool:
         return len(self._free)
 
 
-class GpuTier:
-    """The hot pool: `kv` is `[num_blocks, num_layers, 2, block_tokens, kv_heads, head_dim]`."""
+class _SlotTier:
+    """Slot accounting shared by the tiers that hold fixed-size blocks (`self._slots`)."""
 
-    def __init__(self, layout: BlockLayout, num_blocks: int, device: str | torch.device = "cuda"):
-        _check_count("GpuTier", "num_blocks", num_blocks)
-        self.layout = layout
-        self.device = torch.device(device)
-        self.kv = torch.zeros((num_blocks, *layout.shape), dtype=layout.torch_dtype, device=device)
-        self._slots = _SlotPool(num_blocks)
+    _slots: _SlotPool
 
     @property
     def capacity_blocks(self) -> int:
@@ -141,11 +136,23 @@ class GpuTier:
         return self._slots.num_free
 
     def allocate(self, n: int) -> list[int] | None:
-        """`n` free slots, or None (and nothing taken) when fewer are free."""
+        """`n` free slots, or None (and nothing taken) when fewer are free: a full tier
+        refuses, it never overwrites."""
         return self._slots.allocate(n)
 
     def free(self, slots: Iterable[int]) -> None:
         self._slots.free(slots)
+
+
+class GpuTier(_SlotTier):
+    """The hot pool: `kv` is `[num_blocks, num_layers, 2, block_tokens, kv_heads, head_dim]`."""
+
+    def __init__(self, layout: BlockLayout, num_blocks: int, device: str | torch.device = "cuda"):
+        _check_count("GpuTier", "num_blocks", num_blocks)
+        self.layout = layout
+        self.device = torch.device(device)
+        self.kv = torch.zeros((num_blocks, *layout.shape), dtype=layout.torch_dtype, device=device)
+        self._slots = _SlotPool(num_blocks)
 
     def block(self, slot: int) -> torch.Tensor:
         """Slot `slot` as a `[num_layers, 2, block_tokens, kv_heads, head_dim]` view."""
@@ -298,7 +305,7 @@ _MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 102
 """Buffers one `pwritev` may take (the kernel's limit)."""
 
 
-class DiskTier:
+class DiskTier(_SlotTier):
     """`num_slots` slots of up to `slot_bytes` payload in one memory-mapped file at `path`.
 
     File: a superblock page; a table of one valid-flag byte per slot; then the slots, each a
@@ -361,21 +368,6 @@ class DiskTier:
         self._slots = _SlotPool(num_slots)
         self._flags = bytearray(num_slots)  # what this process last made durable
         self.checksum_kind = DEFAULT_CHECKSUM
-
-    @property
-    def capacity_blocks(self) -> int:
-        return self._slots.capacity
-
-    @property
-    def num_free(self) -> int:
-        return self._slots.num_free
-
-    def allocate(self, n: int) -> list[int] | None:
-        """`n` free slots, or None (and nothing taken) when the tier is full."""
-        return self._slots.allocate(n)
-
-    def free(self, slots: Iterable[int]) -> None:
-        self._slots.free(slots)
 
     def _offset(self, slot: int) -> int:
         return self._data_at + slot * self.stride

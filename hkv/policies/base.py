@@ -222,25 +222,16 @@ class PriorityPolicy(EvictionPolicy):
 
         The chosen heap items are left out of the heap: pass them to `_commit`.
         """
-        chosen: list[tuple[float, int, Key]] = []
-        skipped: list[tuple[float, int, Key]] = []
-        heap, entries = self._heap, self._entries
-        while heap and len(chosen) < n:
-            item = heapq.heappop(heap)
+        entries = self._entries
+
+        def verdict(item: tuple[float, int, Key]) -> bool | None:
             entry = entries.get(item[2])
             if entry is None or entry.seq != item[1]:
-                continue  # stale: the key was touched, removed or evicted since
-            if item[2] in protected or entry.meta.pinned or (accept and not accept(entry)):
-                skipped.append(item)
-            else:
-                chosen.append(item)
-        for item in skipped:
-            heapq.heappush(heap, item)
-        if len(chosen) < n:
-            for item in chosen:
-                heapq.heappush(heap, item)
-            return None
-        return chosen
+                return None  # stale: the key was touched, removed or evicted since
+            blocked = item[2] in protected or entry.meta.pinned
+            return not blocked and (accept is None or accept(entry))
+
+        return pop_first(self._heap, n, verdict)
 
     def _commit(self, chosen: list[tuple[float, int, Key]]) -> list[Key]:
         """Forget the selected keys (calling `_on_evict` for each) and return them."""
@@ -258,6 +249,27 @@ class PriorityPolicy(EvictionPolicy):
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self._entries)
+
+
+def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]) -> list | None:
+    """Pop the first `n` heap items whose `verdict` is True; None (and the heap as it was,
+    less stale items) when there are fewer. `verdict` None marks a stale item, dropped for good;
+    False an item that must stay, pushed back afterwards. The shared evictor's selection step."""
+    chosen: list[tuple] = []
+    skipped: list[tuple] = []
+    while heap and len(chosen) < n:
+        item = heapq.heappop(heap)
+        ok = verdict(item)
+        if ok is None:
+            continue
+        (chosen if ok else skipped).append(item)
+    for item in skipped:
+        heapq.heappush(heap, item)
+    if len(chosen) < n:
+        for item in chosen:
+            heapq.heappush(heap, item)
+        return None
+    return chosen
 
 
 _REGISTRY: dict[str, Callable[[], type[EvictionPolicy]]] = {}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key
+from hkv.policies.base import EMPTY, EvictionPolicy, Key, pop_first
 
 NEVER = math.inf
 
@@ -93,23 +93,15 @@ class BeladyPolicy(EvictionPolicy):
 
     def _pop_farthest(self, n: int, protected: Collection[Key]) -> list[tuple] | None:
         """Pop the `n` evictable entries of farthest next use, or restore the heap and say None."""
-        chosen, skipped, heap = [], [], self._heap
-        while heap and len(chosen) < n:
-            item = heapq.heappop(heap)
-            state = self._resident.get(item[2])
+        resident = self._resident
+
+        def verdict(item: tuple) -> bool | None:
+            state = resident.get(item[2])
             if state is None or state[0] != -item[0]:
-                continue
-            if item[2] in protected or state[1].pinned:
-                skipped.append(item)
-            else:
-                chosen.append(item)
-        for item in skipped:
-            heapq.heappush(heap, item)
-        if len(chosen) < n:
-            for item in chosen:
-                heapq.heappush(heap, item)
-            return None
-        return chosen
+                return None
+            return item[2] not in protected and not state[1].pinned
+
+        return pop_first(self._heap, n, verdict)
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         next_use = self._consume(key)
