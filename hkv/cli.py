@@ -70,6 +70,8 @@ def _run_plan(args: argparse.Namespace) -> None:
 
 def render_plan(p: dict[str, Any]) -> str:
     """A plan as a few lines a person reads."""
+    from hkv.flags import serve_command
+
     lines = [
         f"{p['model']} on {p['gpus']} x {p['gpu_mem_gib']:g} GiB GPU(s), {p['cpu_ram_gib']:g} GiB "
         f"RAM, max-model-len {p['max_model_len']}, {p['max_num_seqs']} seqs",
@@ -85,14 +87,8 @@ def render_plan(p: dict[str, Any]) -> str:
     lines += [f"  reason: {r}" for r in p["reasons"]]
     lines += [f"  suggestion: {s}" for s in p["suggestions"]]
     lines += [f"  warning: {w}" for w in p["warnings"]]
-    lines.append("  vllm serve " + " ".join(_quote(a) for a in p["vllm_args"]))
+    lines.append("  " + serve_command(p["vllm_args"]))
     return "\n".join(lines)
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
 
 
 # -- hkv flags -----------------------------------------------------------------------------------
