@@ -1,0 +1,135 @@
+"""HkvCache in model.generate: token-identical to DynamicCache with lossless cold blocks."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from transformers import DynamicCache, MiniMaxM2ForCausalLM
+
+from hkv.blocks import Tier
+from hkv.errors import HkvError
+from hkv.integrations.transformers import HkvCache, HkvCacheSettings, HkvSessionStore
+from hkv.tiny_model import TinyMiniMaxSettings, tiny_config
+
+VOCAB = 320
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A tiny MiniMax-M2 in fp32 with random weights (no tokenizer: token ids are random)."""
+    tokenizer = type(
+        "Tok", (), {"__len__": lambda self: VOCAB, "bos_token_id": 1, "eos_token_id": 2}
+    )
+    config = tiny_config(TinyMiniMaxSettings(num_layers=2), tokenizer())
+    torch.manual_seed(0)
+    return MiniMaxM2ForCausalLM(config).to(torch.float32).eval()
+
+
+def prompt(n: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (1, n), generator=gen)
+
+
+def generate(model, input_ids, cache, new_tokens=24):
+    with torch.no_grad():
+        return model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            past_key_values=cache,
+            do_sample=False,
+            max_new_tokens=new_tokens,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+
+
+SMALL = HkvCacheSettings(
+    block_tokens=8, hot_blocks=7, host_blocks=64, sink_blocks=1, recent_blocks=2
+)
+
+
+def test_greedy_tokens_equal_dynamic_cache_with_most_blocks_cold(model) -> None:
+    input_ids = prompt(70)
+    reference = generate(model, input_ids, DynamicCache(config=model.config))
+    cache = HkvCache(model.config, SMALL)
+    out = generate(model, input_ids, cache)
+    assert torch.equal(out, reference)
+    m = cache.manager
+    assert cache.get_seq_length() == out.shape[1] - 1
+    assert len(m.block_ids(Tier.HOST)) > len(m.block_ids(Tier.GPU))  # most of the KV is cold
+    assert m.stats.hits["host"] > 0 and m.stats.demoted["host"] > 0
+
+
+def test_returned_kv_is_bit_identical_to_dynamic_cache(model) -> None:
+    input_ids = prompt(50, seed=1)
+    ours, theirs = HkvCache(model.config, SMALL), DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids, past_key_values=ours, use_cache=True)
+        model(input_ids, past_key_values=theirs, use_cache=True)
+    k = torch.randn(1, 2, 3, 32)
+    for i in range(2):
+        got = ours.layers[i].update(k, k)
+        want = theirs.layers[i].update(k, k)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_second_turn_prefills_only_new_tokens_and_matches_dynamic_cache(model) -> None:
+    store = HkvSessionStore(model.config, SMALL)
+    turn1 = prompt(40, seed=2)
+    cache = store.cache_for("chat", turn1)
+    out1 = generate(model, turn1, cache, new_tokens=10)
+    store.finish_turn("chat", cache, out1)
+    assert not cache.manager.block_ids(Tier.GPU)  # the whole session is in host RAM
+    turn2 = torch.cat([out1, prompt(13, seed=3)], dim=1)
+    cache2 = store.cache_for("chat", turn2)
+    assert cache2 is cache and store.last_decision["action"] == "load"
+    before = len(cache.layers[0].new_tokens)
+    out2 = generate(model, turn2, cache2, new_tokens=10)
+    assert cache.layers[0].new_tokens[before] == turn2.shape[1] - (out1.shape[1] - 1)
+
+    reference_cache = DynamicCache(config=model.config)
+    ref1 = generate(model, turn1, reference_cache, new_tokens=10)
+    ref2 = generate(model, turn2, reference_cache, new_tokens=10)
+    assert torch.equal(ref1, out1) and torch.equal(ref2, out2)
+
+
+def test_cost_model_may_choose_recompute(model) -> None:
+    class AlwaysRecompute:
+        def decide(self, meta, tier, fmt):
+            return types.SimpleNamespace(load_s=1.0, recompute_s=0.5)
+
+    store = HkvSessionStore(model.config, SMALL, cost_model=AlwaysRecompute())
+    turn1 = prompt(30, seed=4)
+    cache = store.cache_for("chat", turn1)
+    out1 = generate(model, turn1, cache, new_tokens=4)
+    store.finish_turn("chat", cache, out1)
+    cache2 = store.cache_for("chat", torch.cat([out1, prompt(5)], dim=1))
+    assert cache2 is not cache and store.last_decision["action"] == "recompute"
+    assert cache2.get_seq_length() == 0
+
+
+def test_settings_name_the_bad_field() -> None:
+    with pytest.raises(HkvError, match="hot_blocks"):
+        HkvCache(2, HkvCacheSettings(hot_blocks=6, sink_blocks=1, recent_blocks=2))
+    with pytest.raises(HkvError, match="block_tokens"):
+        HkvCacheSettings(block_tokens=0)
+
+
+def test_only_blocks_outside_the_hot_window_move_each_step(model) -> None:
+    # 2 layers x (1 sink + 1 recent) pinned = 4; of the 12 other slots 3 are kept for
+    # streaming, so each layer keeps a window of the 4 blocks before its recent one.
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=16, sink_blocks=1, recent_blocks=1)
+    cache = HkvCache(model.config, settings)
+    with torch.no_grad():
+        out = model(prompt(120, seed=5), past_key_values=cache, use_cache=True)  # 15 blocks
+        next_id = out.logits[:, -1:].argmax(-1)
+        m = cache.manager
+        for _ in range(3):
+            before = m.stats.hits["host"]
+            next_id = model(next_id, past_key_values=cache, use_cache=True).logits.argmax(-1)
+            assert m.stats.hits["host"] - before == 2 * 9  # 15 - sink - recent - window of 4
+    for layer in cache.layers:
+        hot = [i for i in range(15) if m.where(layer.block_key(i)) is Tier.GPU]
+        assert {0, 10, 11, 12, 13, 14} <= set(hot)
