@@ -30,6 +30,8 @@ for _name, _module, _cls in (
     ("arc", "arc", "ARCPolicy"),
     ("s3fifo", "s3fifo", "S3FIFOPolicy"),
     ("gdsf", "gdsf", "GDSFPolicy"),
+    ("dip", "dip", "DIPPolicy"),
+    ("bip", "dip", "BIPPolicy"),
     ("cost_aware", "cost_aware", "CostAwarePolicy"),
     ("modality_aware", "modality_aware", "ModalityAwarePolicy"),
     ("belady", "belady", "BeladyPolicy"),
