@@ -240,6 +240,57 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     assert all(Path(figure).is_file() for figure in r["figures"])
 
 
+def check_benchmarks(r: dict[str, Any]) -> None:
+    for row in r["provenance"]:  # every committed result names its machine
+        assert row["platform"] and row["accelerator"] and row["date"], row
+    transfer = r["transfer"]
+    worst = transfer["worst_batched_vs_bulk"]
+    assert sorted(worst.values()) == sorted(transfer["file_worst_batched_vs_bulk"].values())
+    assert all(ratio >= 0.9 for ratio in worst.values()), worst
+    assert all(ratio > 1.0 for ratio in transfer["batched_vs_per_block_smallest_block"].values())
+    assert transfer["disk_vs_sequential_worst"] == transfer["file_disk_vs_sequential_worst"]
+    assert transfer["disk_vs_sequential_worst"] >= 0.8
+    best = r["policies"]["best_online"]
+    assert len(best) == 8
+    for key, row in best.items():
+        assert row["policy"] != "belady", key
+        assert row["lru"] <= row["hit_rate"] <= row["belady"], key
+        assert 0.0 < row["share_of_belady"] < 1.0, key
+    assert r["vllm_replay"]["rows"] > 0
+    assert 0.0 <= r["vllm_replay"]["max_abs_diff_points"] <= 0.5
+    gpu = r["vllm_h200"]
+    assert len(gpu["run_sets"]) == 2 and gpu["compare_cpu_gib"] == 8.0
+    assert gpu["bip_vs_lru_cached_share"]["hkv_bip"] > gpu["bip_vs_lru_cached_share"]["lru"]
+    e2e = r["e2e"]
+    assert e2e["layers"] == 4
+    assert e2e["min_peak_decode_vs_dynamic"] >= 1.0  # no VRAM saving visible at 4 layers
+    for context, speeds in e2e["speed_vs_hot_100"].items():
+        assert speeds["1.0"] == 1.0, context
+        assert speeds["0.32"] == e2e["speed_at_claim_hot_fraction"][context]
+        assert speeds["0.5"] < 1.0 and speeds["0.32"] < 1.0 and speeds["0.1"] < 1.0, context
+    restore = e2e["restore_speedup"]
+    assert restore["32768"] > restore["8192"] > 1.0  # restoring pays from 8K on
+    live = r["live"]
+    assert 0.0 < live["elapsed_s"] < 60.0
+    capacities = list(live["capacity_blocks"])
+    sizes = [live["capacity_blocks"][c] for c in capacities]
+    assert sizes == sorted(sizes)
+    for policy, rates in live["hit_rates"].items():
+        values = [rates[c] for c in capacities]
+        assert all(0.0 <= v <= 1.0 for v in values), policy
+        assert values == sorted(values), (policy, values)  # non-decreasing in capacity
+    belady = live["hit_rates"]["belady"]
+    for c in capacities:
+        assert all(rates[c] <= belady[c] for rates in live["hit_rates"].values())
+    article = r["article"]
+    assert article["hot_fraction"] == 0.32 and article["speed_kept"] == 0.76
+    # single-sequence streaming of cold KV does not reach the article's 76 % of speed
+    assert all(speed < article["speed_kept"] for speed in article["hkv_speed_kept"].values())
+    assert article["hkv_speed_kept"] == e2e["speed_at_claim_hot_fraction"]
+    assert all(0 < bound < 100 for bound in article["link_bound_tokens_per_s"].values())
+    assert len(r["figures"]) == 7 and all(Path(figure).is_file() for figure in r["figures"])
+
+
 def check_custom_modality_manager(r: dict[str, Any]) -> None:
     assert r["config_is_article_example"] is True
     assert r["policy"] == "modality_aware"
@@ -276,6 +327,7 @@ CHECKS = {
     "03_flags": check_flags,
     "04_policies": check_policies,
     "05_failure_modes": check_failure_modes,
+    "06_benchmarks": check_benchmarks,
     "07_custom_modality_manager": check_custom_modality_manager,
 }
 
