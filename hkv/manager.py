@@ -25,6 +25,10 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
   in `lost`, never returned.
 - Overlap: `prepare_access` launches the host -> GPU copies and returns; `complete_access` waits.
   Demotions needed to make room are finished inside `prepare_access`. One access may be pending.
+- Write-once blocks: KV of sealed tokens never changes, so a block loaded from host keeps its host
+  copy (`retain_host_copies`, on by default) and demoting it again only frees its GPU slot: no
+  copy, no wait. Retained copies are the first host bytes given up when the arena is short. A
+  caller that rewrites GPU blocks in place must turn this off.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ class ManagerStats:
     refused: int = 0
     demoted: dict[str, int] = field(default_factory=lambda: _zeros(("host", "disk")))
     capped: int = 0  # of the demotions from the GPU: over a modality's max_keep_blocks
+    demoted_clean: int = 0  # of the demotions to host: the host had kept a copy, none was made
     dropped: int = 0
     bytes_moved: dict[str, int] = field(default_factory=lambda: _zeros(Link))
     transfer_s: dict[str, float] = field(default_factory=lambda: _zeros(Link, float))
@@ -168,8 +173,11 @@ class HybridKVCacheManager:
         cost_model: Any = None,
         device: str | torch.device | None = None,
         pin_memory: bool | None = None,
+        retain_host_copies: bool = True,
     ):
         self.layout = layout
+        self.retain_host_copies = retain_host_copies
+        self._retained: dict[int, None] = {}  # GPU blocks whose host copy is kept, oldest first
         self.config = config if config is not None else HybridKVCacheConfig()
         self.cost_model = cost_model
         self.engine = TransferEngine(device)
@@ -199,6 +207,9 @@ class HybridKVCacheManager:
         self._hot: dict[Modality, set[int]] = {m: set() for m in Modality}
         self._num_pinned = 0
         self._pending: PendingAccess | None = None
+        self._done: dict[int, tuple[PendingAccess, AccessResult]] = {}  # the last completed
+        self.gpu_departures = 0
+        """Times a block left its GPU slot; a map of blocks to slots stays valid while it holds."""
         self.stats = ManagerStats()
 
     def _formats(self) -> set[str]:
@@ -306,17 +317,32 @@ class HybridKVCacheManager:
         self._pending = pending
         return pending
 
+    @property
+    def pending(self) -> PendingAccess | None:
+        """The access launched by `prepare_access` and not completed yet, if any."""
+        return self._pending
+
     def complete_access(self, pending: PendingAccess) -> AccessResult:
-        """Wait for `pending`'s loads; the blocks are on the GPU and usable from any stream."""
+        """Wait for `pending`'s loads; the blocks are on the GPU and usable from any stream.
+
+        A second call for an access that another user of the manager completed first (so that
+        its own access could proceed) returns the same result.
+        """
         if pending is not self._pending:
+            done = self._done.get(id(pending))
+            if done is not None and done[0] is pending:
+                return done[1]
             raise HkvError("complete_access: not the pending access of this manager")
         for transfer, link in pending.transfers:
             done = self.engine.complete_load(transfer)
             self.stats.moved(link, done.nbytes, done.device_s)
         for block in pending.loads:
             if block.host_offset is not None:
-                self.host.free([block.host_offset])
-                block.host_offset = None
+                if self.retain_host_copies:
+                    self._retained[block.key] = None
+                else:
+                    self.host.free([block.host_offset])
+                    block.host_offset = None
             if block.disk_slot is not None:
                 self.disk.free([block.disk_slot])
                 block.disk_slot = None
@@ -335,9 +361,40 @@ class HybridKVCacheManager:
             for k in pending.ids
             if k in self._blocks and self._blocks[k].gpu_slot is not None
         }
-        return AccessResult(
+        result = AccessResult(
             True, slots, pending.hits, pending.recompute, pending.lost, pending.missing
         )
+        self._done = {id(pending): (pending, result)}  # the last one only
+        return result
+
+    def touch(self, block_ids: Iterable[int]) -> None:
+        """Tell the GPU policy that these GPU blocks were just used (nothing moves).
+
+        For a reader that keeps its own map of blocks to slots (`gpu_slots_of`) and so does not
+        `access` blocks that are already on the GPU.
+        """
+        touch, blocks = self.policies[Tier.GPU].touch, self._blocks
+        for key in block_ids:
+            block = blocks.get(key)
+            if block is None or block.gpu_slot is None:
+                raise HkvError(f"touch: block {key!r} is not on the GPU; access() it instead")
+            touch(key)
+
+    def evictable(self, block_id: int) -> bool:
+        """On the GPU, unpinned and not being loaded: `demote` may take it now."""
+        block = self._blocks.get(block_id)
+        return block is not None and block.gpu_slot is not None and not block.pins
+
+    def gpu_slots_of(self, block_ids: Iterable[int]) -> list[int] | None:
+        """The GPU slots of `block_ids`, in order, if every one is on the GPU and readable
+        (not still being loaded); else None. Valid while `gpu_departures` is unchanged."""
+        blocks, slots = self._blocks, []
+        for key in block_ids:
+            block = blocks.get(key)
+            if block is None or block.gpu_slot is None or block.inflight:
+                return None
+            slots.append(block.gpu_slot)
+        return slots
 
     def pin(self, block_ids: Iterable[int]) -> None:
         """Keep blocks on the GPU until `unpin` (pins nest). They must be on the GPU."""
@@ -465,27 +522,45 @@ class HybridKVCacheManager:
             policy.insert(block.key, block.meta)
 
     def _demote_gpu(self, blocks: list[_Block]) -> None:
-        """GPU -> host for blocks already out of the GPU policy, batched per cold format."""
+        """GPU -> host for blocks already out of the GPU policy, batched per cold format.
+
+        In batches the arena can take at once, so that a demotion larger than the arena flows
+        on to disk through it instead of being dropped."""
         by_fmt = defaultdict(list)
         for block in blocks:
             by_fmt[block.fmt].append(block)
         for fmt, group in by_fmt.items():
-            kept = self._admit_cold(Tier.HOST, group)
-            offsets = self._host_room(fmt, len(kept)) if kept else None
-            if offsets is None:
-                kept = []
-            kept_ids = {b.key for b in kept}
-            self._drop([b for b in group if b.key not in kept_ids])
-            if not kept:
-                continue
-            slots = [b.gpu_slot for b in kept]
-            done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
-            self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
-            for block, offset in zip(kept, offsets.tolist(), strict=True):
-                self._leave_gpu(block)
-                block.host_offset, block.meta.tier = offset, Tier.HOST
-                self.policies[Tier.HOST].insert(block.key, block.meta)
-            self.stats.demoted["host"] += len(kept)
+            step = max(1, self.host.capacity_bytes // self._stride(fmt) // 2)
+            for first in range(0, len(group), step):
+                batch = group[first : first + step]
+                kept = self._admit_cold(Tier.HOST, batch)
+                kept_ids = {b.key for b in kept}
+                self._drop([b for b in batch if b.key not in kept_ids])
+                clean = [b for b in kept if b.host_offset is not None]
+                for block in clean:  # the host still has its bytes: nothing to copy
+                    del self._retained[block.key]
+                    self._leave_gpu(block)
+                    block.meta.tier = Tier.HOST
+                    self.policies[Tier.HOST].insert(block.key, block.meta)
+                self.stats.demoted["host"] += len(clean)
+                self.stats.demoted_clean += len(clean)
+                dirty = [b for b in kept if b.host_offset is None]
+                if dirty:
+                    self._copy_to_host(dirty, fmt)
+
+    def _copy_to_host(self, kept: list[_Block], fmt: str) -> None:
+        offsets = self._host_room(fmt, len(kept))
+        if offsets is None:
+            self._drop(kept)
+            return
+        slots = [b.gpu_slot for b in kept]
+        done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
+        self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
+        for block, offset in zip(kept, offsets.tolist(), strict=True):
+            self._leave_gpu(block)
+            block.host_offset, block.meta.tier = offset, Tier.HOST
+            self.policies[Tier.HOST].insert(block.key, block.meta)
+        self.stats.demoted["host"] += len(kept)
 
     def _host_room(self, fmt: str, count: int) -> np.ndarray | None:
         """Host extents for `count` blocks of `fmt`, demoting host blocks to disk as needed."""
@@ -494,6 +569,13 @@ class HybridKVCacheManager:
             over = len(policy) + count - policy.capacity_blocks
             if over <= 0 and self.host.can_allocate(nbytes, count):
                 return self.host.allocate(nbytes, count)
+            if self._retained and not self.host.can_allocate(nbytes, count):
+                # copies of GPU blocks go first: the GPU has their bytes
+                block = self._blocks[next(iter(self._retained))]
+                del self._retained[block.key]
+                self.host.free([block.host_offset])
+                block.host_offset = None
+                continue
             short = count * self._stride(fmt) - (self.host.capacity_bytes - self.host.used_bytes)
             want = max(over, -(-short // self._stride("bf16")), 1)
             victims = policy.evict(min(want, len(policy))) if len(policy) else None
@@ -643,6 +725,7 @@ class HybridKVCacheManager:
             block.meta.pinned = False
 
     def _leave_gpu(self, block: _Block) -> None:
+        self.gpu_departures += 1
         self.gpu.free([block.gpu_slot])
         block.gpu_slot = None
         self._hot[block.meta.modality].discard(block.key)
@@ -660,6 +743,7 @@ class HybridKVCacheManager:
             self._leave_gpu(block)
         if block.host_offset is not None:
             self.host.free([block.host_offset])
+            self._retained.pop(block.key, None)
         if block.disk_slot is not None:
             self.disk.free([block.disk_slot])
         if block.pins:

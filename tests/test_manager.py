@@ -262,3 +262,64 @@ def test_every_policy_keeps_the_invariants(tmp_path, name: str) -> None:
             assert m.access([key]).ok
         if key in m:
             assert torch.equal(m.gpu_view(key), kv(key)), (name, key)
+
+
+def test_reloaded_block_keeps_its_host_copy_and_demotes_without_a_copy(tmp_path) -> None:
+    m = manager(tmp_path, gpu=2, host=4, disk=0)
+    fill(m, range(3))  # block 0 went to host
+    assert m.where(0) is Tier.HOST
+    copied = m.stats.bytes_moved["gpu_to_host"]
+    assert m.access([0]).hits == {"host": 1}  # 1 is demoted (a copy) to make room
+    assert m.stats.bytes_moved["gpu_to_host"] == 2 * copied
+    m.demote([0])  # the host still holds 0's bytes
+    assert m.where(0) is Tier.HOST and m.stats.demoted_clean == 1
+    assert m.stats.bytes_moved["gpu_to_host"] == 2 * copied
+    m.access([0])
+    assert torch.equal(m.gpu_view(0), kv(0))
+
+
+def test_retained_copies_are_given_up_first_when_the_host_is_short(tmp_path) -> None:
+    m = manager(tmp_path, gpu=4, host=6, disk=0)
+    fill(m, range(8))  # 0-3 in host RAM, 4-7 on the GPU
+    m.access([0, 1])  # 0, 1 back (copies kept), 4, 5 demoted: the arena is full now
+    assert m.where(4) is Tier.HOST and m.where(0) is Tier.GPU
+    departures = m.gpu_departures
+    fill(m, [8, 9])  # 6, 7 must go to host: the copies of 0 and 1 make the room
+    assert m.gpu_departures == departures + 2
+    assert {m.where(k) for k in (2, 3, 4, 5, 6, 7)} == {Tier.HOST}  # nothing dropped
+    assert m.stats.dropped == 0
+    m.access([6, 7])  # demoted through the room the copies left: bytes intact
+    assert torch.equal(m.gpu_view(6), kv(6)) and torch.equal(m.gpu_view(7), kv(7))
+
+
+def test_without_retained_copies_every_demotion_copies(tmp_path) -> None:
+    m = manager(tmp_path, gpu=2, host=4, disk=0, retain_host_copies=False)
+    fill(m, range(3))
+    m.access([0])
+    m.demote([0])
+    assert m.stats.demoted_clean == 0 and m.where(0) is Tier.HOST
+
+
+def test_touch_and_slot_map_for_readers_that_skip_access(tmp_path) -> None:
+    m = manager(tmp_path, gpu=3, host=4, disk=0)
+    fill(m, range(3))
+    assert m.gpu_slots_of([0, 1, 2]) is not None
+    m.touch([0])  # 0 is now the most recent: 1 is the next victim
+    fill(m, [3])
+    assert m.where(1) is Tier.HOST and m.gpu_slots_of([0, 1]) is None
+    with pytest.raises(HkvError, match="access"):
+        m.touch([1])
+    pending = m.prepare_access([1])
+    assert m.pending is pending and m.gpu_slots_of([1]) is None  # still arriving
+    first = m.complete_access(pending)
+    assert m.complete_access(pending) is first  # a second completion returns the same
+
+
+def test_demotion_larger_than_the_host_arena_flows_on_to_disk(tmp_path) -> None:
+    m = manager(tmp_path, gpu=12, host=4, disk=16)
+    fill(m, range(12))
+    m.demote(range(12))  # three arenas' worth at once
+    assert m.stats.dropped == 0
+    assert len(m.block_ids(Tier.HOST)) == 4 and len(m.block_ids(Tier.DISK)) == 8
+    m.access([0, 1, 2, 3])
+    assert all(torch.equal(m.gpu_view(k), kv(k)) for k in range(4))
