@@ -12,6 +12,7 @@ import logging
 import os
 import platform
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,6 +69,65 @@ def gpus() -> tuple[GpuMemory, ...]:
     return tuple(
         GpuMemory(d.index, d.name(), int(d.memory_total()), int(d.memory_used())) for d in devices
     )
+
+
+class GpuPeakSampler:
+    """Peak memory used on one GPU as the driver sees it (nvitop over NVML: every process's
+    allocations, the CUDA context and PyTorch's cached blocks), sampled on a thread every
+    `interval_s` while the `with` block runs. `peak_bytes` is None without nvitop or a GPU.
+
+        with GpuPeakSampler() as sampler:
+            run()
+        sampler.peak_bytes
+    """
+
+    def __init__(self, index: int = 0, interval_s: float = 0.005):
+        self.index, self.interval_s = index, interval_s
+        self.peak_bytes: int | None = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._device = None
+        if any(g.index == index for g in gpus()):
+            from nvitop import Device
+
+            self._device = Device(index)
+
+    def _read(self) -> int:
+        used = int(self._device.memory_used())
+        self.peak_bytes = used if self.peak_bytes is None else max(self.peak_bytes, used)
+        self.samples += 1
+        return used
+
+    def now(self, peak: bool = False) -> int | None:
+        """Memory used now (a fresh reading), or the peak so far including it."""
+        if self._device is None:
+            return None
+        used = self._read()
+        return self.peak_bytes if peak else used
+
+    def restart(self) -> None:
+        """Forget the peak so far: the next one is over what follows."""
+        if self._device is not None:
+            self.peak_bytes = None
+            self._read()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def __enter__(self) -> GpuPeakSampler:
+        if self._device is not None:
+            self._read()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._read()
 
 
 def snapshot() -> MemorySnapshot:
