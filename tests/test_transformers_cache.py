@@ -133,3 +133,61 @@ def test_only_blocks_outside_the_hot_window_move_each_step(model) -> None:
     for layer in cache.layers:
         hot = [i for i in range(15) if m.where(layer.block_key(i)) is Tier.GPU]
         assert {0, 10, 11, 12, 13, 14} <= set(hot)
+
+
+def test_next_layer_is_prefetched_and_tokens_stay_identical(model) -> None:
+    input_ids = prompt(90, seed=6)
+    reference = generate(model, input_ids, DynamicCache(config=model.config))
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=16, sink_blocks=1, recent_blocks=1)
+    cache = HkvCache(model.config, settings)
+    out = generate(model, input_ids, cache)
+    assert torch.equal(out, reference)
+    assert cache.store.prefetched > 0  # loads launched a layer ahead were used, not redone
+    off = HkvCache(
+        model.config,
+        HkvCacheSettings(
+            block_tokens=8, hot_blocks=16, sink_blocks=1, recent_blocks=1, prefetch=False
+        ),
+    )
+    assert torch.equal(generate(model, input_ids, off), reference)
+    assert off.store.prefetched == 0
+    # the same blocks move either way: a prefetch replaces a load, it does not add one
+    assert cache.manager.stats.hits["host"] == off.manager.stats.hits["host"]
+
+
+def test_all_hot_decode_moves_nothing_and_keeps_lru_order(model) -> None:
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1)
+    cache = HkvCache(model.config, settings)
+    generate(model, prompt(60, seed=7), cache, new_tokens=12)
+    m = cache.manager
+    assert m.stats.hits["host"] == 0 and sum(m.stats.bytes_moved.values()) == 0
+    # every step touched every block: the least recent is the oldest block of the first layer
+    victims = m.policies[Tier.GPU].evict(1, set())
+    assert victims == [cache.layers[0].block_key(1)]  # block 0 is a pinned sink
+
+
+def test_waiting_session_is_prefetched_while_another_runs(model) -> None:
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=40, host_blocks=128)
+    store = HkvSessionStore(model.config, settings)
+    turns = {name: prompt(30, seed=seed) for name, seed in (("a", 8), ("b", 9))}
+    outs = {}
+    for name, ids in turns.items():
+        cache = store.cache_for(name, ids)
+        outs[name] = generate(model, ids, cache, new_tokens=6)
+        store.finish_turn(name, cache, outs[name])
+    next_b = torch.cat([outs["b"], prompt(5, seed=11)], dim=1)
+    cache_b = store.cache_for("b", next_b)  # b's turn 2 starts (its first layer loading), a waits
+    manager = cache_b.manager
+    assert manager.pending is not None
+    launched = store.prefetch("a")  # right away: b's own load is completed, not in the way
+    assert launched > 0 and manager.pending is not None
+    generate(model, next_b, cache_b, new_tokens=3)
+    store.finish_turn("b", cache_b, next_b)
+    next_a = torch.cat([outs["a"], prompt(5, seed=10)], dim=1)
+    cache = store.cache_for("a", next_a)  # the prefetch may still be in flight: no wait
+    assert store.last_decision["action"] == "load"
+    out = generate(model, next_a, cache, new_tokens=6)
+    reference = DynamicCache(config=model.config)
+    generate(model, turns["a"], reference, new_tokens=6)
+    assert torch.equal(out, generate(model, next_a, reference, new_tokens=6))
+    assert store.prefetch("nobody") == 0

@@ -36,6 +36,7 @@ loaded, not recomputed) unless the cost model says recomputing the prefix is che
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.config import HybridKVCacheConfig
 from hkv.errors import HkvError
-from hkv.manager import HybridKVCacheManager
+from hkv.manager import AccessResult, HybridKVCacheManager
 from hkv.tiers import BlockLayout
 
 LOSSLESS = HybridKVCacheConfig(
@@ -64,8 +65,9 @@ class HkvCacheSettings:
     `hot_blocks` is the manager's GPU pool in blocks, all layers together (one block = one layer's
     `block_tokens` tokens); it must exceed the pinned blocks, `(sink_blocks + recent_blocks) *
     num_layers`, so that cold blocks have slots to come back through. `host_blocks` sizes the
-    host arena (blocks of the layout's dtype). `config` picks the policy and cold formats
-    (default: LRU, lossless).
+    host arena (blocks of the layout's dtype); `disk_blocks` slots in a file at `disk_path` take
+    what the arena cannot hold. `prefetch` loads the next layer's cold blocks while the current
+    layer computes. `config` picks the policy and cold formats (default: LRU, lossless).
     """
 
     block_tokens: int = 256
@@ -73,6 +75,9 @@ class HkvCacheSettings:
     host_blocks: int = 4096
     sink_blocks: int = 1
     recent_blocks: int = 2
+    disk_blocks: int = 0
+    disk_path: str | None = None
+    prefetch: bool = True
     config: HybridKVCacheConfig = field(default_factory=lambda: LOSSLESS)
 
     def __post_init__(self) -> None:
@@ -80,7 +85,7 @@ class HkvCacheSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise HkvError(f"HkvCacheSettings.{name}: got {value!r}; expected an int >= {low}")
-        for name in ("sink_blocks", "recent_blocks"):
+        for name in ("sink_blocks", "recent_blocks", "disk_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise HkvError(f"HkvCacheSettings.{name}: got {value!r}; expected an int >= 0")
@@ -114,6 +119,10 @@ class _BlockStore:
         self.manager: HybridKVCacheManager | None = manager
         self.num_pinned = 0  # pins this cache holds (the manager's other users must hold none)
         self.streamed: dict[int, None] = {}  # blocks loaded back for an assembly, oldest first
+        self.layers: list[HkvLayer] = []  # weak proxies, set by HkvCache (no reference cycle)
+        self.prefetch_for: int | None = None  # the layer whose blocks are in flight
+        self.prefetch_pending: Any = None  # and the manager's pending access that loads them
+        self.prefetched = 0  # blocks loaded ahead of their layer
         unpinned = (
             settings.hot_blocks - (settings.sink_blocks + settings.recent_blocks) * num_layers
         )
@@ -130,6 +139,8 @@ class _BlockStore:
                 layout,
                 gpu_blocks=self.settings.hot_blocks,
                 host_blocks=self.settings.host_blocks,
+                disk_blocks=self.settings.disk_blocks,
+                disk_path=self.settings.disk_path,
                 config=self.settings.config,
                 device=keys.device,
             )
@@ -139,10 +150,49 @@ class _BlockStore:
         """Blocks one access may touch: every slot not pinned by this cache."""
         return self.manager.gpu.capacity_blocks - self.num_pinned
 
-    def available(self) -> int:
-        """GPU slots a batch of loads can take without evicting a window block."""
-        on_gpu = sum(1 for k in self.streamed if self.manager.where(k) is Tier.GPU)
+    def available(self, layer: HkvLayer | None = None) -> int:
+        """GPU slots a batch of loads can take without evicting a window block (or a block of
+        `layer`, which the loads are for)."""
+        evictable, owns = self.manager.evictable, layer.owns if layer else lambda k: False
+        on_gpu = sum(1 for k in self.streamed if evictable(k) and not owns(k))
         return self.manager.gpu.num_free + on_gpu
+
+    def settle(self) -> None:
+        """Complete the manager's pending access (a prefetch) before one that moves blocks."""
+        pending = self.manager.pending
+        if pending is not None:
+            self.manager.complete_access(pending)
+        self.prefetch_for = self.prefetch_pending = None
+
+    def prefetch_next(self, layer_idx: int) -> int:
+        """Launch the loads of the next layer's cold blocks (the layer after `layer_idx`, the
+        first after the last) as far as slots free or held by streamed blocks allow, on the
+        transfer streams, and return; that layer's next `update` completes them, so the copies
+        overlap this layer's attention and MLP. Returns the number of blocks launched."""
+        manager = self.manager
+        if not self.settings.prefetch or manager is None or manager.pending is not None:
+            return 0
+        layer = self.layers[(layer_idx + 1) % self.num_layers]
+        cached = layer._slot_map
+        if cached is not None and cached[:2] == (manager.gpu_departures, layer.num_blocks):
+            return 0  # all of it is on the GPU where it was
+        keys = layer._keys
+        cold = [k for k in keys if manager.where(k) is Tier.HOST]
+        if not cold:
+            return 0
+        cold = cold[: max(0, self.available(layer) - self.settings.recent_blocks)]
+        if not cold:
+            return 0
+        self.make_room(len(cold), set(keys))
+        cold = cold[: manager.gpu.num_free]
+        if not cold:
+            return 0
+        pending = manager.prepare_access(cold)
+        if isinstance(pending, AccessResult):
+            return 0
+        self.prefetch_for, self.prefetch_pending = layer.layer_idx, pending
+        self.prefetched += len(cold)
+        return len(cold)
 
     def make_room(self, count: int, protected: set[int]) -> None:
         """Free GPU slots for `count` blocks by demoting streamed blocks first.
@@ -158,13 +208,24 @@ class _BlockStore:
         for key in list(self.streamed):
             if key in protected:
                 continue
+            if not self.manager.evictable(key):
+                if self.manager.where(key) is not Tier.GPU:
+                    del self.streamed[key]
+                continue  # in use or still arriving: stays listed for later
             del self.streamed[key]
-            if self.manager.where(key) is Tier.GPU:
-                victims.append(key)
-                if len(victims) == short:
-                    break
+            victims.append(key)
+            if len(victims) == short:
+                break
         if victims:
             self.manager.demote(victims)
+
+
+TOUCH_EVERY = 16
+"""Updates between the policy's touches of a layer whose blocks all stay on the GPU: recency at
+a granularity of 16 steps, for a fraction of the per-step Python cost of touching every block."""
+
+KEYS = 1 << 40
+"""Keys per cache: `HkvSessionStore` gives each session's cache the next multiple as its base."""
 
 
 class HkvLayer(DynamicLayer):
@@ -181,9 +242,17 @@ class HkvLayer(DynamicLayer):
         self.tail_keys: torch.Tensor | None = None
         self.tail_values: torch.Tensor | None = None
         self.new_tokens: list[int] = []  # tokens each update brought (a prefill shows here)
+        self._keys: list[int] = []  # block_key(i) for every sealed block
+        self._slot_map: tuple[int, int, torch.Tensor] | None = None  # (departures, n, slots)
+        self.needs_pins = False  # a turn resumed: pin sinks and recent blocks at next update
+        self._since_touch = 0  # fast-path updates since the policy last heard of these blocks
 
     def block_key(self, index: int) -> int:
         return self.key_base + index * self.store.num_layers + self.layer_idx
+
+    def owns(self, key: int) -> bool:
+        offset = key - self.key_base - self.layer_idx
+        return offset >= 0 and offset % self.store.num_layers == 0 and key < self.key_base + KEYS
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         if key_states.shape[0] != 1:
@@ -199,7 +268,13 @@ class HkvLayer(DynamicLayer):
         """Append `[1, kv_heads, new, head_dim]` K/V; return the layer's whole K/V."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self.store.ensure_manager(key_states)
+        manager = self.store.ensure_manager(key_states)
+        store = self.store
+        if manager.pending is not None and manager.pending is store.prefetch_pending:
+            if store.prefetch_for == self.layer_idx:
+                store.settle()  # this layer's own prefetch
+        if self.needs_pins:
+            self.repin()
         self.new_tokens.append(key_states.shape[-2])
         self.tail_keys = torch.cat([self.tail_keys.to(key_states.device), key_states], dim=-2)
         self.tail_values = torch.cat([self.tail_values.to(value_states.device), value_states], -2)
@@ -213,6 +288,7 @@ class HkvLayer(DynamicLayer):
         self._assemble_into(kv)
         kv[0, :, sealed:] = self.tail_keys[0]
         kv[1, :, sealed:] = self.tail_values[0]
+        self.store.prefetch_next(self.layer_idx)  # overlaps this layer's attention and MLP
         return kv[0:1], kv[1:2]
 
     def _is_pinned(self, index: int) -> bool:
@@ -222,6 +298,7 @@ class HkvLayer(DynamicLayer):
     def _seal_full_blocks(self) -> None:
         """Admit every complete block of the tail; keep sinks and the most recent pinned."""
         manager, b = self.store.manager, self.store.settings.block_tokens
+        sealed_any = self.tail_keys.shape[-2] >= b
         while self.tail_keys.shape[-2] >= b:
             kv = torch.stack([self.tail_keys[0, :, :b], self.tail_values[0, :, :b]])
             kv = kv.permute(0, 2, 1, 3).unsqueeze(0)  # [1, 2, b, heads, dim]
@@ -236,6 +313,8 @@ class HkvLayer(DynamicLayer):
             self.num_blocks += 1
             pin = self._is_pinned(index)
             self.store.make_room(1, set())
+            if not manager.gpu.num_free:
+                self.store.settle()  # the admission may evict: no block may be in flight
             admission = manager.admit(
                 self.block_key(index), kv, position=index * b, tokens=b, pin=pin
             )
@@ -244,45 +323,69 @@ class HkvLayer(DynamicLayer):
                     f"HkvCache: block {index} of layer {self.layer_idx} refused: {admission.reason}"
                 )
             self.store.num_pinned += pin
+            self._keys.append(self.block_key(index))
             self.tail_keys = self.tail_keys[:, :, b:]
             self.tail_values = self.tail_values[:, :, b:]
+        if sealed_any:  # a view would keep the whole prefill's K/V alive
+            self.tail_keys, self.tail_values = self.tail_keys.clone(), self.tail_values.clone()
 
     def _assemble_into(self, kv: torch.Tensor) -> None:
         """Write this layer's blocks, in order, into `kv` `[2, heads, tokens, dim]` (one copy;
         the only other memory is one chunk's gather)."""
-        manager, b = self.store.manager, self.store.settings.block_tokens
-        gpu = manager.gpu.kv[:, 0]  # [slots, 2, b, heads, dim]
+        manager = self.store.manager
+        departures, n = manager.gpu_departures, self.num_blocks
+        cached = self._slot_map
+        if cached is None or cached[0] != departures or cached[1] != n:
+            slots = manager.gpu_slots_of(self._keys)  # None unless every block is on the GPU
+            cached = None if slots is None else (departures, n, self._index(slots))
+            self._slot_map = cached
+            if cached is not None:
+                manager.touch(self._keys)
+                self._since_touch = 0
+        if cached is not None:  # all on the GPU where they were: gather, tell the policy
+            self._since_touch += 1
+            if self._since_touch >= TOUCH_EVERY:
+                manager.touch(self._keys)
+                self._since_touch = 0
+            self._gather(kv, 0, cached[2])
+            return
+        self.store.settle()
+        hot_from = self.num_blocks - self.store.settings.recent_blocks - self.store.window_blocks
+        passing = set(self._keys[self.store.settings.sink_blocks : hot_from])
         start = 0
         for chunk, cold in self._chunks():
             self.store.make_room(len(cold), set(chunk))
             result = manager.access(chunk, pin=True)
-            hot_from = self.num_blocks - self.store.settings.recent_blocks
-            hot_from -= self.store.window_blocks
-            sinks = self.store.settings.sink_blocks
-            streamed = [self.block_key(i) for i in cold if sinks <= i < hot_from]
-            self.store.streamed.update(dict.fromkeys(streamed))
+            # outside the hot window a block on the GPU is passing through: first to leave
+            self.store.streamed.update(dict.fromkeys(k for k in chunk if k in passing))
             if not result.ok or result.to_compute:
                 raise HkvError(
                     f"HkvCache: layer {self.layer_idx} could not bring back its blocks "
                     f"({result.reason or f'{len(result.to_compute)} blocks lost'})"
                 )
-            index = torch.tensor([result.gpu_slots[k] for k in chunk], device=gpu.device)
-            blocks = gpu.index_select(0, index)  # [n, 2, b, heads, dim]
-            n = len(chunk)
-            out = kv[:, :, start * b : (start + n) * b].unflatten(2, (n, b))
-            out.copy_(blocks.permute(1, 3, 0, 2, 4))  # -> [2, heads, n, b, dim]
+            self._gather(kv, start, self._index([result.gpu_slots[k] for k in chunk]))
             manager.unpin(chunk)
-            start += n
+            start += len(chunk)
+
+    def _index(self, slots: list[int]) -> torch.Tensor:
+        return torch.tensor(slots, dtype=torch.long).to(self.store.manager.device)
+
+    def _gather(self, kv: torch.Tensor, start: int, index: torch.Tensor) -> None:
+        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on, in one
+        kernel: the pool `[slots, 2, b, heads, dim]` read as `[2, heads, slots, b, dim]`."""
+        b, n = self.store.settings.block_tokens, len(index)
+        pool = self.store.manager.gpu.kv[:, 0].permute(1, 3, 0, 2, 4)
+        out = kv[:, :, start * b : (start + n) * b].unflatten(2, (n, b))
+        torch.index_select(pool, 2, index, out=out)
 
     def _chunks(self):
         """This layer's keys in order, cut so that each cut's cold blocks fit in the slots free
         or held by streamed blocks, and all of it in the unpinned slots: (keys, indices of the
         cold ones) pairs."""
-        manager = self.store.manager
+        manager, streamed = self.store.manager, self.store.streamed
         chunk, cold, budget = [], [], self.store.available()
-        for index in range(self.num_blocks):
-            key = self.block_key(index)
-            is_cold = manager.where(key) is not Tier.GPU
+        for index, key in enumerate(self._keys):
+            is_cold = manager.gpu_slots_of((key,)) is None
             full = len(chunk) >= self.store.room() or (is_cold and cold and len(cold) >= budget)
             if full:
                 yield chunk, cold
@@ -292,6 +395,8 @@ class HkvLayer(DynamicLayer):
             chunk.append(key)
             if is_cold:
                 cold.append(index)
+            elif key in streamed and manager.evictable(key):
+                budget -= 1  # its slot counted as available, but the chunk protects it
         if chunk:
             yield chunk, cold
 
@@ -304,20 +409,29 @@ class HkvLayer(DynamicLayer):
         """Unpin this layer's blocks and move its tail to host memory (the turn ended)."""
         manager = self.store.manager
         pinned = [self.block_key(i) for i in range(self.num_blocks) if self._is_pinned(i)]
-        if pinned:
+        if pinned and not self.needs_pins:
             manager.unpin(pinned)
             self.store.num_pinned -= len(pinned)
+        self.needs_pins = False
         if self.tail_keys is not None:
             self.tail_keys, self.tail_values = self.tail_keys.cpu(), self.tail_values.cpu()
 
     def repin(self) -> None:
-        """Pin the sink and recent blocks again (a new turn starts); brings them to the GPU."""
+        """Pin the sink and recent blocks again (a turn resumed): those on the GPU (the usual
+        case: the layer before prefetched them) in place, the others brought back."""
+        manager = self.store.manager
         pinned = [self.block_key(i) for i in range(self.num_blocks) if self._is_pinned(i)]
-        if pinned:
-            result = self.store.manager.access(pinned, pin=True)
+        here = [k for k in pinned if manager.evictable(k)]
+        away = [k for k in pinned if not manager.evictable(k)]
+        manager.pin(here)
+        if away:
+            self.store.settle()
+            result = manager.access(away, pin=True)
             if not result.ok or result.to_compute:
+                manager.unpin(here)
                 raise HkvError(f"HkvCache: layer {self.layer_idx} could not restore its pins")
-            self.store.num_pinned += len(pinned)
+        self.store.num_pinned += len(pinned)
+        self.needs_pins = False
 
     def crop(self, tokens_to_remove: int) -> None:
         raise HkvError("HkvCache: crop is not supported (blocks are shared with the manager)")
@@ -357,6 +471,7 @@ class HkvCache(Cache):
         self.settings = settings if settings is not None else HkvCacheSettings()
         self.store = _BlockStore(self.settings, num_layers, manager)
         layers = [HkvLayer(self.store, i, key_base) for i in range(num_layers)]
+        self.store.layers = [weakref.proxy(layer) for layer in layers]
         super().__init__(layers=layers)
 
     @property
@@ -368,16 +483,22 @@ class HkvCache(Cache):
 
     def release(self) -> None:
         """End of a turn: unpin every block, move tails to host, demote GPU blocks to host."""
+        if self.manager is not None:
+            self.store.settle()  # a layer's prefetch may be in flight: its blocks are pinned
         for layer in self.layers:
             layer.release()
         if self.manager is not None:
-            hot = [k for k in self.block_keys() if self.manager.where(k) is Tier.GPU]
+            hot = [k for k in self.block_keys() if self.manager.evictable(k)]
             if hot and self.manager.host is not None:
                 self.manager.demote(hot)
 
     def resume(self) -> None:
+        """Start of a turn: each layer pins its sink and recent blocks again at its next update,
+        and the first layer's blocks start loading now (the others load a layer ahead)."""
         for layer in self.layers:
-            layer.repin()
+            layer.needs_pins = layer.num_blocks > 0
+        if self.manager is not None and self.layers:
+            self.store.prefetch_next(len(self.layers) - 1)
 
 
 @dataclass
@@ -440,10 +561,29 @@ class HkvSessionStore:
             self.num_layers,
             self.settings,
             manager=self._manager,
-            key_base=next(self._next_base) << 40,
+            key_base=next(self._next_base) * KEYS,
         )
         self._sessions[session_id] = _Session(cache, ids)
         return cache
+
+    def prefetch(self, session_id: str) -> int:
+        """Start loading a waiting session's blocks from host RAM back to the GPU, on the
+        transfer streams, and return at once; call it when the session is next in line, while
+        another one runs. Only free slots are used (less two per layer kept for the running
+        session's new blocks): nothing is evicted for a prefetch. The session's `cache_for`,
+        or any access that must move blocks, completes it. Returns the blocks launched."""
+        session, manager = self._sessions.get(session_id), self._manager
+        if session is None or manager is None:
+            return 0
+        if manager.pending is not None:  # launched a turn ago (this one's own): done by now
+            manager.complete_access(manager.pending)
+        room = manager.gpu.num_free - 2 * self.num_layers
+        cold = [k for k in session.cache.block_keys() if manager.where(k) is Tier.HOST]
+        cold = cold[: max(0, room)]
+        if not cold or isinstance(manager.prepare_access(cold), AccessResult):
+            return 0
+        session.cache.store.prefetched += len(cold)
+        return len(cold)
 
     def finish_turn(self, session_id: str, cache: HkvCache, token_ids: Any) -> None:
         """Record the turn's tokens (prompt + reply) and demote the session's blocks to host."""
