@@ -23,6 +23,16 @@ writes layer `i`'s whole K/V into one `[1, kv_heads, seq, head_dim]` pair, in ba
 that fit the free and streamed slots. Only one layer's K/V is assembled at a time, so device
 memory is the hot pool plus one layer.
 
+- Fast path: while every block of a layer stays in the GPU slot it had (the manager's
+  `gpu_departures` unchanged), the layer keeps its slot index on the device and assembles with
+  one gather kernel, no per-block Python; the policy hears of these blocks every `TOUCH_EVERY`
+  updates instead of every step.
+- Prefetch: after assembling layer `i`, the loads of layer `i + 1`'s cold blocks (layer 0's
+  after the last layer) are launched on the transfer streams, so they overlap layer `i`'s
+  attention and MLP; layer `i + 1`'s `update` completes them.
+- Streamed blocks were loaded from host and are unchanged, so the manager kept their host
+  copy: demoting them again frees the slot without a copy.
+
 Exactness: with lossless cold formats (`fp16` / `bf16` passthrough: the block's own bytes, in
 whatever dtype the layout has, float32 included) the returned K/V equal `DynamicCache`'s bit for
 bit, so greedy tokens are identical. Quantized formats (q8/q6/q4) trade that for memory.
@@ -30,7 +40,8 @@ Batch size 1 only; beam search and cropping are not supported.
 
 `HkvSessionStore` keeps one `HkvCache` per conversation over one shared manager: `finish_turn`
 demotes the session's blocks to host; `cache_for` on the next turn reuses them (the prefix is
-loaded, not recomputed) unless the cost model says recomputing the prefix is cheaper.
+loaded, not recomputed) unless the cost model says recomputing the prefix is cheaper;
+`prefetch(next_session)` starts loading a waiting conversation while another one runs.
 """
 
 from __future__ import annotations
