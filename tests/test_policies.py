@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import random
 
 import pytest
@@ -442,3 +443,86 @@ def test_bip_keeps_a_cycle_larger_than_the_cache_where_lru_keeps_nothing():
 def test_dip_follows_lru_on_a_recency_friendly_stream():
     trace = Trace([Request(float(i), 512, 1, (i % 3,)) for i in range(60)], 512)
     assert replay(trace, make_policy("dip", 4)).block_hits == 57
+
+
+# --- decisions stay as recorded -----------------------------------------------------------
+
+
+def decision_log(name: str, trace: Trace, capacity: int, seed: int, per_request: bool) -> list:
+    """Every decision `name` makes on `trace`: victims (or None) and declined keys, in order.
+
+    The replay protocol, per block or vLLM's per request (a request's misses stored at once,
+    after one eviction that makes room for all), with what vLLM and the manager add: the
+    request's blocks protected, blocks pinned and unpinned, multi-block evictions, removals.
+    """
+    policy = build(name, capacity, trace)
+    online = not type(policy).offline
+    rng = random.Random(seed)
+    metas: dict[int, BlockMeta] = {}
+    log: list = []
+    for request in trace.requests:
+        ids = list(request.hash_ids)
+        protected = frozenset(ids)
+        misses = []
+        for index, key in enumerate(ids):
+            if key in policy:
+                policy.touch(key)
+                continue
+            block = metas.setdefault(key, request.block_meta(index, BLOCK))
+            if not policy.admit(key, block):
+                log.append(("declined", key))
+            elif per_request:
+                misses.append((key, block))
+            elif len(policy) < capacity or log_append(log, policy.evict(1, protected)):
+                policy.insert(key, block)
+        short = len(policy) + len(misses) - capacity
+        if misses and (short <= 0 or log_append(log, policy.evict(short, protected))):
+            for key, block in misses:
+                policy.insert(key, block)
+        if len(policy) and rng.random() < 0.5:
+            pinned = metas[rng.choice(sorted(policy))]
+            pinned.pinned = not pinned.pinned
+        if rng.random() < 0.3:
+            log.append(policy.evict(rng.randint(2, 3), protected))
+        if online and rng.random() < 0.1 and len(policy):
+            policy.remove(rng.choice(sorted(policy)))
+    return log
+
+
+def log_append(log: list, victims: list | None) -> bool:
+    log.append(victims)
+    return victims is not None
+
+
+def decision_runs():
+    """(label, trace, capacity, per_request) of the recorded runs."""
+    chat = generate(WorkloadSpec.multimodal(seed=7, num_sessions=60))
+    yield "tree", random_prefix_trace(21, num_requests=150), 6, False
+    yield "chat_per_block", chat, 40, False
+    yield "chat_per_request", chat, 40, True
+
+
+RECORDED_DECISIONS = {
+    "lru": "307379a13aca54ac14f60e9baf36c7d3e67a132056b0027863b72c2e5765235b",
+    "arc": "6fd0936c2fb18bdf8ffdcc416d31dbb771aa70a7ad82f78bd054be045f4ba631",
+    "s3fifo": "2c9be3503d2c4158fc091fd4d0493118a369bc2bccb137a024f95189a2ba352a",
+    "gdsf": "330a94f980efb762b0a353222ad1a7d7915ee17f42e7993e9fbab0cdc907a0f2",
+    "dip": "42e8e77cf5244b113a581de885b2e6cdb3768f5c55b90bc693603b1ee1276634",
+    "bip": "8ddee56af1f4d7b4b0832a3483c4516ed36278dce29f0c341297fce1248273cb",
+    "cost_aware": "07a2d4424708de2b8da1e6235b5757d05874938494c21a373859ad2f2f1bc319",
+    "modality_aware": "9c8b69258fd339b3b559da93313b51325f5ce1c43371b9a7ef8f9540d4e3f2d4",
+    "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
+    "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
+}
+"""sha256 of each policy's decision logs (`decision_runs`), recorded from the policies as they
+were before their hot paths were optimised: a faster policy must decide exactly alike."""
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_decisions_match_the_recorded_reference(name):
+    digest = hashlib.sha256()
+    for _, trace, capacity, per_request in decision_runs():
+        if per_request and get_policy_class(name).offline:
+            continue
+        digest.update(repr(decision_log(name, trace, capacity, 5, per_request)).encode())
+    assert digest.hexdigest() == RECORDED_DECISIONS[name]

@@ -8,6 +8,9 @@ checked on the adapter directly.
 
 from __future__ import annotations
 
+import hashlib
+import random
+
 import pytest
 
 pytest.importorskip("vllm")
@@ -133,3 +136,65 @@ def test_insert_takes_position_and_modality_from_the_store_miss_context():
     metas = {k: e.meta for k, e in policy._entries.items()}
     assert metas[key(2)].modality is Modality.VISION and metas[key(2)].position == 16
     assert metas[key(1)].modality is Modality.TEXT
+
+
+def manager_evictions(policy: str, chunks: int) -> list[int | None]:
+    """Evicted block ids in order (None for a refused store) over a fixed multi-turn sequence
+    driven through vLLM's manager: lookups, loads held during the stores, stores of 8 blocks,
+    one in ten failing, request completion, image spans in every third session."""
+    m = manager(policy, chunks)
+    rng = random.Random(3)
+    sessions: dict[int, list[int]] = {s: [] for s in range(6)}
+    next_id = 1000
+    log: list[int | None] = []
+    for turn in range(5):
+        order = list(sessions)
+        rng.shuffle(order)
+        for s in order:
+            ids = sessions[s]
+            grow = rng.randint(3, 12)
+            ids.extend(range(next_id, next_id + grow))
+            next_id += grow
+            spans = {"hkv_modalities": [[32, 64, "vision"]]} if s % 3 == 0 else None
+            ctx = ReqContext(req_id=f"{s}-{turn}", kv_transfer_params=spans)
+            for index, block in enumerate(ids):
+                ctx.set_offload_key_position(key(block), 16 * (index + 1))
+            m.on_new_request(ctx)
+            hits = 0
+            while hits < len(ids) and m.lookup(key(ids[hits]), ctx) == LookupResult.HIT:
+                hits += 1
+            loaded = [key(b) for b in ids[:hits]]
+            if loaded:
+                m.prepare_load(loaded, ctx)
+            for start in range(hits, len(ids), 8):
+                out = m.prepare_store([key(b) for b in ids[start : start + 8]], ctx)
+                if out is None:
+                    log.append(None)
+                    continue
+                log.extend(int.from_bytes(k[:8], "big") for k in out.evicted_keys)
+                m.complete_store(out.keys_to_store, ctx, success=rng.random() > 0.1)
+            if loaded:
+                m.complete_load(loaded, ctx)
+            m.on_request_finished(ctx)
+    return log
+
+
+RECORDED_MANAGER_EVICTIONS = {
+    "lru": "db3442c95ca7173a265a0a4488f81f0253743fec69414012bbb770dcffcb9799",
+    "arc": "926420fb51226432cb4dc053971f90b4a9e736a96832ff13e2246925ad2b39dd",
+    "s3fifo": "20c494baf18a89e56c40263bdecae5ca9439e152fe2cda106ef9957277f5f45a",
+    "gdsf": "db3442c95ca7173a265a0a4488f81f0253743fec69414012bbb770dcffcb9799",
+    "dip": "0df8bde2445dd2483d5ab837f699f5022ad55a63f9edcb38760ba7d2c0f14299",
+    "bip": "622a8caafb6412d3641efe0fa4af707b15a3a36013bec573c04ab51e96b0698a",
+    "cost_aware": "eef343a81ffc71f63e11fefb6e6b394bbc315dc7d534b45312dc900aa31527d9",
+    "modality_aware": "8ae91fd8b55417ae8a4ab90308547f92d98444ee2f53f0c0ead9ca1bbb658562",
+    "random": "d19e079cda62185f78d94200be8776ac02b7e253ee996328b5e22ce5089cd5ae",
+}
+"""sha256 of `manager_evictions` at 40 and 16 chunks, recorded from the adapter and policies as
+they were before their hot paths were optimised: a faster adapter must decide exactly alike."""
+
+
+@pytest.mark.parametrize("policy", list(RECORDED_MANAGER_EVICTIONS))
+def test_decisions_inside_vllms_manager_match_the_recorded_reference(policy):
+    logs = [manager_evictions(policy, chunks) for chunks in (40, 16)]
+    assert hashlib.sha256(repr(logs).encode()).hexdigest() == RECORDED_MANAGER_EVICTIONS[policy]

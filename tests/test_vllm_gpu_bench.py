@@ -133,7 +133,45 @@ def test_summary_counts_cached_share_over_all_and_later_turns():
     assert out["ttft_mean_s"] == pytest.approx(0.3) and out["ttft_p50_s"] == pytest.approx(0.3)
     assert out["store_gb"] == pytest.approx(4 * 512 * 1024 / 1e9)
     assert out["policy_frac_of_step"] == pytest.approx(0.005)
+    assert out["policy_s_net"] is None  # the timer was not calibrated
     assert out["failed_stores"] == 1
+
+
+def test_summary_reports_policy_time_net_of_the_timers_own_cost():
+    used = dict.fromkeys(("loaded_blocks", "evicted_blocks", "stored_blocks", "failed_stores"), 0)
+    used |= {"steps": 10, "step_s": 1.0, "policy_s": 0.005, "policy_calls": 1000}
+    used |= {"timer_overhead_s_per_call": 1e-6, "timer_wrapper_s_per_call": 2e-6}
+    used["policy_by_method"] = {"get": {"s": 0.004, "calls": 900}}
+    out = bench.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
+                          1.0, used, {}, 512 * 1024)  # fmt: skip
+    assert out["policy_s"] == 0.005 and out["policy_frac_of_step"] == pytest.approx(0.005)
+    assert out["policy_s_net"] == pytest.approx(0.004)  # 1000 calls x 1 us recorded by the timer
+    assert out["policy_s_per_step_net"] == pytest.approx(0.0004)
+    assert out["policy_frac_of_step_net"] == pytest.approx(0.004 / 0.998)  # steps less wrapper
+    assert out["timer_overhead_s_per_call"] == 1e-6
+    assert out["policy_by_method"]["get"]["calls"] == 900
+
+
+def test_policy_timer_counts_per_method_and_measures_its_own_cost():
+    class Policy:
+        def get(self, key):
+            return None
+
+        def touch(self, keys, req_context=None):
+            return None
+
+    policy = Policy()
+    timer = bench.PolicyTimer(policy)
+    before = timer.snapshot()
+    for key in range(10):
+        policy.get(key)
+    policy.touch([1, 2])
+    assert set(timer.per_method) == {"get", "touch"}
+    assert (timer.calls, timer.per_method["get"][1]) == (11, 10) and timer.seconds > 0
+    used = bench.method_use(before["methods"], timer.snapshot()["methods"])
+    assert {m: v["calls"] for m, v in used.items()} == {"get": 10, "touch": 1}
+    overhead = bench.PolicyTimer.measure_overhead(calls=20_000, rounds=3)
+    assert 0 <= overhead["recorded_s"] < 1e-5 and 0 <= overhead["added_s"] < 1e-5
 
 
 def test_collect_folds_one_row_per_repeat_into_the_results(tmp_path):
@@ -285,3 +323,80 @@ def test_vllm_026_registry_gets_the_online_policies(monkeypatch):
     adapter.register()
     assert manager._CACHE_POLICIES["hkv_arc"].hkv_policy == "arc"
     assert "hkv_belady" not in manager._CACHE_POLICIES and "lru" in manager._CACHE_POLICIES
+
+
+# -- the adapter's decisions under vLLM 0.26's calls (bench/adapter_overhead.py's driver) -----
+MEDIUM_MM = bench.Workload(
+    sessions=8, turns=3, wave=2, first_min=256, first_max=512, delta_min=64, delta_max=128,
+    images=True, image_median_tokens=40,
+)  # fmt: skip
+
+RECORDED_026_EVICTIONS = {
+    "lru": [
+        "2c79cd58c9fe7c96f54ce2fea75735821e313259de0f0fa4caa039d9130db99f",
+        "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
+    ],
+    "arc": [
+        "4867e3362c6bb63b35d5600a8c36da8cd999f64ea1e0347d896b2bbe7e358d8f",
+        "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
+    ],
+    "s3fifo": [
+        "5f55379f19090c23f162c46132646767dbb9f78d5ef7ef25c796e090af60f6bf",
+        "746307aa4fa97722bc104b5f595f2c704cf018d0690660359d79a378e786166f",
+    ],
+    "gdsf": [
+        "40127617ac363a9f051716de4b689b41eaba6916c9801f839dcd8b300a03312f",
+        "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
+    ],
+    "dip": [
+        "d99ed4f4cb247506dd4677246b5fec32bb2fe12acdc71dfa9245b378b94e2f38",
+        "9cae2a3d56f5b64105194c2e6eebf4df1778d3cddce75dc45dbc7c205be2526e",
+    ],
+    "bip": [
+        "69684192d7f640f87c847b7bd3457265259e6e3277f30dbfe5174615ec1463a3",
+        "33c0c70a9a4db9c21fc7467a23e69680754afde6ffceba4ccf5ce5f56bae1f6e",
+    ],
+    "cost_aware": [
+        "e2143c91c084fa503120fb20437486913532f1c5fc207090e414e936f5a1b2cc",
+        "d46a3a35f57bbbb8715c27c26d795d2fb21c26664863d71b37e0227a263728fe",
+    ],
+    "modality_aware": [
+        "656faa9eac7c12a6244747f26b633ee14bebb354326827e8740839b231c6379a",
+        "8b48637561970d9eea91d16c18f0bb0837f7c531db7c07837aec1b6b3cc1ae23",
+    ],
+    "random": [
+        "060e94cd820c753b3d0f02ebff90ede9eda3f9fe55a8a2415f9cca259e4bfaeb",
+        "046873a4f8fba08a3687e8c885dadcb16f0e0161a7941aed9cc6d115ce3fd755",
+    ],
+}
+"""sha256 of the evicted keys at 150 and 60 blocks, recorded from the adapter and policies as
+they were before their hot paths were optimised: a faster adapter must decide exactly alike."""
+
+
+@pytest.mark.parametrize("policy", list(RECORDED_026_EVICTIONS))
+def test_vllm_026_decisions_match_the_recorded_reference(policy):
+    pytest.importorskip("vllm")
+    overhead = load("adapter_overhead")
+    requests = overhead.prompts(MEDIUM_MM)
+    runs = [overhead.replay(f"hkv_{policy}", requests, capacity, False, store_blocks=8)
+            for capacity in (150, 60)]  # fmt: skip
+    assert [r["evictions_sha256"] for r in runs] == RECORDED_026_EVICTIONS[policy]
+
+
+def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
+    pytest.importorskip("vllm")
+    overhead = load("adapter_overhead")
+    requests = overhead.prompts(MEDIUM_MM)
+    assert len(requests) == 24 and all(r.ctx.req_id and r.keys for r in requests)
+    assert not hasattr(requests[0].ctx, "get_offload_key_position")  # vLLM 0.26's context
+    rows = [overhead.measure(p, requests, 150, 1, 1e-8) for p in ("lru", "lru026", "hkv_bip")]
+    overhead.with_ratios(rows)
+    lru, lru026, bip = rows
+    assert lru["ratio_to_vllm_lru_net"] == 1.0 and lru026["ratio_to_lru026_raw"] == 1.0
+    assert bip["ratio_to_vllm_lru_net"] > 0 and bip["ratio_to_lru026_wall"] > 0
+    for row in rows:
+        assert 0 < row["us_per_request_net"] <= row["us_per_request"]
+        assert row["calls_per_request"] == pytest.approx(
+            sum(row["calls_by_method_per_request"].values()), abs=0.1
+        )
+        assert row["stored_blocks"] - row["evicted_blocks"] <= 150

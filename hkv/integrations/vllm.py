@@ -75,8 +75,10 @@ class _Unevictable:
         self.chunks = chunks
 
     def __contains__(self, key: object) -> bool:
+        if key in self.protected:
+            return True
         chunk = self.chunks.get(key)
-        return key in self.protected or chunk is None or chunk.ref_cnt != 0
+        return chunk is None or chunk.ref_cnt != 0
 
 
 class HkvCachePolicy(CachePolicy):
@@ -93,11 +95,14 @@ class HkvCachePolicy(CachePolicy):
     def __init__(self, cache_capacity: int, **settings: Any):
         super().__init__(cache_capacity)
         self.cache_capacity = cache_capacity  # vLLM 0.26's base __init__ does not keep it
-        from hkv.policies import make_policy
+        from hkv.policies import EvictionPolicy, make_policy
 
         self.settings = _settings() | settings
         self.block_tokens = int(self.settings.get("block_tokens", DEFAULT_BLOCK_TOKENS))
         self.chunks: dict[Any, Any] = {}
+        # vLLM looks up every block of every request several times: `get` is the dict's own
+        # method (a third of the cost of a Python method around it); `chunks` is never rebound.
+        self.get = self.chunks.get
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
@@ -107,6 +112,7 @@ class HkvCachePolicy(CachePolicy):
             cost_model=self.settings.get("cost_model"),
             config=self.settings.get("config"),
         )
+        self.admits_all = type(self.policy).admit is EvictionPolicy.admit  # no call per insert
 
     # -- what vLLM calls ------------------------------------------------------------------------
     def get(self, key):
@@ -117,8 +123,9 @@ class HkvCachePolicy(CachePolicy):
         meta = self.pending_meta.pop(key, None)
         if meta is None or req_context is not None:
             meta = self.meta(key, req_context)
-        if self.policy.admit(key, meta):
-            self.policy.insert(key, meta)
+        policy = self.policy
+        if self.admits_all or policy.admit(key, meta):
+            policy.insert(key, meta)
         else:
             self.bypassed[key] = None
 
@@ -129,19 +136,21 @@ class HkvCachePolicy(CachePolicy):
 
     def touch(self, keys: Iterable[Any], req_context=None) -> None:
         if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
-            self._touch_request(list(keys), req_context)
+            self._touch_request(keys if isinstance(keys, list | tuple) else list(keys), req_context)
             return
+        touch = self.policy.touch
         for key in keys:
-            self.policy.touch(key)
+            touch(key)
 
-    def _touch_request(self, keys: list[Any], req_context) -> None:
+    def _touch_request(self, keys: Sequence[Any], req_context) -> None:
         """vLLM 0.26: `keys` are all of a request's keys, in prefix order, at every touch.
 
         Its scheduler touches a request's whole prompt when it looks the request up and again
         after each store, and passes no context to `insert`. The first touch is the request's
         one access (resident blocks are touched once, in prefix order, as in hkv's replay) and
         notes position and modality of the absent keys for their `insert`; a later touch only
-        looks at keys the request did not have before (its list only grows).
+        looks at keys the request did not have before (its list only grows), so it usually
+        costs nothing but this bookkeeping.
         """
         seen = self.touched_requests.get(req_context.req_id)
         if seen is None and len(self.touched_requests) >= 4096:
@@ -149,27 +158,32 @@ class HkvCachePolicy(CachePolicy):
         self.touched_requests[req_context.req_id] = len(keys)
         if len(self.pending_meta) > 4 * self.cache_capacity:
             self.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+        start = seen or 0
+        if start >= len(keys):
+            return
         spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
         chunks, pending, tokens = self.chunks, self.pending_meta, self.block_tokens
-        for index in range(seen or 0, len(keys)):
-            key = keys[index]
+        touch = self.policy.touch if seen is None else None
+        text, host = Modality.TEXT, Tier.HOST
+        for index, key in enumerate(keys[start:] if start else keys, start):
             if key in chunks:
-                if seen is None:
-                    self.policy.touch(key)
+                if touch is not None:
+                    touch(key)
             elif key not in pending:
-                start = index * tokens
-                modality = modality_at(spans, start, start + tokens) if spans else Modality.TEXT
-                pending[key] = BlockMeta(tokens, start, modality, Tier.HOST)
+                position = index * tokens
+                modality = modality_at(spans, position, position + tokens) if spans else text
+                pending[key] = BlockMeta(tokens, position, modality, host)
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
         """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
 
         A store miss is not a reference to a resident block, so nothing is touched.
         """
-        if len(self.pending_meta) > 4 * self.cache_capacity:
-            self.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+        pending, meta = self.pending_meta, self.meta
+        if len(pending) > 4 * self.cache_capacity:
+            pending.clear()  # stores that never happened (a refused prepare_store)
         for key in keys:
-            self.pending_meta[key] = self.meta(key, req_context)
+            pending[key] = meta(key, req_context)
 
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
@@ -185,13 +199,24 @@ class HkvCachePolicy(CachePolicy):
         if n <= 0:
             return []
         unevictable = _Unevictable(protected, self.chunks)
-        first = [k for k in self.bypassed if k not in unevictable][:n]
+        first = self._bypassed_victims(n, unevictable) if self.bypassed else []
         rest = self.policy.evict(n - len(first), unevictable) if len(first) < n else []
         if rest is None:
             return None  # nothing changed: the policy refused and no bypassed key was taken
         for key in first:
             del self.bypassed[key]
-        return [(key, self.chunks.pop(key)) for key in [*first, *rest]]
+        pop = self.chunks.pop
+        return [(key, pop(key)) for key in first] + [(key, pop(key)) for key in rest]
+
+    def _bypassed_victims(self, n: int, unevictable: _Unevictable) -> list[Any]:
+        """Up to `n` evictable blocks that the policy declined, oldest first."""
+        victims = []
+        for key in self.bypassed:
+            if key not in unevictable:
+                victims.append(key)
+                if len(victims) == n:
+                    break
+        return victims
 
     def clear(self) -> None:
         self.chunks.clear()

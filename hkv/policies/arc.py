@@ -44,11 +44,12 @@ class ARCPolicy(EvictionPolicy):
         return True
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self) >= self.capacity_blocks:
+        t1, t2 = self._t1, self._t2
+        if len(t1) + len(t2) >= self.capacity_blocks:
             raise self._full_error(key)
-        if key in self:
+        if key in t1 or key in t2:
             raise KeyError(f"arc: {key!r} is already resident")
-        self._t1[key] = meta
+        t1[key] = meta
         self._b1.pop(key, None)
         self._b2.pop(key, None)
 

@@ -177,12 +177,12 @@ class PriorityPolicy(EvictionPolicy):
         """Keep-worthiness of a resident block; the lowest is evicted first."""
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._entries) >= self.capacity_blocks:
+        entries = self._entries
+        if len(entries) >= self.capacity_blocks:
             raise self._full_error(key)
-        if key in self._entries:
+        if key in entries:
             raise KeyError(f"{self.name}: {key!r} is already resident")
-        entry = _Entry(meta, 0, 0, 0.0)
-        self._entries[key] = entry
+        entry = entries[key] = _Entry(meta, 0, 0, 0.0)
         self._push(key, entry)
 
     def touch(self, key: Key) -> None:
@@ -195,11 +195,12 @@ class PriorityPolicy(EvictionPolicy):
         self._entries.pop(key, None)
 
     def _push(self, key: Key, entry: _Entry) -> None:
-        self._seq += 1
-        entry.seq = self._seq
-        entry.priority = self.priority(entry)
-        heapq.heappush(self._heap, (entry.priority, self._seq, key))
-        if len(self._heap) > 2 * len(self._entries) + 64:
+        self._seq = seq = self._seq + 1
+        entry.seq = seq
+        entry.priority = priority = self.priority(entry)
+        heap = self._heap
+        heapq.heappush(heap, (priority, seq, key))
+        if len(heap) > 2 * len(self._entries) + 64:
             self._compact()
 
     def _compact(self) -> None:
@@ -220,25 +221,29 @@ class PriorityPolicy(EvictionPolicy):
     ) -> list[tuple[float, int, Key]] | None:
         """Pop the `n` lowest-priority evictable entries (that `accept`), or restore and say None.
 
-        The chosen heap items are left out of the heap: pass them to `_commit`.
+        The chosen heap items are left out of the heap: pass them to `_commit`. This is
+        `pop_first` with its verdict inlined: a call per heap item is most of an eviction's cost.
         """
-        entries = self._entries
-
-        def verdict(item: tuple[float, int, Key]) -> bool | None:
+        entries, heap, heappop = self._entries, self._heap, heapq.heappop
+        chosen: list[tuple[float, int, Key]] = []
+        skipped: list[tuple[float, int, Key]] = []
+        while heap and len(chosen) < n:
+            item = heappop(heap)
             entry = entries.get(item[2])
             if entry is None or entry.seq != item[1]:
-                return None  # stale: the key was touched, removed or evicted since
-            blocked = item[2] in protected or entry.meta.pinned
-            return not blocked and (accept is None or accept(entry))
-
-        return pop_first(self._heap, n, verdict)
+                continue  # stale: the key was touched, removed or evicted since
+            if item[2] in protected or entry.meta.pinned or (accept and not accept(entry)):
+                skipped.append(item)
+            else:
+                chosen.append(item)
+        return _restore(heap, chosen, skipped, n)
 
     def _commit(self, chosen: list[tuple[float, int, Key]]) -> list[Key]:
         """Forget the selected keys (calling `_on_evict` for each) and return them."""
-        victims = []
-        for item in chosen:
-            self._on_evict(self._entries.pop(item[2]))
-            victims.append(item[2])
+        entries, on_evict = self._entries, self._on_evict
+        victims = [item[2] for item in chosen]
+        for key in victims:
+            on_evict(entries.pop(key))
         return victims
 
     def __len__(self) -> int:
@@ -263,11 +268,17 @@ def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]
         if ok is None:
             continue
         (chosen if ok else skipped).append(item)
+    return _restore(heap, chosen, skipped, n)
+
+
+def _restore(heap: list[tuple], chosen: list, skipped: list, n: int) -> list | None:
+    """Push back the items passed over, and the chosen ones too when fewer than `n`."""
+    heappush = heapq.heappush
     for item in skipped:
-        heapq.heappush(heap, item)
+        heappush(heap, item)
     if len(chosen) < n:
         for item in chosen:
-            heapq.heappush(heap, item)
+            heappush(heap, item)
         return None
     return chosen
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
+from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import PriorityPolicy, _Entry
+from hkv.policies.base import EMPTY, EvictionPolicy, Key
 
-_TOP = 1e18  # blocks at the recently-used end outrank every block inserted at the eviction end
 _PSEL_MAX = 1023
 
 
 @dataclass(eq=False)
-class DIPPolicy(PriorityPolicy):
+class DIPPolicy(EvictionPolicy):
     """LRU that switches to bimodal insertion (BIP) when the workload thrashes LRU.
 
     Qureshi, Jaleel, Patt, Yen, Steely, Emer, "Adaptive Insertion Policies for High Performance
@@ -29,6 +31,13 @@ class DIPPolicy(PriorityPolicy):
     block before it is cached too: one fragile block in a chain costs the rest of the chain. A new
     request is recognised by its block positions starting over (`meta.position`). `mode="lru"` or
     `"bip"` pins the choice. Admits everything.
+
+    The eviction order is two queues, not a priority heap: blocks inserted at the eviction end and
+    not referenced since (`_cold`) leave newest first, ahead of every other block (`_warm`, in
+    LRU order). A priority of `-insert_time` for the first and `top + reference_time` for the
+    second gives the same order, but costs a heap push per reference; the queues make insert,
+    reference and each victim O(1), which is what vLLM's scheduler needs from a policy called on
+    every block of every request.
     """
 
     mode: str = "adaptive"
@@ -47,13 +56,16 @@ class DIPPolicy(PriorityPolicy):
             raise HkvError(f"{self.name}.groups: got {self.groups}; expected an integer >= 3")
 
     def reset(self) -> None:
-        super().reset()
+        self._cold: OrderedDict[Key, BlockMeta] = OrderedDict()  # oldest first; newest leaves
+        self._warm: OrderedDict[Key, BlockMeta] = OrderedDict()  # least recently used first
         self._inserts = self._requests = 0
         self._last_position = -1
         self._psel = _PSEL_MAX // 2  # above the middle: LRU's leaders miss more -> BIP
 
     def admit(self, key, meta) -> bool:
         """Every admit is a miss: it moves the duel's counter when a leader request misses."""
+        if self.mode != "adaptive":
+            return True  # no duel to keep
         if meta.position <= self._last_position:
             self._requests += 1
         self._last_position = meta.position
@@ -65,9 +77,15 @@ class DIPPolicy(PriorityPolicy):
         return True
 
     def insert(self, key, meta) -> None:
-        self._inserts += 1
-        self._bip_insert = self._uses_bip()
-        super().insert(key, meta)
+        self._inserts = inserts = self._inserts + 1
+        every = self.bip_every
+        cold = (not every or inserts % every) and self._uses_bip()  # else one in `every` is warm
+        cold_queue, warm_queue = self._cold, self._warm
+        if len(cold_queue) + len(warm_queue) >= self.capacity_blocks:
+            raise self._full_error(key)
+        if key in cold_queue or key in warm_queue:
+            raise KeyError(f"{self.name}: {key!r} is already resident")
+        (cold_queue if cold else warm_queue)[key] = meta
 
     def _uses_bip(self) -> bool:
         if self.mode != "adaptive":
@@ -77,12 +95,50 @@ class DIPPolicy(PriorityPolicy):
             return group == 1
         return self._psel > _PSEL_MAX // 2
 
-    def priority(self, entry: _Entry) -> float:
-        if entry.hits == 0 and self._bip_insert:
-            bimodal = self.bip_every and self._inserts % self.bip_every == 0
-            if not bimodal:
-                return -float(entry.seq)  # eviction end; the newest such block goes first
-        return _TOP + entry.seq  # recently-used end, in LRU order
+    def touch(self, key) -> None:
+        meta = self._cold.pop(key, None)
+        if meta is not None:
+            self._warm[key] = meta
+            return
+        # try/except costs nothing when no exception is raised (see LRUPolicy.touch)
+        try:  # noqa: SIM105
+            self._warm.move_to_end(key)
+        except KeyError:
+            pass
+
+    def remove(self, key) -> None:
+        if self._cold.pop(key, None) is None:
+            self._warm.pop(key, None)
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        if n <= 0:
+            return []
+        victims: list[Key] = []
+        for queue in (reversed(self._cold.items()), self._warm.items()):
+            for key, meta in queue:
+                if key not in protected and not meta.pinned:
+                    victims.append(key)
+                    if len(victims) == n:
+                        break
+            if len(victims) == n:
+                break
+        else:
+            return None
+        cold, warm = self._cold, self._warm
+        for key in victims:
+            if cold.pop(key, None) is None:
+                del warm[key]
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._cold) + len(self._warm)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cold or key in self._warm
+
+    def __iter__(self) -> Iterator[Key]:
+        yield from self._cold
+        yield from self._warm
 
 
 @dataclass(eq=False)

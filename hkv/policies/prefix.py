@@ -66,21 +66,22 @@ class PrefixValuePolicy(PriorityPolicy):
 
     def _observe(self, key: Key, meta: BlockMeta) -> tuple[int, float]:
         """Count a reference and return (count, priority) for it, in prefix order."""
-        if meta.position <= self._last_position:
+        position = meta.position
+        if position <= self._last_position:
             self._epoch_inflation = self.inflation
             self._chain_cap = math.inf
             self._epoch_keys = set()
-        self._last_position = meta.position
+        self._last_position = position
         self._epoch_keys.add(key)
-        count = self._counts.get(key, 0) + 1
-        self._counts[key] = count
+        counts = self._counts
+        count = counts[key] = counts.get(key, 0) + 1
         self._refs_until_halving -= 1
         if self._refs_until_halving <= 0:
             self._halve_counts()
         raw = self._epoch_inflation + count * self.value(meta)
-        priority = min(raw, self._chain_cap)
-        self._chain_cap = priority
-        return count, priority - meta.position * POSITION_TIE_BREAK
+        cap = self._chain_cap
+        priority = self._chain_cap = cap if cap < raw else raw  # min(raw, cap), without a call
+        return count, priority - position * POSITION_TIE_BREAK
 
     def _halve_counts(self) -> None:
         self._refs_until_halving = self._history_refs()
@@ -90,11 +91,12 @@ class PrefixValuePolicy(PriorityPolicy):
         return entry.priority  # set by _observe before each push
 
     def _push_with(self, key: Key, entry: _Entry, priority: float) -> None:
-        self._seq += 1
-        entry.seq = self._seq
+        self._seq = seq = self._seq + 1
+        entry.seq = seq
         entry.priority = priority
-        heapq.heappush(self._heap, (priority, self._seq, key))
-        if len(self._heap) > 2 * len(self._entries) + 64:
+        heap = self._heap
+        heapq.heappush(heap, (priority, seq, key))
+        if len(heap) > 2 * len(self._entries) + 64:
             self._compact()
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
@@ -128,17 +130,17 @@ class PrefixValuePolicy(PriorityPolicy):
         return lowest
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._entries) >= self.capacity_blocks:
+        entries = self._entries
+        if len(entries) >= self.capacity_blocks:
             raise self._full_error(key)
-        if key in self._entries:
+        if key in entries:
             raise KeyError(f"{self.name}: {key!r} is already resident")
         pending = self._pending.pop(key, None)
         if pending is None:
             count, priority = self._observe(key, meta)  # inserted without an admit() first
         else:
             count, priority = pending
-        entry = _Entry(meta, count, 0, priority)
-        self._entries[key] = entry
+        entry = entries[key] = _Entry(meta, count, 0, priority)
         self._push_with(key, entry, priority)
 
     def touch(self, key: Key) -> None:
