@@ -38,6 +38,7 @@ import os
 import platform
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -209,19 +210,44 @@ def workload_summary(w: Workload) -> dict:
 
 # -- one configuration in this process -------------------------------------------------------
 class PolicyTimer:
-    """Times every method call on one `CachePolicy` instance (wrapping its bound methods)."""
+    """Times every method call on one `CachePolicy` instance (wrapping its bound methods).
+
+    `per_method[name]` is `[seconds, calls]`; `seconds` and `calls` are their totals. The
+    recorded seconds include the timer's own cost inside each measured interval (a clock read and
+    the call through the wrapper); `measure_overhead` measures it in this process, and the
+    results report `policy_s` both raw and net of it.
+    """
 
     METHODS = ("get", "insert", "remove", "touch", "evict", "clear")
     OPTIONAL = ("mark_evictable", "mark_non_evictable", "on_store_miss", "on_request_finished")
 
     def __init__(self, policy) -> None:
-        self.seconds = 0.0
-        self.calls = 0
+        self.per_method: dict[str, list] = {}
+        self.overhead: dict[str, float] | None = None  # set by calibrate()
         for name in self.METHODS + self.OPTIONAL:
             if hasattr(policy, name):
-                setattr(policy, name, self._timed(getattr(policy, name)))
+                cell = self.per_method[name] = [0.0, 0]
+                setattr(policy, name, self._timed(getattr(policy, name), cell))
 
-    def _timed(self, method):
+    def calibrate(self) -> None:
+        """Measure the timer's own cost per call in this process (`measure_overhead`)."""
+        self.overhead = self.measure_overhead()
+
+    def snapshot(self) -> dict:
+        """Totals and per-method `(seconds, calls)` now, for differences over a run."""
+        methods = {name: tuple(cell) for name, cell in self.per_method.items()}
+        return {"policy_s": self.seconds, "policy_calls": self.calls, "methods": methods}
+
+    @property
+    def seconds(self) -> float:
+        return sum(cell[0] for cell in self.per_method.values())
+
+    @property
+    def calls(self) -> int:
+        return sum(cell[1] for cell in self.per_method.values())
+
+    @staticmethod
+    def _timed(method, cell: list):
         clock = time.perf_counter
 
         def timed(*args, **kwargs):
@@ -229,10 +255,50 @@ class PolicyTimer:
             try:
                 return method(*args, **kwargs)
             finally:
-                self.seconds += clock() - start
-                self.calls += 1
+                cell[0] += clock() - start
+                cell[1] += 1
 
         return timed
+
+    @classmethod
+    def measure_overhead(cls, calls: int = 200_000, rounds: int = 5) -> dict[str, float]:
+        """The timer's cost per call, in seconds, measured here on a method that does nothing.
+
+        `recorded_s`: what one wrapped call of the no-op adds to `seconds` beyond the no-op's own
+        bare call (subtract it per call for the policy's net time). `added_s`: all the wrapper
+        adds to its caller (also counted in the step time). Medians of `rounds` rounds.
+        """
+
+        class Probe:
+            def get(self, key):
+                return None
+
+        bare = Probe().get
+        recorded, added = [], []
+        for _ in range(rounds):
+            cell = [0.0, 0]
+            wrapped = cls._timed(bare, cell)
+            loop_s = _loop_seconds(None, calls)
+            bare_s = _loop_seconds(bare, calls) - loop_s
+            wrapped_s = _loop_seconds(wrapped, calls) - loop_s
+            recorded.append((cell[0] - bare_s) / calls)
+            added.append((wrapped_s - bare_s) / calls)
+        return {
+            "recorded_s": max(0.0, statistics.median(recorded)),
+            "added_s": max(0.0, statistics.median(added)),
+        }
+
+
+def _loop_seconds(function, calls: int) -> float:
+    """Seconds for `calls` calls of `function(None)` in a plain loop (just the loop if None)."""
+    start = time.perf_counter()
+    if function is None:
+        for _ in range(calls):
+            pass
+    else:
+        for _ in range(calls):
+            function(None)
+    return time.perf_counter() - start
 
 
 class StepTimer:
@@ -345,9 +411,10 @@ def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
     from vllm import SamplingParams
 
     policy_timer, step_timer, manager_counter, block_bytes = counters
+    policy_before = policy_timer.snapshot()
     base = {
-        "policy_s": policy_timer.seconds,
-        "policy_calls": policy_timer.calls,
+        "policy_s": policy_before["policy_s"],
+        "policy_calls": policy_before["policy_calls"],
         "step_s": step_timer.seconds,
         "steps": step_timer.steps,
         **manager_counter.snapshot(),
@@ -390,15 +457,57 @@ def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
     wall_s = time.perf_counter() - start
     metrics_after = metric_values(llm)
     delta = {k: v - metrics_before.get(k, 0.0) for k, v in metrics_after.items()}
+    policy_after = policy_timer.snapshot()
     now = {
-        "policy_s": policy_timer.seconds,
-        "policy_calls": policy_timer.calls,
+        "policy_s": policy_after["policy_s"],
+        "policy_calls": policy_after["policy_calls"],
         "step_s": step_timer.seconds,
         "steps": step_timer.steps,
         **manager_counter.snapshot(),
     }
     used = {k: now[k] - base[k] for k in now}
+    used["policy_by_method"] = method_use(policy_before["methods"], policy_after["methods"])
+    if policy_timer.overhead is not None:
+        used["timer_overhead_s_per_call"] = policy_timer.overhead["recorded_s"]
+        used["timer_wrapper_s_per_call"] = policy_timer.overhead["added_s"]
     return {"summary": summarize(rows, wall_s, used, delta, block_bytes), "requests": rows}
+
+
+def method_use(before: dict, after: dict) -> dict:
+    """Per policy method, seconds and calls between two `PolicyTimer.snapshot`s (called only)."""
+    out = {}
+    for name, (seconds, calls) in after.items():
+        was_s, was_calls = before.get(name, (0.0, 0))
+        if calls > was_calls:
+            out[name] = {"s": seconds - was_s, "calls": calls - was_calls}
+    return out
+
+
+def policy_time(used) -> dict:
+    """Policy time raw and net of the timer's measured cost per call (None if not measured).
+
+    Net: each call's recorded time less what the timer records around a no-op; the step time
+    less all the wrapper adds per call (it runs inside the steps, so it inflated them too).
+    """
+    steps = max(used["steps"], 1)
+    out = {
+        "policy_s": used["policy_s"],
+        "policy_s_per_step": used["policy_s"] / steps,
+        "policy_frac_of_step": used["policy_s"] / used["step_s"] if used["step_s"] else None,
+        "timer_overhead_s_per_call": used.get("timer_overhead_s_per_call"),
+        "policy_s_net": None,
+        "policy_s_per_step_net": None,
+        "policy_frac_of_step_net": None,
+    }
+    if out["timer_overhead_s_per_call"] is None:
+        return out
+    calls = used["policy_calls"]
+    net_s = max(0.0, used["policy_s"] - calls * out["timer_overhead_s_per_call"])
+    step_net_s = used["step_s"] - calls * used.get("timer_wrapper_s_per_call", 0.0)
+    out["policy_s_net"] = net_s
+    out["policy_s_per_step_net"] = net_s / steps
+    out["policy_frac_of_step_net"] = net_s / step_net_s if step_net_s > 0 else None
+    return out
 
 
 def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
@@ -432,9 +541,9 @@ def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
         "evicted_blocks": used["evicted_blocks"],
         "steps": used["steps"],
         "step_s_mean": used["step_s"] / steps,
-        "policy_s_per_step": used["policy_s"] / steps,
-        "policy_frac_of_step": used["policy_s"] / used["step_s"] if used["step_s"] else None,
+        **policy_time(used),
         "policy_calls": used["policy_calls"],
+        "policy_by_method": used.get("policy_by_method"),
         "metrics_delta": metrics,
     }
 
@@ -470,7 +579,10 @@ def run_config(args, result: dict) -> None:
         result["hkv_hyperparameters"] = inner.hyperparameters()
         model = getattr(inner, "cost_model", None)
         result["hkv_cost_model"] = getattr(getattr(model, "spec", None), "name", None)
-    counters = (PolicyTimer(policy), StepTimer(core), ManagerCounter(manager), block_bytes)
+    policy_timer = PolicyTimer(policy)
+    policy_timer.calibrate()
+    result["timer_overhead"] = policy_timer.overhead
+    counters = (policy_timer, StepTimer(core), ManagerCounter(manager), block_bytes)
 
     sampling = SamplingParams(
         max_tokens=w.max_tokens, ignore_eos=True, temperature=0.0, detokenize=False
@@ -630,7 +742,7 @@ def drive(args) -> dict:
 
 CONFIG_FIELDS = (
     *("t_import_s", "t_engine_init_s", "t_warmup_s", "cpu_blocks", "gpu_blocks", "block_bytes"),
-    *("policy_class", "hkv_hyperparameters", "hkv_cost_model", "error"),
+    *("policy_class", "hkv_hyperparameters", "hkv_cost_model", "timer_overhead", "error"),
 )
 
 
