@@ -281,9 +281,9 @@ class HkvLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         manager = self.store.ensure_manager(key_states)
         store = self.store
-        if manager.pending is not None and manager.pending is store.prefetch_pending:
-            if store.prefetch_for == self.layer_idx:
-                store.settle()  # this layer's own prefetch
+        own = manager.pending is not None and manager.pending is store.prefetch_pending
+        if own and store.prefetch_for == self.layer_idx:
+            store.settle()  # this layer's own prefetch
         if self.needs_pins:
             self.repin()
         self.new_tokens.append(key_states.shape[-2])
