@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation import generate
 from transformers import DynamicCache, MiniMaxM2ForCausalLM
 
 from hkv.blocks import Tier
@@ -53,27 +54,14 @@ def prompt(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(3, VOCAB, (1, n), generator=gen).cuda()
 
 
-def generate(model, input_ids, cache, new_tokens=48):
-    with torch.no_grad():
-        return model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            past_key_values=cache,
-            do_sample=False,
-            max_new_tokens=new_tokens,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
-
-
 def test_greedy_tokens_identical_with_most_kv_in_host_ram(model) -> None:
     input_ids = prompt(600)
-    reference = generate(model, input_ids, DynamicCache(config=model.config))
-    again = generate(model, input_ids, DynamicCache(config=model.config))
+    reference = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=48)
+    again = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=48)
     assert torch.equal(reference, again), "DynamicCache itself is not deterministic here"
     settings = HkvCacheSettings(block_tokens=32, hot_blocks=20, host_blocks=256)
     cache = HkvCache(model.config, settings)
-    out = generate(model, input_ids, cache)
+    out = generate(model, input_ids, cache, new_tokens=48)
     m = cache.manager
     cold = len(m.block_ids(Tier.HOST))
     print(

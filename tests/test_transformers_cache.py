@@ -6,6 +6,7 @@ import types
 
 import pytest
 import torch
+from generation import generate
 from transformers import DynamicCache, MiniMaxM2ForCausalLM
 
 from hkv.blocks import Tier
@@ -30,19 +31,6 @@ def model():
 def prompt(n: int, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (1, n), generator=gen)
-
-
-def generate(model, input_ids, cache, new_tokens=24):
-    with torch.no_grad():
-        return model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            past_key_values=cache,
-            do_sample=False,
-            max_new_tokens=new_tokens,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
 
 
 SMALL = HkvCacheSettings(
