@@ -192,8 +192,11 @@ def tokens(n: int, device: torch.device, seed: int = 0) -> torch.Tensor:
     return torch.randint(3, VOCAB, (1, n), generator=gen).to(device)
 
 
+@torch.no_grad()
 def forward(model, ids: torch.Tensor, cache) -> torch.Tensor:
-    """The next greedy token after `ids` (logits of the last position only)."""
+    """The next greedy token after `ids` (logits of the last position only), without autograd
+    (with it, a long prefill keeps every layer's activations: the 64K TTFT case ran out of
+    memory that way, in the untimed prefill of its "resident" cache)."""
     out = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1:].argmax(-1)
 
@@ -606,6 +609,7 @@ def ttft_bench(model, num_layers, params, args, device) -> list[dict[str, Any]]:
     return rows
 
 
+@torch.no_grad()
 def ttft_case(model, num_layers, params, args, device, prefix, cost, b) -> dict[str, Any]:
     """One prefix: medians of restore from host, from disk, recompute, and resident."""
     new = tokens(args.turn_tokens, device, seed=1)
