@@ -365,6 +365,7 @@ def engine_kwargs(args) -> dict:
         "max_model_len": 32768,
         "enforce_eager": True,
         "kv_cache_memory_bytes": int(args.gpu_kv_gib * (1 << 30)),
+        "tensor_parallel_size": getattr(args, "tp", 1),
         "max_num_batched_tokens": 8192,
         "max_num_seqs": 16,
         "enable_prefix_caching": True,
@@ -553,7 +554,12 @@ def run_config(args, result: dict) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
     w = Workload(images=args.variant == "mm")
-    result |= {"policy": args.policy, "cpu_gib": args.cpu_gib, "variant": args.variant}
+    result |= {
+        "policy": args.policy,
+        "cpu_gib": args.cpu_gib,
+        "variant": args.variant,
+        "tp": getattr(args, "tp", 1),
+    }
     t0 = time.perf_counter()
     import vllm
     from vllm import LLM, SamplingParams
@@ -777,7 +783,10 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--cpu-gib", type=float, required=True)
     one.add_argument("--variant", choices=("text", "mm"), default="text")
     one.add_argument("--repeats", type=int, default=1)
-    one.add_argument("--gpu-kv-gib", type=float, default=4.0)
+    one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
+    one.add_argument(
+        "--tp", type=int, default=1, help="tensor-parallel size (--cpu-gib is the total over ranks)"
+    )
     one.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
     one.add_argument("--out", type=Path, required=True)
     many = sub.add_parser("drive", help="a plan of configurations, one subprocess each")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import types
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -400,3 +401,15 @@ def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
             sum(row["calls_by_method_per_request"].values()), abs=0.1
         )
         assert row["stored_blocks"] - row["evicted_blocks"] <= 150
+
+
+def test_engine_arguments_carry_the_tensor_parallel_size():
+    args = types.SimpleNamespace(
+        policy="hkv_bip", cpu_gib=8.0, gpu_kv_gib=4.0, model="/m", tp=2, variant="text"
+    )
+    kwargs = bench.engine_kwargs(args)
+    assert kwargs["tensor_parallel_size"] == 2
+    extra = kwargs["kv_transfer_config"]["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == 8 << 30  # the total over ranks, as vLLM reads it
+    del args.tp  # an older caller: one GPU
+    assert bench.engine_kwargs(args)["tensor_parallel_size"] == 1
