@@ -33,125 +33,34 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
 
 from __future__ import annotations
 
-import enum
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.config import HybridKVCacheConfig
 from hkv.errors import HkvError
+from hkv.placement import Placement
 from hkv.policies import make_policy
 from hkv.quant import codec
+from hkv.records import (
+    AccessResult,
+    Admission,
+    BlockRecord,
+    Link,
+    ManagerStats,
+    PendingAccess,
+    zero_counts,
+)
 from hkv.tiers import BlockLayout, DiskTier, GpuTier, HostTier
 from hkv.transfer import TransferEngine
 
-
-@dataclass(frozen=True)
-class Admission:
-    """What `admit` did: `ok` with the block's GPU slot, or not `ok` with the reason."""
-
-    ok: bool
-    block_id: BlockId
-    gpu_slot: int | None
-    reason: str | None = None
+__all__ = ["AccessResult", "Admission", "HybridKVCacheManager", "Link", "ManagerStats"]
 
 
-@dataclass(frozen=True)
-class AccessResult:
-    """What `access` found. Blocks in `gpu_slots` are on the GPU now; the rest must be computed.
-
-    `hits` counts the requested blocks served from each tier ("gpu", "host", "disk");
-    `recompute` were held but cheaper to recompute (dropped), `lost` failed their disk checks
-    (dropped), `missing` were not held. With `ok=False` (no room: the GPU is full of pinned
-    blocks) nothing changed and `reason` says why.
-    """
-
-    ok: bool
-    gpu_slots: dict[BlockId, int]
-    hits: dict[str, int]
-    recompute: tuple[BlockId, ...] = ()
-    lost: tuple[BlockId, ...] = ()
-    missing: tuple[BlockId, ...] = ()
-    reason: str | None = None
-
-    @property
-    def to_compute(self) -> tuple[BlockId, ...]:
-        return self.missing + self.lost + self.recompute
-
-
-class Link(enum.StrEnum):
-    GPU_TO_HOST = "gpu_to_host"
-    HOST_TO_GPU = "host_to_gpu"
-    HOST_TO_DISK = "host_to_disk"
-    DISK_TO_GPU = "disk_to_gpu"
-
-
-def _zeros(keys: Iterable[str], kind: type = int) -> dict[str, Any]:
-    return {k: kind() for k in keys}
-
-
-@dataclass
-class ManagerStats:
-    """Counters since construction; `to_dict()` for results JSON."""
-
-    hits: dict[str, int] = field(default_factory=lambda: _zeros(t.name.lower() for t in Tier))
-    misses: int = 0
-    lost: int = 0
-    recomputed: int = 0
-    admitted: int = 0
-    refused: int = 0
-    demoted: dict[str, int] = field(default_factory=lambda: _zeros(("host", "disk")))
-    capped: int = 0  # of the demotions from the GPU: over a modality's max_keep_blocks
-    demoted_clean: int = 0  # of the demotions to host: the host had kept a copy, none was made
-    dropped: int = 0
-    bytes_moved: dict[str, int] = field(default_factory=lambda: _zeros(Link))
-    transfer_s: dict[str, float] = field(default_factory=lambda: _zeros(Link, float))
-
-    def moved(self, link: Link, nbytes: int, seconds: float) -> None:
-        self.bytes_moved[link] += nbytes
-        self.transfer_s[link] += seconds
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        for name in ("bytes_moved", "transfer_s"):
-            out[name] = {str(k): v for k, v in out[name].items()}
-        return out
-
-
-@dataclass(slots=True, eq=False)
-class _Block:
-    key: int
-    meta: BlockMeta
-    fmt: str
-    pins: int = 0
-    gpu_slot: int | None = None
-    host_offset: int | None = None
-    disk_slot: int | None = None
-    inflight: bool = False
-
-
-@dataclass(eq=False)
-class PendingAccess:
-    """An access whose loads are in flight; pass it to `complete_access`."""
-
-    ids: list[int]
-    pin: bool
-    hits: dict[str, int]
-    loads: list[_Block]
-    transfers: list[tuple[Any, Link]]
-    scratch_offsets: list[int]
-    recompute: tuple[BlockId, ...]
-    lost: tuple[BlockId, ...]
-    missing: tuple[BlockId, ...]
-
-
-class HybridKVCacheManager:
+class HybridKVCacheManager(Placement):
     """Blocks with modality tags over a GPU pool, a host arena and a disk file (module docstring).
 
     `host_blocks` sizes the host arena in blocks of the layout's own dtype (quantized blocks
@@ -203,7 +112,7 @@ class HybridKVCacheManager:
             )
         if self.disk is not None:
             self.policies[Tier.DISK] = make_policy(name, disk_blocks, **context)
-        self._blocks: dict[int, _Block] = {}
+        self._blocks: dict[int, BlockRecord] = {}
         self._hot: dict[Modality, set[int]] = {m: set() for m in Modality}
         self._num_pinned = 0
         self._pending: PendingAccess | None = None
@@ -250,7 +159,7 @@ class HybridKVCacheManager:
         if isinstance(slots, str):
             self.stats.refused += 1
             return Admission(False, BlockId(key), None, slots)
-        block = _Block(key, meta, self.config.modality(meta.modality).quantization)
+        block = BlockRecord(key, meta, self.config.modality(meta.modality).quantization)
         self._blocks[key] = block
         self._to_gpu(block, slots[0])
         if kv is not None:
@@ -467,7 +376,7 @@ class HybridKVCacheManager:
         """Per modality and tier: `blocks`, `raw_bytes` (in the layout's dtype) and
         `stored_bytes` (what the tier spends: a GPU slot, host pages, a disk slot)."""
         fields = ("blocks", "raw_bytes", "stored_bytes")
-        out = {m.value: {t.name.lower(): _zeros(fields) for t in Tier} for m in Modality}
+        out = {m.value: {t.name.lower(): zero_counts(fields) for t in Tier} for m in Modality}
         for block in self._blocks.values():
             tier = block.meta.tier
             cell = out[block.meta.modality.value][tier.name.lower()]
@@ -483,269 +392,3 @@ class HybridKVCacheManager:
     def close(self) -> None:
         if self.disk is not None:
             self.disk.close()
-
-    # ---- placement ------------------------------------------------------------------------
-
-    def _no_room(self, needed: int, hot: list[_Block]) -> str | None:
-        short = needed - self.gpu.num_free
-        if short <= 0:
-            return None
-        in_use = self._num_pinned + sum(1 for b in hot if b.pins == 0)
-        evictable = self.gpu.capacity_blocks - self.gpu.num_free - in_use
-        if short <= evictable:
-            return None
-        return (
-            f"GPU tier full: {needed} blocks to place, {self.gpu.num_free} free of "
-            f"{self.gpu.capacity_blocks}, {self._num_pinned} pinned and "
-            f"{in_use - self._num_pinned} used by this call; unpin blocks or raise gpu_blocks"
-        )
-
-    def _gpu_slots(self, n: int, protected: set[int]) -> list[int] | str:
-        """`n` free GPU slots, demoting policy-chosen victims; a reason string if impossible."""
-        short = n - self.gpu.num_free
-        if short > 0:
-            victims = self.policies[Tier.GPU].evict(short, protected)
-            if victims is None:
-                return (
-                    f"GPU tier full: all {self.gpu.capacity_blocks} blocks are pinned or used by "
-                    "this call; unpin blocks or raise gpu_blocks"
-                )
-            self._demote_gpu([self._blocks[k] for k in victims])
-        return self.gpu.allocate(n)
-
-    def _to_gpu(self, block: _Block, slot: int) -> None:
-        block.gpu_slot = slot
-        block.meta.tier = Tier.GPU
-        self._hot[block.meta.modality].add(block.key)
-        policy = self.policies[Tier.GPU]
-        if block.key not in policy:
-            policy.insert(block.key, block.meta)
-
-    def _demote_gpu(self, blocks: list[_Block]) -> None:
-        """GPU -> host for blocks already out of the GPU policy, batched per cold format.
-
-        In batches the arena can take at once, so that a demotion larger than the arena flows
-        on to disk through it instead of being dropped."""
-        by_fmt = defaultdict(list)
-        for block in blocks:
-            by_fmt[block.fmt].append(block)
-        for fmt, group in by_fmt.items():
-            step = max(1, self.host.capacity_bytes // self._stride(fmt) // 2)
-            for first in range(0, len(group), step):
-                batch = group[first : first + step]
-                kept = self._admit_cold(Tier.HOST, batch)
-                kept_ids = {b.key for b in kept}
-                self._drop([b for b in batch if b.key not in kept_ids])
-                clean = [b for b in kept if b.host_offset is not None]
-                for block in clean:  # the host still has its bytes: nothing to copy
-                    del self._retained[block.key]
-                    self._leave_gpu(block)
-                    block.meta.tier = Tier.HOST
-                    self.policies[Tier.HOST].insert(block.key, block.meta)
-                self.stats.demoted["host"] += len(clean)
-                self.stats.demoted_clean += len(clean)
-                dirty = [b for b in kept if b.host_offset is None]
-                if dirty:
-                    self._copy_to_host(dirty, fmt)
-
-    def _copy_to_host(self, kept: list[_Block], fmt: str) -> None:
-        offsets = self._host_room(fmt, len(kept))
-        if offsets is None:
-            self._drop(kept)
-            return
-        slots = [b.gpu_slot for b in kept]
-        done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
-        self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
-        for block, offset in zip(kept, offsets.tolist(), strict=True):
-            self._leave_gpu(block)
-            block.host_offset, block.meta.tier = offset, Tier.HOST
-            self.policies[Tier.HOST].insert(block.key, block.meta)
-        self.stats.demoted["host"] += len(kept)
-
-    def _host_room(self, fmt: str, count: int) -> np.ndarray | None:
-        """Host extents for `count` blocks of `fmt`, demoting host blocks to disk as needed."""
-        policy, nbytes = self.policies[Tier.HOST], codec(self.layout, fmt).payload_bytes
-        while True:
-            over = len(policy) + count - policy.capacity_blocks
-            if over <= 0 and self.host.can_allocate(nbytes, count):
-                return self.host.allocate(nbytes, count)
-            if self._retained and not self.host.can_allocate(nbytes, count):
-                # copies of GPU blocks go first: the GPU has their bytes
-                block = self._blocks[next(iter(self._retained))]
-                del self._retained[block.key]
-                self.host.free([block.host_offset])
-                block.host_offset = None
-                continue
-            short = count * self._stride(fmt) - (self.host.capacity_bytes - self.host.used_bytes)
-            want = max(over, -(-short // self._stride("bf16")), 1)
-            victims = policy.evict(min(want, len(policy))) if len(policy) else None
-            if not victims:
-                return None
-            self._demote_host([self._blocks[k] for k in victims])
-
-    def _demote_host(self, blocks: list[_Block]) -> None:
-        """Host -> disk (or dropped) for blocks already out of the host policy."""
-        worth = [b for b in blocks if not self._cheaper_to_recompute(b, Tier.DISK)]
-        kept = self._admit_cold(Tier.DISK, worth)
-        policy = self.policies.get(Tier.DISK)
-        if kept:  # slots of blocks being promoted are still taken: count free slots, too
-            short = max(
-                len(policy) + len(kept) - policy.capacity_blocks, len(kept) - self.disk.num_free
-            )
-            if short > 0 and len(policy):
-                victims = policy.evict(min(short, len(policy))) or []
-                self._drop([self._blocks[k] for k in victims])
-            kept = kept[: self.disk.num_free]
-        kept_ids = {b.key for b in kept}
-        self._drop([b for b in blocks if b.key not in kept_ids])
-        if not kept:
-            return
-        slots = self.disk.allocate(len(kept))
-        entries = []
-        for block, slot in zip(kept, slots, strict=True):
-            payload = self.host.view(block.host_offset, codec(self.layout, block.fmt).payload_bytes)
-            entries.append((slot, block.key, block.fmt, payload.numpy()))
-        start = time.perf_counter()
-        nbytes = self.disk.write_many(entries)
-        self.stats.moved(Link.HOST_TO_DISK, nbytes, time.perf_counter() - start)
-        for block, slot in zip(kept, slots, strict=True):
-            self.host.free([block.host_offset])
-            block.host_offset, block.disk_slot, block.meta.tier = None, slot, Tier.DISK
-            policy.insert(block.key, block.meta)
-        self.stats.demoted["disk"] += len(kept)
-
-    def _admit_cold(self, tier: Tier, blocks: list[_Block]) -> list[_Block]:
-        """The blocks `tier`'s policy admits (admission control may decline some)."""
-        policy = self.policies.get(tier)
-        if policy is None:
-            return []
-        if len(blocks) > policy.capacity_blocks:
-            blocks = blocks[: policy.capacity_blocks]
-        return [b for b in blocks if policy.admit(b.key, b.meta)]
-
-    def _read_disk(self, blocks: list[_Block]) -> tuple[list[_Block], dict[int, int]]:
-        """Read disk blocks into the scratch arena: (lost blocks, key -> scratch offset)."""
-        if not blocks:
-            return [], {}
-        self._ensure_scratch(len(blocks))
-        offsets = {}
-        for fmt in {b.fmt for b in blocks}:
-            group = [b for b in blocks if b.fmt == fmt]
-            nbytes = codec(self.layout, fmt).payload_bytes
-            places = self._scratch.allocate(nbytes, len(group)).tolist()
-            offsets.update(zip((b.key for b in group), places, strict=True))
-        entries = [(b.disk_slot, b.key, b.fmt) for b in blocks]
-        start = time.perf_counter()
-        problems = self.disk.read_many(
-            entries, self._scratch.buf.numpy(), [offsets[b.key] for b in blocks]
-        )
-        read_s = time.perf_counter() - start
-        lost = [b for b, problem in zip(blocks, problems, strict=True) if problem is not None]
-        self.stats.moved(Link.DISK_TO_GPU, 0, read_s)
-        for block in lost:
-            self._scratch.free([offsets.pop(block.key)])
-            block.inflight = False
-            self._forget(block)
-        self.stats.lost += len(lost)
-        return lost, offsets
-
-    def _ensure_scratch(self, count: int) -> None:
-        need = count * self._stride("bf16")
-        if self._scratch is None or self._scratch.capacity_bytes < need:
-            pin = self.host.pinned if self.host is not None else False
-            page = self.host.page_bytes if self.host is not None else 4096
-            self._scratch = HostTier(need, page, pin_memory=pin)
-
-    def _launch_loads(self, loads: list[_Block], slots: list[int], scratch: dict[int, int]):
-        """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots."""
-        groups = defaultdict(list)
-        for block, slot in zip(loads, slots, strict=True):
-            self._pin(block)  # in flight: no eviction may pick it
-            self._to_gpu(block, slot)
-            from_disk = block.key in scratch
-            groups[(from_disk, block.fmt)].append((block, slot))
-        transfers = []
-        for (from_disk, fmt), group in groups.items():
-            source = self._scratch if from_disk else self.host
-            offsets = [scratch[b.key] if from_disk else b.host_offset for b, _ in group]
-            transfer = self.engine.prepare_load(
-                source, offsets, self.gpu, [s for _, s in group], fmt
-            )
-            transfers.append((transfer, Link.DISK_TO_GPU if from_disk else Link.HOST_TO_GPU))
-        return transfers
-
-    def _enforce_keep_limits(self, protected: set[int]) -> None:
-        """Demote each modality's GPU blocks beyond its `max_keep_blocks` (policy's choice)."""
-        for modality, keys in self._hot.items():
-            cap = self.config.modality(modality).max_keep_blocks
-            if cap is None or len(keys) <= cap:
-                continue
-            evictable = sum(1 for k in keys if k not in protected and not self._blocks[k].pins)
-            n = min(len(keys) - cap, evictable)
-            if n <= 0:
-                continue
-            others = set().union(*(s for m, s in self._hot.items() if m is not modality))
-            victims = self.policies[Tier.GPU].evict(n, others | protected)
-            if victims:
-                self.stats.capped += len(victims)
-                self._demote_gpu([self._blocks[k] for k in victims])
-
-    # ---- bookkeeping ----------------------------------------------------------------------
-
-    def _cheaper_to_recompute(self, block: _Block, tier: Tier) -> bool:
-        if self.cost_model is None:
-            return False
-        return self.cost_model.decide(block.meta, tier, block.fmt).action == "recompute"
-
-    def _new_key(self, block_id: Any) -> int:
-        if isinstance(block_id, bool) or not isinstance(block_id, int | np.integer):
-            raise HkvError(f"block id: got {block_id!r}; expected an integer (a BlockId)")
-        key = int(block_id)
-        if key in self._blocks:
-            tier = self._blocks[key].meta.tier.name.lower()
-            raise HkvError(f"admit: block {key} is already held (in the {tier} tier); access() it")
-        return key
-
-    def _held(self, block_id: Any, action: str) -> _Block:
-        block = self._blocks.get(int(block_id))
-        if block is None:
-            raise HkvError(f"{action}: block {block_id!r} is not held by this manager")
-        return block
-
-    def _pin(self, block: _Block) -> None:
-        block.pins += 1
-        if block.pins == 1:
-            self._num_pinned += 1
-            block.meta.pinned = True
-
-    def _unpin(self, block: _Block) -> None:
-        block.pins -= 1
-        if block.pins == 0:
-            self._num_pinned -= 1
-            block.meta.pinned = False
-
-    def _leave_gpu(self, block: _Block) -> None:
-        self.gpu_departures += 1
-        self.gpu.free([block.gpu_slot])
-        block.gpu_slot = None
-        self._hot[block.meta.modality].discard(block.key)
-
-    def _drop(self, blocks: list[_Block]) -> None:
-        """Blocks no cold tier keeps: forgotten (they are recomputed when next needed)."""
-        for block in blocks:
-            self._forget(block)
-        self.stats.dropped += len(blocks)
-
-    def _forget(self, block: _Block) -> None:
-        for policy in self.policies.values():
-            policy.remove(block.key)
-        if block.gpu_slot is not None:
-            self._leave_gpu(block)
-        if block.host_offset is not None:
-            self.host.free([block.host_offset])
-            self._retained.pop(block.key, None)
-        if block.disk_slot is not None:
-            self.disk.free([block.disk_slot])
-        if block.pins:
-            self._num_pinned -= 1
-        self._blocks.pop(block.key, None)

@@ -1,0 +1,196 @@
+"""The block store behind `HkvCache` (`hkv.integrations.transformers` says how it works):
+settings, the shared manager, streamed blocks, room-making and the next layer's prefetch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hkv.blocks import Modality, Tier
+from hkv.config import HybridKVCacheConfig
+from hkv.errors import HkvError
+from hkv.manager import AccessResult, HybridKVCacheManager
+from hkv.tiers import BlockLayout
+
+if TYPE_CHECKING:
+    from hkv.integrations.kv_layer import HkvLayer
+
+TOUCH_EVERY = 16
+"""Updates between the policy's touches of a layer whose blocks all stay on the GPU: recency at
+a granularity of 16 steps, for a fraction of the per-step Python cost of touching every block."""
+
+KEYS = 1 << 40
+"""Keys per cache: `HkvSessionStore` gives each session's cache the next multiple as its base."""
+
+
+LOSSLESS = HybridKVCacheConfig(
+    offload_strategy="lru",
+    modality_configs={m.value: {"quantization": "bf16"} for m in Modality},
+)
+"""A manager config whose cold blocks keep their own bytes (token-identical to DynamicCache)."""
+
+_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+@dataclass(frozen=True)
+class HkvCacheSettings:
+    """How an `HkvCache` lays out and places KV.
+
+    `hot_blocks` is the manager's GPU pool in blocks, all layers together (one block = one layer's
+    `block_tokens` tokens); it must exceed the pinned blocks, `(sink_blocks + recent_blocks) *
+    num_layers`, so that cold blocks have slots to come back through. `host_blocks` sizes the
+    host arena (blocks of the layout's dtype); `disk_blocks` slots in a file at `disk_path` take
+    what the arena cannot hold. `prefetch` loads the next layer's cold blocks while the current
+    layer computes. `config` picks the policy and cold formats (default: LRU, lossless).
+    """
+
+    block_tokens: int = 256
+    hot_blocks: int = 64
+    host_blocks: int = 4096
+    sink_blocks: int = 1
+    recent_blocks: int = 2
+    disk_blocks: int = 0
+    disk_path: str | None = None
+    prefetch: bool = True
+    config: HybridKVCacheConfig = field(default_factory=lambda: LOSSLESS)
+
+    def __post_init__(self) -> None:
+        for name, low in (("block_tokens", 1), ("hot_blocks", 1), ("host_blocks", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise HkvError(f"HkvCacheSettings.{name}: got {value!r}; expected an int >= {low}")
+        for name in ("sink_blocks", "recent_blocks", "disk_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise HkvError(f"HkvCacheSettings.{name}: got {value!r}; expected an int >= 0")
+
+    def check_room(self, num_layers: int) -> None:
+        pinned = (self.sink_blocks + self.recent_blocks) * num_layers
+        if self.hot_blocks <= pinned:
+            raise HkvError(
+                f"HkvCacheSettings.hot_blocks: got {self.hot_blocks}; with {num_layers} layers, "
+                f"sink_blocks={self.sink_blocks} and recent_blocks={self.recent_blocks} pin "
+                f"{pinned} blocks, so hot_blocks must be > {pinned}"
+            )
+
+
+def hot_blocks_for(
+    fraction: float, seq_tokens: int, num_layers: int, settings: HkvCacheSettings
+) -> int:
+    """GPU blocks that hold `fraction` of a `seq_tokens` sequence's KV (at least the pinned + 1)."""
+    per_layer = -(-seq_tokens // settings.block_tokens)
+    pinned = (settings.sink_blocks + settings.recent_blocks) * num_layers
+    return max(round(fraction * per_layer * num_layers), pinned + 1)
+
+
+class BlockStore:
+    """The manager shared by an `HkvCache`'s layers (created on the first update)."""
+
+    def __init__(self, settings: HkvCacheSettings, num_layers: int, manager: Any = None):
+        settings.check_room(num_layers)
+        self.settings = settings
+        self.num_layers = num_layers
+        self.manager: HybridKVCacheManager | None = manager
+        self.num_pinned = 0  # pins this cache holds (the manager's other users must hold none)
+        self.streamed: dict[int, None] = {}  # blocks loaded back for an assembly, oldest first
+        self.layers: list[HkvLayer] = []  # weak proxies, set by HkvCache (no reference cycle)
+        self.prefetch_for: int | None = None  # the layer whose blocks are in flight
+        self.prefetch_pending: Any = None  # and the manager's pending access that loads them
+        self.prefetched = 0  # blocks loaded ahead of their layer
+        unpinned = (
+            settings.hot_blocks - (settings.sink_blocks + settings.recent_blocks) * num_layers
+        )
+        slack = max(1, unpinned // 4)  # slots kept for streaming cold blocks through
+        self.window_blocks = max(0, (unpinned - slack) // num_layers)
+
+    def ensure_manager(self, keys: torch.Tensor) -> HybridKVCacheManager:
+        if self.manager is None:
+            dtype = _DTYPE_NAMES.get(keys.dtype)
+            if dtype is None:
+                raise HkvError(f"HkvCache: KV dtype {keys.dtype}; expected one of {_DTYPE_NAMES}")
+            layout = BlockLayout(self.settings.block_tokens, keys.shape[1], keys.shape[3], 1, dtype)
+            self.manager = HybridKVCacheManager(
+                layout,
+                gpu_blocks=self.settings.hot_blocks,
+                host_blocks=self.settings.host_blocks,
+                disk_blocks=self.settings.disk_blocks,
+                disk_path=self.settings.disk_path,
+                config=self.settings.config,
+                device=keys.device,
+            )
+        return self.manager
+
+    def room(self) -> int:
+        """Blocks one access may touch: every slot not pinned by this cache."""
+        return self.manager.gpu.capacity_blocks - self.num_pinned
+
+    def available(self, layer: HkvLayer | None = None) -> int:
+        """GPU slots a batch of loads can take without evicting a window block (or a block of
+        `layer`, which the loads are for)."""
+        evictable, owns = self.manager.evictable, layer.owns if layer else lambda k: False
+        on_gpu = sum(1 for k in self.streamed if evictable(k) and not owns(k))
+        return self.manager.gpu.num_free + on_gpu
+
+    def settle(self) -> None:
+        """Complete the manager's pending access (a prefetch) before one that moves blocks."""
+        pending = self.manager.pending
+        if pending is not None:
+            self.manager.complete_access(pending)
+        self.prefetch_for = self.prefetch_pending = None
+
+    def prefetch_next(self, layer_idx: int) -> int:
+        """Launch the loads of the next layer's cold blocks (the layer after `layer_idx`, the
+        first after the last) as far as slots free or held by streamed blocks allow, on the
+        transfer streams, and return; that layer's next `update` completes them, so the copies
+        overlap this layer's attention and MLP. Returns the number of blocks launched."""
+        manager = self.manager
+        if not self.settings.prefetch or manager is None or manager.pending is not None:
+            return 0
+        layer = self.layers[(layer_idx + 1) % self.num_layers]
+        cached = layer._slot_map
+        if cached is not None and cached[:2] == (manager.gpu_departures, layer.num_blocks):
+            return 0  # all of it is on the GPU where it was
+        keys = layer._keys
+        cold = [k for k in keys if manager.where(k) is Tier.HOST]
+        if not cold:
+            return 0
+        cold = cold[: max(0, self.available(layer) - self.settings.recent_blocks)]
+        if not cold:
+            return 0
+        self.make_room(len(cold), set(keys))
+        cold = cold[: manager.gpu.num_free]
+        if not cold:
+            return 0
+        pending = manager.prepare_access(cold)
+        if isinstance(pending, AccessResult):
+            return 0
+        self.prefetch_for, self.prefetch_pending = layer.layer_idx, pending
+        self.prefetched += len(cold)
+        return len(cold)
+
+    def make_room(self, count: int, protected: set[int]) -> None:
+        """Free GPU slots for `count` blocks by demoting streamed blocks first.
+
+        Blocks brought back for one layer's assembly are the first to leave again: otherwise
+        LRU would evict the other layers' hot blocks, which are used next (a cyclic scan is
+        LRU's worst case), and every step would move the whole KV instead of its cold part.
+        """
+        short = count - self.manager.gpu.num_free
+        if short <= 0 or not self.streamed:
+            return
+        victims = []
+        for key in list(self.streamed):
+            if key in protected:
+                continue
+            if not self.manager.evictable(key):
+                if self.manager.where(key) is not Tier.GPU:
+                    del self.streamed[key]
+                continue  # in use or still arriving: stays listed for later
+            del self.streamed[key]
+            victims.append(key)
+            if len(victims) == short:
+                break
+        if victims:
+            self.manager.demote(victims)
