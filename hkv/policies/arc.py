@@ -45,10 +45,7 @@ class ARCPolicy(EvictionPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         t1, t2 = self._t1, self._t2
-        if len(t1) + len(t2) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in t1 or key in t2:
-            raise KeyError(f"arc: {key!r} is already resident")
+        self._check_insert(key, len(t1) + len(t2), key in t1 or key in t2)
         t1[key] = meta
         self._b1.pop(key, None)
         self._b2.pop(key, None)

@@ -139,11 +139,15 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""
 
-    def _full_error(self, key: Key) -> RuntimeError:
-        return RuntimeError(
-            f"{self.name}: insert({key!r}) into a full policy ({self.capacity_blocks} blocks); "
-            "call evict() first"
-        )
+    def _check_insert(self, key: Key, size: int, resident: bool) -> None:
+        """What every `insert` checks first: room (`size` blocks held) and a new key."""
+        if size >= self.capacity_blocks:
+            raise RuntimeError(
+                f"{self.name}: insert({key!r}) into a full policy ({self.capacity_blocks} blocks); "
+                "call evict() first"
+            )
+        if resident:
+            raise KeyError(f"{self.name}: {key!r} is already resident")
 
 
 @dataclass(slots=True, eq=False)
@@ -178,10 +182,7 @@ class PriorityPolicy(EvictionPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         entries = self._entries
-        if len(entries) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in entries:
-            raise KeyError(f"{self.name}: {key!r} is already resident")
+        self._check_insert(key, len(entries), key in entries)
         entry = entries[key] = _Entry(meta, 0, 0, 0.0)
         self._push(key, entry)
 

@@ -115,8 +115,7 @@ class BeladyPolicy(EvictionPolicy):
         return next_use < -farthest[0][0]
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._resident) >= self.capacity_blocks:
-            raise self._full_error(key)
+        self._check_insert(key, len(self._resident), resident=False)
         pending, self._pending = self._pending, None
         if pending is None or pending[0] != key:
             raise RuntimeError(f"belady: insert({key!r}) without a preceding admit({key!r})")

@@ -81,10 +81,9 @@ class DIPPolicy(EvictionPolicy):
         every = self.bip_every
         cold = (not every or inserts % every) and self._uses_bip()  # else one in `every` is warm
         cold_queue, warm_queue = self._cold, self._warm
-        if len(cold_queue) + len(warm_queue) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in cold_queue or key in warm_queue:
-            raise KeyError(f"{self.name}: {key!r} is already resident")
+        self._check_insert(
+            key, len(cold_queue) + len(warm_queue), key in cold_queue or key in warm_queue
+        )
         (cold_queue if cold else warm_queue)[key] = meta
 
     def _uses_bip(self) -> bool:

@@ -27,10 +27,7 @@ class LRUPolicy(EvictionPolicy):
         self._order: OrderedDict[Key, BlockMeta] = OrderedDict()
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._order) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in self._order:
-            raise KeyError(f"lru: {key!r} is already resident")
+        self._check_insert(key, len(self._order), key in self._order)
         self._order[key] = meta
 
     def touch(self, key: Key) -> None:

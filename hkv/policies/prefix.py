@@ -131,10 +131,7 @@ class PrefixValuePolicy(PriorityPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         entries = self._entries
-        if len(entries) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in entries:
-            raise KeyError(f"{self.name}: {key!r} is already resident")
+        self._check_insert(key, len(entries), key in entries)
         pending = self._pending.pop(key, None)
         if pending is None:
             count, priority = self._observe(key, meta)  # inserted without an admit() first

@@ -30,10 +30,7 @@ class RandomPolicy(EvictionPolicy):
         self._rng = _random.Random(self.seed)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._keys) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in self._index:
-            raise KeyError(f"random: {key!r} is already resident")
+        self._check_insert(key, len(self._keys), key in self._index)
         self._index[key] = len(self._keys)
         self._keys.append(key)
         self._metas.append(meta)

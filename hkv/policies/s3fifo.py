@@ -41,10 +41,7 @@ class S3FIFOPolicy(EvictionPolicy):
         self._ghost_blocks = max(1, self.capacity_blocks - self._small_target)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        if len(self._state) >= self.capacity_blocks:
-            raise self._full_error(key)
-        if key in self._state:
-            raise KeyError(f"s3fifo: {key!r} is already resident")
+        self._check_insert(key, len(self._state), key in self._state)
         if key in self._ghost:
             del self._ghost[key]
             self._state[key] = [meta, 0, True]
