@@ -412,14 +412,18 @@ def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
     from vllm import SamplingParams
 
     policy_timer, step_timer, manager_counter, block_bytes = counters
+
+    def totals(policy: dict) -> dict:
+        return {
+            "policy_s": policy["policy_s"],
+            "policy_calls": policy["policy_calls"],
+            "step_s": step_timer.seconds,
+            "steps": step_timer.steps,
+            **manager_counter.snapshot(),
+        }
+
     policy_before = policy_timer.snapshot()
-    base = {
-        "policy_s": policy_before["policy_s"],
-        "policy_calls": policy_before["policy_calls"],
-        "step_s": step_timer.seconds,
-        "steps": step_timer.steps,
-        **manager_counter.snapshot(),
-    }
+    base = totals(policy_before)
     metrics_before = metric_values(llm)
     rows = []
     start = time.perf_counter()
@@ -459,13 +463,7 @@ def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
     metrics_after = metric_values(llm)
     delta = {k: v - metrics_before.get(k, 0.0) for k, v in metrics_after.items()}
     policy_after = policy_timer.snapshot()
-    now = {
-        "policy_s": policy_after["policy_s"],
-        "policy_calls": policy_after["policy_calls"],
-        "step_s": step_timer.seconds,
-        "steps": step_timer.steps,
-        **manager_counter.snapshot(),
-    }
+    now = totals(policy_after)
     used = {k: now[k] - base[k] for k in now}
     used["policy_by_method"] = method_use(policy_before["methods"], policy_after["methods"])
     if policy_timer.overhead is not None:
