@@ -60,6 +60,9 @@ class Placement:
 
         In batches the arena can take at once, so that a demotion larger than the arena flows
         on to disk through it instead of being dropped."""
+        if self.host is None:  # no cold tier: the blocks are recomputed when next needed
+            self._drop(blocks)
+            return
         by_fmt = defaultdict(list)
         for block in blocks:
             by_fmt[block.fmt].append(block)

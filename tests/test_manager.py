@@ -323,3 +323,10 @@ def test_demotion_larger_than_the_host_arena_flows_on_to_disk(tmp_path) -> None:
     assert len(m.block_ids(Tier.HOST)) == 4 and len(m.block_ids(Tier.DISK)) == 8
     m.access([0, 1, 2, 3])
     assert all(torch.equal(m.gpu_view(k), kv(k)) for k in range(4))
+
+
+def test_without_a_host_tier_evicted_blocks_are_dropped(tmp_path) -> None:
+    m = manager(tmp_path, gpu=2, host=0, disk=0)
+    fill(m, range(4))
+    assert m.stats.dropped == 2 and len(m) == 2
+    assert m.access([0]).missing == (0,)
