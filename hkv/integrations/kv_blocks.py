@@ -153,22 +153,28 @@ class BlockStore:
         if cached is not None and cached[:2] == (manager.gpu_departures, layer.num_blocks):
             return 0  # all of it is on the GPU where it was
         keys = layer._keys
-        cold = [k for k in keys if manager.where(k) is Tier.HOST]
-        if not cold:
-            return 0
-        cold = cold[: max(0, self.available(layer) - self.settings.recent_blocks)]
+        cold = self.in_host(keys)[: max(0, self.available(layer) - self.settings.recent_blocks)]
         if not cold:
             return 0
         self.make_room(len(cold), set(keys))
-        cold = cold[: manager.gpu.num_free]
-        if not cold:
+        return self.launch(cold[: self.manager.gpu.num_free], layer.layer_idx)
+
+    def in_host(self, keys: list[int]) -> list[int]:
+        """The keys whose blocks are in host RAM (what a prefetch can load without waiting)."""
+        where = self.manager.where
+        return [k for k in keys if where(k) is Tier.HOST]
+
+    def launch(self, keys: list[int], layer_idx: int | None = None) -> int:
+        """Start loading `keys` to the GPU and return the count (0 if none or no room); the
+        pending access is this store's prefetch (of layer `layer_idx`, if one)."""
+        if not keys:
             return 0
-        pending = manager.prepare_access(cold)
+        pending = self.manager.prepare_access(keys)
         if isinstance(pending, AccessResult):
             return 0
-        self.prefetch_for, self.prefetch_pending = layer.layer_idx, pending
-        self.prefetched += len(cold)
-        return len(cold)
+        self.prefetch_for, self.prefetch_pending = layer_idx, pending
+        self.prefetched += len(keys)
+        return len(keys)
 
     def make_room(self, count: int, protected: set[int]) -> None:
         """Free GPU slots for `count` blocks by demoting streamed blocks first.

@@ -65,7 +65,7 @@ from hkv.integrations.kv_blocks import (
     hot_blocks_for,
 )
 from hkv.integrations.kv_layer import HkvLayer
-from hkv.manager import AccessResult, HybridKVCacheManager
+from hkv.manager import HybridKVCacheManager
 
 __all__ = [
     "LOSSLESS",
@@ -208,13 +208,8 @@ class HkvSessionStore:
             return 0
         if manager.pending is not None:  # launched a turn ago (this one's own): done by now
             manager.complete_access(manager.pending)
-        room = manager.gpu.num_free - 2 * self.num_layers
-        cold = [k for k in session.cache.block_keys() if manager.where(k) is Tier.HOST]
-        cold = cold[: max(0, room)]
-        if not cold or isinstance(manager.prepare_access(cold), AccessResult):
-            return 0
-        session.cache.store.prefetched += len(cold)
-        return len(cold)
+        store, room = session.cache.store, manager.gpu.num_free - 2 * self.num_layers
+        return store.launch(store.in_host(session.cache.block_keys())[: max(0, room)])
 
     def finish_turn(self, session_id: str, cache: HkvCache, token_ids: Any) -> None:
         """Record the turn's tokens (prompt + reply) and demote the session's blocks to host."""
