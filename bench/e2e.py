@@ -293,43 +293,15 @@ def _ratio(a: int | None, b: int | None) -> float | None:
 
 
 # -- 2. many sessions ---------------------------------------------------------------------------
-@torch.no_grad()
-def run_sessions(model, spec, device, *, rounds: int, open_cache, start_turn, end_turn):
-    """Prefill every session (untimed), then `rounds` rounds of turns (timed, memory sampled).
-
-    `open_cache(s, all_ids)` returns the cache for session `s`'s turn, `start_turn(s)` runs right
-    after it (the store launches the next session's prefetch there) and `end_turn(s, cache,
-    all_ids)` ends it. Returns (seconds, memory, seconds spent opening caches, last tokens)."""
-    count, context = spec["count"], spec["context"]
-    ids = {s: tokens(context, device, seed=100 + s) for s in range(count)}
-    memory = Memory().__enter__()
-    for s in range(count):
-        cache = open_cache(s, ids[s])
-        forward(model, ids[s], cache)
-        end_turn(s, cache, ids[s])
-    memory.resident()
-    last, open_s = [], 0.0
-    with memory.timed():
-        start = time.perf_counter()
-        for r in range(rounds):
-            for s in range(count):
-                new = tokens(spec["turn_tokens"], device, seed=1000 + r * count + s)
-                ids[s] = torch.cat([ids[s], new], dim=1)
-                opened = time.perf_counter()
-                cache = open_cache(s, ids[s])
-                start_turn(s)
-                open_s += time.perf_counter() - opened
-                fed, next_id = [], forward(model, new, cache)
-                for _ in range(spec["decode_tokens"]):
-                    fed.append(next_id)
-                    next_id = forward(model, next_id, cache)
-                ids[s] = torch.cat([ids[s], *fed], dim=1)
-                end_turn(s, cache, ids[s])
-                last.append(next_id)
-        sync()
-        seconds = time.perf_counter() - start
-    memory.__exit__(None, None, None)
-    return seconds, memory, open_s, torch.cat(last).flatten().tolist()
+def run_sessions(run: Sessions, rounds: int) -> tuple[float, Memory, list[int]]:
+    """Prefill every session of `run` (untimed), then `rounds` rounds of turns (timed, memory
+    sampled). Returns (seconds, memory, last token of each turn)."""
+    with Memory() as memory:
+        run.setup()
+        memory.resident()
+        with memory.timed():
+            turns = [run.turn(r, s) for r in range(rounds) for s in range(run.spec["count"])]
+    return sum(seconds for seconds, _ in turns), memory, [last for _, last in turns]
 
 
 def sessions_bench(model, num_layers, params, args, device) -> dict[str, Any]:
@@ -347,23 +319,14 @@ def sessions_bench(model, num_layers, params, args, device) -> dict[str, Any]:
     )
 
     def dynamic_run():
-        caches: dict[int, DynamicCache] = {}
-        return run_sessions(
-            model,
-            spec,
-            device,
-            rounds=args.rounds,
-            open_cache=lambda s, ids: caches.setdefault(s, DynamicCache()),
-            start_turn=lambda s: None,
-            end_turn=lambda s, cache, ids: None,
-        )
+        return run_sessions(dynamic_sessions(model, spec, device), args.rounds)
 
     dynamic_run()  # untimed: warms the kernels for these shapes
     rows = []
     for fraction in HOT_FRACTIONS:
         # A dynamic run right before each hkv run: the host's speed drifts over minutes (the
         # decode is bound by Python and kernel launches), so each ratio is within one pair.
-        seconds, memory, _, base_tokens = dynamic_run()
+        seconds, memory, base_tokens = dynamic_run()
         base = {
             "cache": "dynamic",
             "pair": fraction,
@@ -375,30 +338,9 @@ def sessions_bench(model, num_layers, params, args, device) -> dict[str, Any]:
         print(json.dumps(rows[-1]), flush=True)
         hot = max(round(fraction * total_blocks), 3 * num_layers + 1)
         settings = HkvCacheSettings(block_tokens=b, hot_blocks=hot, host_blocks=total_blocks + 64)
-        store = HkvSessionStore(num_layers, settings)
-        order = list(range(spec["count"]))
-        decisions: list[str] = []
-
-        def open_cache(s, ids, store=store, decisions=decisions):
-            cache = store.cache_for(str(s), ids)
-            decisions.append(store.last_decision["action"])
-            return cache
-
-        def start_turn(s, store=store, order=order):
-            store.prefetch(str(order[(s + 1) % len(order)]))
-
-        def end_turn(s, cache, ids, store=store):
-            store.finish_turn(str(s), cache, ids)
-
-        seconds, memory, open_s, hkv_tokens = run_sessions(
-            model,
-            spec,
-            device,
-            rounds=args.rounds,
-            open_cache=open_cache,
-            start_turn=start_turn,
-            end_turn=end_turn,
-        )
+        store, decisions, *hooks = session_hooks(num_layers, settings, spec["count"])
+        run = Sessions(model, spec, device, *hooks)
+        seconds, memory, hkv_tokens = run_sessions(run, args.rounds)
         manager = store._manager
         stats = manager.stats
         same = sum(x == y for x, y in zip(hkv_tokens, base_tokens, strict=True))
@@ -413,7 +355,7 @@ def sessions_bench(model, num_layers, params, args, device) -> dict[str, Any]:
                 "tokens_per_s": round(generated / seconds, 3),
                 "dynamic_seconds_same_pair": base["seconds"],
                 "slowdown_vs_dynamic": round(seconds / base["seconds"] - 1, 4),
-                "open_cache_s": round(open_s, 4),
+                "open_cache_s": round(run.open_s, 4),
                 **memory.fields("kv"),
                 "kv_vram_saved": _saved(memory.peak_bytes, base["kv_peak_bytes"]),
                 "kv_vram_saved_nvitop": _saved(
@@ -428,7 +370,7 @@ def sessions_bench(model, num_layers, params, args, device) -> dict[str, Any]:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-        del store, manager
+        del store, manager, run
     return {
         **spec,
         "rounds": args.rounds,
@@ -446,6 +388,7 @@ class Sessions:
         self.open_cache, self.start_turn, self.end_turn = open_cache, start_turn, end_turn
         self.ids = {s: tokens(spec["context"], device, seed=100 + s) for s in range(spec["count"])}
         self.device = device
+        self.open_s = 0.0  # time in open_cache and start_turn, over all timed turns
 
     @torch.no_grad()
     def setup(self) -> None:
@@ -465,6 +408,7 @@ class Sessions:
         self.ids[s] = torch.cat([self.ids[s], new], dim=1)
         cache = self.open_cache(s, self.ids[s])
         self.start_turn(s)
+        self.open_s += time.perf_counter() - start
         fed, next_id = [], forward(self.model, new, cache)
         for _ in range(spec["decode_tokens"]):
             fed.append(next_id)
@@ -475,12 +419,29 @@ class Sessions:
         return time.perf_counter() - start, last
 
 
+def dynamic_sessions(model, spec, device) -> Sessions:
+    """The sessions workload on DynamicCaches, every one kept on the GPU."""
+    caches: dict[int, DynamicCache] = {}
+    return Sessions(
+        model,
+        spec,
+        device,
+        lambda s, ids: caches.setdefault(s, DynamicCache()),
+        lambda s: None,
+        lambda s, cache, ids: None,
+    )
+
+
 def session_hooks(num_layers, settings, count):
-    """`open_cache`, `start_turn`, `end_turn` for an `HkvSessionStore` (and the store)."""
+    """An `HkvSessionStore`, the list of its `cache_for` decisions, and the `open_cache`,
+    `start_turn` (prefetch the next session) and `end_turn` hooks over it."""
     store = HkvSessionStore(num_layers, settings)
+    decisions: list[str] = []
 
     def open_cache(s, ids):
-        return store.cache_for(str(s), ids)
+        cache = store.cache_for(str(s), ids)
+        decisions.append(store.last_decision["action"])
+        return cache
 
     def start_turn(s):
         store.prefetch(str((s + 1) % count))
@@ -488,7 +449,7 @@ def session_hooks(num_layers, settings, count):
     def end_turn(s, cache, ids):
         store.finish_turn(str(s), cache, ids)
 
-    return store, open_cache, start_turn, end_turn
+    return store, decisions, open_cache, start_turn, end_turn
 
 
 def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str, Any]:
@@ -504,18 +465,10 @@ def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        caches: dict[int, DynamicCache] = {}
-        dynamic = Sessions(
-            model,
-            spec,
-            device,
-            lambda s, ids, caches=caches: caches.setdefault(s, DynamicCache()),
-            lambda s: None,
-            lambda s, cache, ids: None,
-        )
+        dynamic = dynamic_sessions(model, spec, device)
         hot = max(round(fraction * total_blocks), 3 * num_layers + 1)
         settings = HkvCacheSettings(block_tokens=b, hot_blocks=hot, host_blocks=total_blocks + 64)
-        store, *hooks = session_hooks(num_layers, settings, spec["count"])
+        store, _, *hooks = session_hooks(num_layers, settings, spec["count"])
         hkv = Sessions(model, spec, device, *hooks)
         resident = {}
         for name, run in (("dynamic", dynamic), ("hkv", hkv)):
@@ -559,7 +512,7 @@ def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-        del caches, dynamic, hkv, store, hooks  # freed before the next pair
+        del dynamic, hkv, store, hooks  # freed before the next pair
     return {**spec, "rounds": args.rounds, "rows": rows}
 
 
