@@ -116,7 +116,7 @@ class HybridKVCacheManager(Placement):
         self._hot: dict[Modality, set[int]] = {m: set() for m in Modality}
         self._num_pinned = 0
         self._pending: PendingAccess | None = None
-        self._done: dict[int, tuple[PendingAccess, AccessResult]] = {}  # the last completed
+        self._completed: tuple[PendingAccess, AccessResult] | None = None  # the last one
         self.gpu_departures = 0
         """Times a block left its GPU slot; a map of blocks to slots stays valid while it holds."""
         self.stats = ManagerStats()
@@ -238,9 +238,8 @@ class HybridKVCacheManager(Placement):
         its own access could proceed) returns the same result.
         """
         if pending is not self._pending:
-            done = self._done.get(id(pending))
-            if done is not None and done[0] is pending:
-                return done[1]
+            if self._completed is not None and self._completed[0] is pending:
+                return self._completed[1]
             raise HkvError("complete_access: not the pending access of this manager")
         for transfer, link in pending.transfers:
             done = self.engine.complete_load(transfer)
@@ -273,7 +272,7 @@ class HybridKVCacheManager(Placement):
         result = AccessResult(
             True, slots, pending.hits, pending.recompute, pending.lost, pending.missing
         )
-        self._done = {id(pending): (pending, result)}  # the last one only
+        self._completed = (pending, result)
         return result
 
     def touch(self, block_ids: Iterable[int]) -> None:
