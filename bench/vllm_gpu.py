@@ -10,17 +10,22 @@ recomputed. The multimodal variant marks spans of each turn's new tokens as imag
 adapter's documented channel, `kv_transfer_params = {"hkv_modalities": [[start, end, "vision"]]}`
 (the tokens stay random ids: the served model is text-only; only the policies see the labels).
 
-Three modes, each one process:
+Modes, each one process:
 
-    python bench/vllm_gpu.py run --policy hkv_cost_aware --cpu-gib 8 --repeats 2 --out R.json
-    python bench/vllm_gpu.py drive --plan full --out data/results/vllm_h200.json
+    python bench/vllm_gpu.py run --policy lru,arc,hkv_bip --cpu-gib 8 --repeats 2 --out R.json
+    python bench/vllm_gpu.py capacity --tp 2 --cpu-gib 8 --out C.json   # KV tiers vs hkv plan
+    python bench/vllm_gpu.py drive --plan full --devices 0,1 --out data/results/vllm_h200.json
+    python bench/vllm_gpu.py drive --plan tp2 --devices 0,1 --out data/results/vllm_h200_tp2.json
     python bench/vllm_gpu.py workload                 # the request sequence's summary (CPU)
 
-`run` measures one configuration (policy x CPU tier x variant) in this process, engine core
-in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's policies register into
-vLLM 0.26's built-in dictionary); `repeats` runs of the workload share the engine, with the GPU
-prefix cache and the CPU tier emptied before each. `drive` runs a plan's configurations one
-subprocess each, in order, until a deadline, and rewrites the results JSON atomically after each.
+`run` measures one engine (CPU tier x variant x tensor-parallel size) in this process, engine
+core in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's policies register into
+vLLM 0.26's built-in dictionary). Its policies share the engine: before each run of the workload
+the GPU prefix cache and the CPU tier are emptied and the offloading manager gets a new, empty
+policy object; the policies' runs alternate, `repeats` rounds. `capacity` starts the engine sized
+by `gpu_memory_utilization` and records its KV tiers for the check against `hkv plan`. `drive`
+runs a plan's configurations one subprocess each, on free GPUs of `--devices`, until a deadline,
+and rewrites the results JSON atomically after each.
 
 Per run: workload wall time, TTFT mean / p50 / p90, cached share of prompt tokens (all turns and
 turns > 0; vLLM's `num_cached_tokens`, GPU prefix hits plus CPU-tier hits), GB loaded from and
@@ -223,15 +228,11 @@ class PolicyTimer:
 
     def __init__(self, policy) -> None:
         self.per_method: dict[str, list] = {}
-        self.overhead: dict[str, float] | None = None  # set by calibrate()
+        self.overhead: dict[str, float] | None = None  # `measure_overhead()`, set by the caller
         for name in self.METHODS + self.OPTIONAL:
             if hasattr(policy, name):
                 cell = self.per_method[name] = [0.0, 0]
                 setattr(policy, name, self._timed(getattr(policy, name), cell))
-
-    def calibrate(self) -> None:
-        """Measure the timer's own cost per call in this process (`measure_overhead`)."""
-        self.overhead = self.measure_overhead()
 
     def snapshot(self) -> dict:
         """Totals and per-method `(seconds, calls)` now, for differences over a run."""
@@ -355,8 +356,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[low] + (values[high] - values[low]) * (k - low)
 
 
-def engine_kwargs(args) -> dict:
-    policy = args.policy
+def engine_kwargs(args, policy: str) -> dict:
     extra = {"cpu_bytes_to_use": int(args.cpu_gib * (1 << 30)), "eviction_policy": policy}
     return {
         "model": str(args.model),
@@ -548,46 +548,46 @@ def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
 
 
 def run_config(args, result: dict) -> None:
-    """Measure one configuration into `result` (written to `args.out` after every repeat)."""
+    """Measure one configuration into `result` (written to `args.out` after every run).
+
+    `args.policy` may name several policies (comma-separated): they share one engine, whose CPU
+    tier and GPU prefix cache are emptied and whose policy object is replaced before each run,
+    and their runs alternate (repeat 0 of each, then repeat 1 of each), so that the host's drift
+    falls on all of them alike. The engine is built with the first.
+    """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
+    policies = policy_list(args.policy)
     w = Workload(images=args.variant == "mm")
     result |= {
-        "policy": args.policy,
+        "policy": policies[0] if len(policies) == 1 else ",".join(policies),
+        "policies": policies,
         "cpu_gib": args.cpu_gib,
         "variant": args.variant,
         "tp": getattr(args, "tp", 1),
+        "gpu_kv_gib": args.gpu_kv_gib,
     }
     t0 = time.perf_counter()
     import vllm
     from vllm import LLM, SamplingParams
 
-    if args.policy not in VLLM_POLICIES:
+    if any(p not in VLLM_POLICIES for p in policies):
         from hkv.integrations.vllm import register
 
         register()  # vLLM 0.26: into the manager's built-in dictionary; 0.32+: the factory
     result["vllm_version"] = vllm.__version__
     result["t_import_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    llm = LLM(**engine_kwargs(args))
+    llm = LLM(**engine_kwargs(args, policies[0]))
     result["t_engine_init_s"] = time.perf_counter() - t1
     core, manager = offloading_manager(llm)
     result["cpu_blocks"] = manager._num_blocks if hasattr(manager, "_num_blocks") else None
     result["gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
     block_bytes = int(args.cpu_gib * (1 << 30)) // max(result["cpu_blocks"] or 1, 1)
-    result["block_bytes"] = block_bytes
-    policy = manager._policy
-    result["policy_class"] = type(policy).__name__
-    inner = getattr(policy, "policy", None)  # hkv: the wrapped EvictionPolicy
-    if inner is not None:
-        result["hkv_hyperparameters"] = inner.hyperparameters()
-        model = getattr(inner, "cost_model", None)
-        result["hkv_cost_model"] = getattr(getattr(model, "spec", None), "name", None)
-    policy_timer = PolicyTimer(policy)
-    policy_timer.calibrate()
-    result["timer_overhead"] = policy_timer.overhead
-    counters = (policy_timer, StepTimer(core), ManagerCounter(manager), block_bytes)
-
+    result["block_bytes"] = block_bytes  # over all ranks (vLLM sizes the tier that way)
+    overhead = PolicyTimer.measure_overhead()
+    result["timer_overhead"] = overhead
+    steps, stores = StepTimer(core), ManagerCounter(manager)
     sampling = SamplingParams(
         max_tokens=w.max_tokens, ignore_eos=True, temperature=0.0, detokenize=False
     )
@@ -595,18 +595,87 @@ def run_config(args, result: dict) -> None:
     warm_up(llm, sampling)
     result["t_warmup_s"] = time.perf_counter() - t2
     sessions, waves = build_sessions(w)
-    result["repeats"] = []
+    result["policy_info"], result["repeats"] = {}, []
     for repeat in range(args.repeats):
-        # Both tiers start empty (the warm-up's blocks too); a refusal is recorded, not fatal.
-        reset_ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
-        one = run_workload(llm, w, sessions, waves, counters)
-        one["repeat"] = repeat
-        one["summary"]["caches_reset"] = reset_ok
-        result["repeats"].append(one)
-        print("SUMMARY", args.policy, args.cpu_gib, args.variant, repeat,
-              json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
-              flush=True)  # fmt: skip
-        write_json(args.out, result)
+        for name in policies:
+            policy, reset_ok = fresh_policy(llm, manager, name)
+            result["policy_info"][name] = policy_info(policy)
+            timer = PolicyTimer(policy)
+            timer.overhead = overhead
+            one = run_workload(llm, w, sessions, waves, (timer, steps, stores, block_bytes))
+            one["policy"], one["repeat"] = name, repeat
+            one["summary"]["caches_reset"] = reset_ok
+            result["repeats"].append(one)
+            print("SUMMARY", name, args.cpu_gib, args.variant, repeat,
+                  json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
+                  flush=True)  # fmt: skip
+            write_json(args.out, result)
+    result["status"] = "done"
+    write_json(args.out, result)
+
+
+def policy_list(text: str) -> list[str]:
+    """`--policy`: one name or several, comma-separated (`lru,arc,hkv_bip`), each once."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise SystemExit(f"--policy: got {text!r}; expected names like lru,arc,hkv_bip, each once")
+    return names
+
+
+def fresh_policy(llm, manager, name: str):
+    """Empty both tiers and give vLLM's offloading manager a new, empty policy `name`.
+
+    The tiers are emptied first (the manager clears its old policy and its block counts), then
+    the policy object is replaced and the tiers emptied again, so that the manager and its new
+    policy start from the same empty state. Returns the policy and whether both resets held.
+    """
+    from vllm.v1.kv_offload.cpu import manager as cpu_manager
+
+    ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+    policy_cls = cpu_manager._CACHE_POLICIES[name]
+    manager._policy = policy_cls(cache_capacity=manager._num_blocks)
+    ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True) and ok
+    return manager._policy, bool(ok)
+
+
+def policy_info(policy) -> dict:
+    """The policy's class, and for hkv's its hyperparameters and cost model."""
+    info = {"policy_class": type(policy).__name__}
+    inner = getattr(policy, "policy", None)  # hkv: the wrapped EvictionPolicy
+    if inner is not None:
+        info["hkv_hyperparameters"] = inner.hyperparameters()
+        model = getattr(inner, "cost_model", None)
+        info["hkv_cost_model"] = getattr(getattr(model, "spec", None), "name", None)
+    return info
+
+
+def run_capacity(args, result: dict) -> None:
+    """Start the engine sized by `gpu_memory_utilization` (no KV cap) and record its KV tiers.
+
+    vLLM's rule (0.26, `Worker.determine_available_memory`): KV per GPU = total x utilization -
+    (weights + the profiling forward's peak activations + non-torch memory such as the CUDA
+    context and NCCL buffers), CUDA graphs not counted unless opted in (this runs eager). The
+    workers log "Available KV cache memory" and "Model loading took"; the driver reads them.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    result |= {"tp": args.tp, "cpu_gib": args.cpu_gib, "model": str(args.model)}
+    result["gpu_memory_utilization"] = args.utilization
+    from vllm import LLM
+
+    kwargs = engine_kwargs(args, "lru")
+    del kwargs["kv_cache_memory_bytes"]
+    kwargs["gpu_memory_utilization"] = args.utilization
+    llm = LLM(**kwargs)
+    import torch  # after the engine: CUDA first used here would force its workers to spawn
+
+    result["gpu_total_bytes"] = torch.cuda.mem_get_info(0)[1]
+    config = llm.llm_engine.vllm_config
+    _, manager = offloading_manager(llm)
+    result["gpu_blocks"] = config.cache_config.num_gpu_blocks
+    result["block_tokens"] = config.cache_config.block_size
+    result["cpu_blocks"] = manager._num_blocks
+    result["max_model_len"] = config.model_config.max_model_len
+    result["max_num_seqs"] = config.scheduler_config.max_num_seqs
     result["status"] = "done"
     write_json(args.out, result)
 
@@ -623,43 +692,55 @@ def write_json(path: Path, data: dict) -> None:
 # -- a plan of configurations, one subprocess each ----------------------------------------------
 @dataclass(frozen=True)
 class Config:
-    policy: str
+    """One engine: its policies (run in turn, `repeats` rounds), CPU tier, variant and GPUs.
+
+    `kind` "capacity" starts the engine sized by `gpu_memory_utilization` instead (no KV cap, no
+    workload) to compare vLLM's KV tiers with `hkv plan`.
+    """
+
+    policies: tuple[str, ...]
     cpu_gib: float
     variant: str = "text"
     repeats: int = 2
+    tp: int = 1
+    gpu_kv_gib: float = 4.0
+    kind: str = "workload"
 
 
 def plan(name: str, best_hkv: str, hkv_policies: list[str]) -> list[Config]:
-    """Configurations in the order they run (most informative first, so a deadline cuts the rest).
+    """Configurations in the order they start (most informative first: a deadline cuts the rest).
 
-    `full`: vLLM's lru and arc and every online hkv policy at 8 and 12 GiB, the best hkv policy
-    and lru at 16 GiB, and the multimodal variant at 8 GiB; each twice. `reduced`: lru, arc and
-    the best hkv policy at 8 GiB, once. `budget`: the acceptance points first (8 GiB twice,
-    16 GiB once), then the article's policies and the multimodal variant, then the rest once.
+    `full`: vLLM's lru and arc and the best hkv policy at 8 GiB; lru and the best at 16 GiB;
+    the three at 12 GiB; the multimodal variant at 8 GiB (lru, the best, modality_aware); then
+    every other online hkv policy at 8 and at 12 GiB; each twice. `reduced`: lru, arc and the
+    best at 8 GiB, once. `tp2`: the engine at tensor parallelism 2 sized by utilization (the plan
+    check), then lru and the best at 8 GiB twice, with 2 GiB of GPU KV per GPU: the same
+    number of tokens as 4 GiB at TP=1, since each GPU holds half of every block.
     """
     best = f"hkv_{best_hkv}"
-    others = [f"hkv_{p}" for p in hkv_policies if p != best_hkv]
+    others = tuple(f"hkv_{p}" for p in hkv_policies if f"hkv_{p}" != best)
     if name == "reduced":
-        return [Config(p, 8.0, repeats=1) for p in ("lru", "arc", best)]
-    if name == "budget":
-        article = [p for p in ("hkv_cost_aware", "hkv_modality_aware") if p != best]
-        return [
-            *(Config(p, 8.0) for p in ("lru", "arc", best)),
-            Config(best, 16.0, repeats=1),
-            Config("lru", 16.0, repeats=1),
-            *(Config(p, 8.0, repeats=1) for p in article[:1]),
-            Config("hkv_modality_aware", 8.0, "mm", repeats=1),
-            *(Config(p, 8.0, repeats=1) for p in others if p not in article[:1]),
-            *(Config(p, 12.0, repeats=1) for p in ("lru", "arc", best)),
-        ]
+        return [Config(("lru", "arc", best), 8.0, repeats=1)]
     if name == "full":
+        mm = tuple(dict.fromkeys(("lru", best, "hkv_modality_aware")))
         return [
-            *(Config(p, gib) for gib in (8.0, 12.0) for p in ("lru", "arc", best, *others)),
-            Config(best, 16.0),
-            Config("lru", 16.0),
-            *(Config(p, 8.0, "mm") for p in ("lru", best, "hkv_modality_aware")),
+            Config(("lru", "arc", best), 8.0),
+            Config(("lru", best), 16.0),
+            Config(("lru", "arc", best), 12.0),
+            Config(mm, 8.0, "mm"),
+            Config(others, 8.0),
+            Config(others, 12.0),
         ]
-    raise ValueError(f"--plan: got {name!r}; expected reduced, budget or full")
+    if name == "tp2":
+        return [
+            Config(("lru",), 8.0, repeats=0, tp=2, kind="capacity"),
+            Config(("lru", best), 8.0, tp=2, gpu_kv_gib=2.0),
+        ]
+    raise ValueError(f"--plan: got {name!r}; expected reduced, full or tp2")
+
+
+def config_key(config: Config) -> str:
+    return json.dumps(asdict(config), sort_keys=True)
 
 
 def measure_link() -> dict:
@@ -670,6 +751,7 @@ def measure_link() -> dict:
     host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(n, dtype=torch.uint8, device="cuda")
     out = {"gpu_name": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    out["gpus"] = torch.cuda.device_count()
     for label, copy in (
         ("h2d_gbps", lambda: dev.copy_(host)),
         ("d2h_gbps", lambda: host.copy_(dev)),
@@ -684,20 +766,36 @@ def measure_link() -> dict:
     return out
 
 
-def run_until(command: list[str], log, timeout_s: float) -> str:
-    """Run `command` in its own process group; kill the whole group after `timeout_s`."""
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        code = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return "killed: deadline"
-    return "done" if code == 0 else f"exit {code}"
+def command_for(config: Config, out: Path, model: Path) -> list[str]:
+    if config.kind == "capacity":
+        return [
+            *(sys.executable, __file__, "capacity", "--tp", str(config.tp)),
+            *("--cpu-gib", str(config.cpu_gib), "--out", str(out), "--model", str(model)),
+        ]
+    return [
+        *(sys.executable, __file__, "run", "--policy", ",".join(config.policies)),
+        *("--cpu-gib", str(config.cpu_gib), "--variant", config.variant),
+        *("--repeats", str(config.repeats), "--tp", str(config.tp)),
+        *("--gpu-kv-gib", str(config.gpu_kv_gib), "--out", str(out), "--model", str(model)),
+    ]
+
+
+@dataclass
+class Running:
+    index: int
+    config: Config
+    proc: subprocess.Popen
+    devices: list[str]
+    started: float
 
 
 def drive(args) -> dict:
-    """Run a plan's configurations in subprocesses until `deadline_s`; write the results JSON."""
+    """Run a plan's configurations in subprocesses, each on its own GPUs, until `deadline_s`.
+
+    Configurations start in plan order, each as soon as enough of `--devices` are free (one per
+    tensor-parallel rank). The results JSON is rewritten atomically after each. With `--resume`,
+    the configurations already done in `--out` are kept and not run again.
+    """
     from hkv.policies import policy_names
 
     deadline = time.time() + args.deadline_s
@@ -706,13 +804,61 @@ def drive(args) -> dict:
         configs = configs[: args.only]
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
+    result = fresh_result(args, configs)
+    done = set()
+    if args.resume and Path(args.out).exists():
+        result, done = resumed(json.loads(Path(args.out).read_text()), configs)
+    free = [d.strip() for d in args.devices.split(",") if d.strip()]
+    queue = [(i, c) for i, c in enumerate(configs) if config_key(c) not in done]
+    running: list[Running] = []
+    while queue or running:
+        while queue and len(free) >= queue[0][1].tp:
+            index, config = queue[0]
+            if deadline - time.time() < args.min_config_s:
+                result["configs"].append({**asdict(config), "status": "skipped: deadline"})
+                queue.pop(0)
+                continue
+            queue.pop(0)
+            devices, free = free[: config.tp], free[config.tp :]
+            command = command_for(config, work / f"run{index:02d}.json", args.model)
+            env = os.environ | {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+            with open(work / f"run{index:02d}.log", "w") as log:  # the child keeps its own copy
+                proc = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            running.append(Running(index, config, proc, devices, time.time()))
+        time.sleep(1.0)
+        for job in list(running):
+            code = job.proc.poll()
+            late = time.time() > deadline
+            if code is None and not late:
+                continue
+            if code is None:
+                os.killpg(job.proc.pid, signal.SIGKILL)
+                job.proc.wait()
+            status = "killed: deadline" if code is None else "done" if code == 0 else f"exit {code}"
+            running.remove(job)
+            free += job.devices
+            seconds = time.time() - job.started
+            out = work / f"run{job.index:02d}.json"
+            collect(result, job.config, out, work / f"run{job.index:02d}.log", status, seconds)
+            write_json(args.out, result)
+        if queue and time.time() > deadline:
+            for _, config in queue:
+                result["configs"].append({**asdict(config), "status": "skipped: deadline"})
+            queue = []
+    write_json(args.out, result)
+    return result
+
+
+def fresh_result(args, configs: list[Config]) -> dict:
     link = subprocess.run(
         [sys.executable, __file__, "link"], capture_output=True, text=True, timeout=120
     )
     machine = {"platform": platform.platform(), "cpus": os.cpu_count()}
     machine |= json.loads(link.stdout.strip().splitlines()[-1]) if link.returncode == 0 else {}
-    result = {
-        "generated_by": "bench/vllm_gpu.py drive --plan " + args.plan,
+    return {
+        "generated_by": f"bench/vllm_gpu.py drive --plan {args.plan} --devices {args.devices}",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine,
         "versions": {"python": platform.python_version()},
@@ -724,48 +870,60 @@ def drive(args) -> dict:
         "configs": [],
         "runs": [],
     }  # fmt: skip
-    for index, config in enumerate(configs):
-        left = deadline - time.time()
-        if left < args.min_config_s:
-            result["configs"].append({**asdict(config), "status": "skipped: deadline"})
+
+
+def resumed(old: dict, configs: list[Config]) -> tuple[dict, set[str]]:
+    """`old` results kept for the configurations of `configs` that finished; their keys."""
+    wanted = {config_key(c) for c in configs}
+    done = set()
+    for entry in old.get("configs", []):
+        fields = {k: entry[k] for k in Config.__dataclass_fields__ if k in entry}
+        fields["policies"] = tuple(fields.get("policies", ()))
+        try:
+            key = config_key(Config(**fields))
+        except TypeError:
             continue
-        out = work / f"run{index:02d}.json"
-        command = [
-            *(sys.executable, __file__, "run", "--policy", config.policy),
-            *("--cpu-gib", str(config.cpu_gib), "--variant", config.variant),
-            *("--repeats", str(config.repeats), "--out", str(out), "--model", str(args.model)),
-        ]
-        started = time.time()
-        with open(work / f"run{index:02d}.log", "w") as log:
-            status = run_until(command, log, left)
-        collect(result, config, out, status, time.time() - started)
-        write_json(args.out, result)
-    write_json(args.out, result)
-    return result
+        if entry.get("status") == "done" and key in wanted:
+            done.add(key)
+    keep = [e for e in old.get("configs", []) if e.get("status") == "done"]
+    old["configs"] = keep
+    old["runs"] = [r for r in old.get("runs", []) if r.get("config_key") in done]
+    return old, done
 
 
 CONFIG_FIELDS = (
     *("t_import_s", "t_engine_init_s", "t_warmup_s", "cpu_blocks", "gpu_blocks", "block_bytes"),
-    *("policy_class", "hkv_hyperparameters", "hkv_cost_model", "timer_overhead", "error"),
+    *("policy_info", "timer_overhead", "error"),
 )
+VLLM_LOG_LINES = {
+    "kv_available_gib": r"Available KV cache memory: ([0-9.]+) GiB",
+    "weights_gib": r"Model loading took ([0-9.]+) GiB",
+}
 
 
-def collect(result: dict, config: Config, out: Path, status: str, seconds: float) -> None:
-    """Fold one configuration's file into the results (`configs` and one `runs` row a repeat)."""
+def collect(result: dict, config: Config, out: Path, log: Path, status: str, seconds: float):
+    """Fold one configuration's file into the results (`configs`, and a `runs` row a run)."""
     data = json.loads(out.read_text()) if out.exists() else {}
+    if status == "done" and data.get("status") != "done":
+        status = "incomplete"
+    key = config_key(config)
     entry = {**asdict(config), "status": status, "process_s": round(seconds, 1)}
     entry |= {k: data[k] for k in CONFIG_FIELDS if k in data}
     result["configs"].append(entry)
     if "vllm_version" in data:
         result["versions"]["vllm"] = data["vllm_version"]
+    if config.kind == "capacity" and data.get("status") == "done":
+        result["plan_check"] = plan_check(data, log.read_text() if log.exists() else "")
     for one in data.get("repeats", []):
         rows = one["requests"]  # submission order, the same as `request_sequence`
         result["runs"].append(
             {
-                "policy": config.policy,
+                "policy": one.get("policy", config.policies[0]),
                 "cpu_gib": config.cpu_gib,
                 "variant": config.variant,
+                "tp": config.tp,
                 "repeat": one["repeat"],
+                "config_key": key,
                 **one["summary"],
                 "cached_tokens": [r["cached_tokens"] for r in rows],
                 "ttft_s": [None if r["ttft_s"] is None else round(r["ttft_s"], 5) for r in rows],
@@ -773,37 +931,103 @@ def collect(result: dict, config: Config, out: Path, status: str, seconds: float
         )
 
 
+def plan_check(capacity: dict, log: str) -> dict:
+    """vLLM's KV tiers at this configuration against `hkv plan` for the same inputs.
+
+    GPU: KV bytes per GPU (vLLM's block count x tokens a block x bytes a token on one GPU)
+    against the plan's per-GPU budget. CPU: the tier per rank (vLLM's CPU block count x one
+    rank's share of a block) against the plan's offload bytes over the GPUs.
+    """
+    import re
+
+    from hkv.model_spec import ModelSpec
+    from hkv.plan import GIB, PlanInputs
+    from hkv.plan import plan as hkv_plan
+
+    tp = capacity["tp"]
+    spec = ModelSpec.load(capacity.get("model", RIG / "minimax_m2_8l"))  # a folder or a name
+    inputs = PlanInputs(
+        gpus=tp,
+        gpu_mem_gib=capacity["gpu_total_bytes"] / GIB,
+        max_model_len=capacity["max_model_len"],
+        max_num_seqs=capacity["max_num_seqs"],
+        gpu_memory_utilization=capacity["gpu_memory_utilization"],
+        offload_gib=capacity["cpu_gib"],
+        cpu_ram_gib=max(64.0, capacity["cpu_gib"] * 4),
+        block_tokens=capacity["block_tokens"],
+    )
+    predicted = hkv_plan(spec, inputs)
+    block_gpu = capacity["block_tokens"] * predicted.kv_bytes_per_token_per_gpu
+    vllm_gpu = capacity["gpu_blocks"] * block_gpu
+    plan_gpu = predicted.gpu_kv_blocks * block_gpu
+    vllm_cpu_rank = capacity["cpu_blocks"] * block_gpu
+    plan_cpu_rank = predicted.offload_bytes_per_rank
+    logged = {}
+    for name, pattern in VLLM_LOG_LINES.items():
+        found = [float(x) for x in re.findall(pattern, log)]
+        logged[name] = found or None
+    usable = int(inputs.gpu_mem_gib * GIB * inputs.gpu_memory_utilization)
+    return {
+        "tp": tp,
+        "inputs": asdict(inputs),
+        "vllm_gpu_blocks": capacity["gpu_blocks"],
+        "plan_gpu_blocks": predicted.gpu_kv_blocks,
+        "vllm_kv_bytes_per_gpu": vllm_gpu,
+        "plan_kv_bytes_per_gpu": plan_gpu,
+        "gpu_kv_error_frac": (plan_gpu - vllm_gpu) / vllm_gpu,
+        "vllm_non_kv_bytes_per_gpu": usable - vllm_gpu,
+        "plan_weights_bytes_per_gpu": predicted.weights_bytes_per_gpu,
+        "plan_reserve_bytes_per_gpu": predicted.reserve_bytes_per_gpu,
+        "vllm_logged": logged,
+        "vllm_cpu_blocks": capacity["cpu_blocks"],
+        "plan_cpu_blocks": predicted.offload_blocks,
+        "vllm_cpu_bytes_per_rank": vllm_cpu_rank,
+        "plan_cpu_bytes_per_rank": plan_cpu_rank,
+        "cpu_exact": vllm_cpu_rank == plan_cpu_rank,
+        "vllm_rule": "KV per GPU = total x gpu_memory_utilization - weights - peak activation "
+        "of the profiling forward - non-torch memory (CUDA context, NCCL); eager, so no CUDA "
+        "graph term (vLLM 0.26 Worker.determine_available_memory)",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
-    one = sub.add_parser("run", help="one configuration in this process")
-    one.add_argument("--policy", required=True, help="lru, arc or hkv_<online policy>")
-    one.add_argument("--cpu-gib", type=float, required=True)
+    one = sub.add_parser("run", help="one engine: its policies' runs, in this process")
+    one.add_argument("--policy", required=True, help="lru, arc or hkv_<online policy>; or a,b,c")
+    one.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     one.add_argument("--variant", choices=("text", "mm"), default="text")
     one.add_argument("--repeats", type=int, default=1)
     one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
-    one.add_argument(
-        "--tp", type=int, default=1, help="tensor-parallel size (--cpu-gib is the total over ranks)"
-    )
+    one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     one.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
     one.add_argument("--out", type=Path, required=True)
+    cap = sub.add_parser("capacity", help="the engine sized by utilization: its KV tiers")
+    cap.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
+    cap.add_argument("--tp", type=int, default=1)
+    cap.add_argument("--utilization", type=float, default=0.9, help="gpu_memory_utilization")
+    cap.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    cap.add_argument("--out", type=Path, required=True)
+    cap.set_defaults(gpu_kv_gib=0.0)
     many = sub.add_parser("drive", help="a plan of configurations, one subprocess each")
-    many.add_argument("--plan", default="budget", choices=("reduced", "budget", "full"))
-    many.add_argument("--best", default="arc", help="the hkv policy the simulator ranks best")
+    many.add_argument("--plan", default="full", choices=("reduced", "full", "tp2"))
+    many.add_argument("--best", default="bip", help="the hkv policy the simulator ranks best")
+    many.add_argument("--devices", default="0", help="CUDA devices to use, e.g. 0,1")
     many.add_argument("--deadline-s", type=float, default=540.0)
-    many.add_argument("--min-config-s", type=float, default=45.0)
+    many.add_argument("--min-config-s", type=float, default=60.0)
     many.add_argument("--only", type=int, default=None, help="the plan's first N configurations")
+    many.add_argument("--resume", action="store_true", help="keep --out's finished configs")
     many.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
     many.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_gpu")
     many.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_h200.json")
     sub.add_parser("link", help="pinned host<->GPU bandwidth as one JSON line")
     sub.add_parser("workload", help="the request sequence's summary as JSON")
     args = parser.parse_args(argv)
-    if args.mode == "run":
+    if args.mode in ("run", "capacity"):
         result: dict = {}
         code = 0
         try:
-            run_config(args, result)
+            (run_config if args.mode == "run" else run_capacity)(args, result)
         except BaseException:
             traceback.print_exc()
             write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})

@@ -43,6 +43,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offload-percent", type=float, default=None, help="the article's percent")
     p.add_argument("--offload-size", type=float, default=None, help="CPU tier in GiB")
     p.add_argument("--reserve-gib", type=float, default=None, help="per-GPU non-KV reserve")
+    p.add_argument("--block-size", type=int, default=16, help="tokens a KV block (vLLM's)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=_run_plan)
 
@@ -64,6 +65,7 @@ def _run_plan(args: argparse.Namespace) -> None:
         offload_percent=args.offload_percent,
         offload_gib=args.offload_size,
         reserve_gib=args.reserve_gib if args.reserve_gib is not None else DEFAULT_RESERVE_GIB,
+        block_tokens=args.block_size,
     )
     _emit(plan(spec, inputs).to_dict(), args.json, render_plan)
 
@@ -80,8 +82,9 @@ def render_plan(p: dict[str, Any]) -> str:
         f"  KV per token: {p['kv_bytes_per_token']:,} B; per sequence: "
         f"{p['kv_bytes_per_seq'] / GIB:.2f} GiB",
         f"  GPU KV budget: {p['gpu_kv_budget_bytes'] / GIB:.1f} GiB -> "
-        f"{p['max_seqs_on_gpu']} full sequences on GPU",
-        f"  CPU tier: {p['offload_bytes'] / GIB:.1f} GiB (bound by {p['offload_bound_by']})",
+        f"{p['max_seqs_on_gpu']} full sequences on GPU ({p['gpu_kv_blocks']} blocks a GPU)",
+        f"  CPU tier: {p['offload_bytes'] / GIB:.1f} GiB (bound by {p['offload_bound_by']}); "
+        f"{p['offload_blocks']} blocks, {p['offload_bytes_per_rank'] / GIB:.3f} GiB a rank",
         f"  fits: {'yes' if p['fits'] else 'NO'}",
     ]
     lines += [f"  reason: {r}" for r in p["reasons"]]

@@ -31,6 +31,9 @@ DEFAULT_RESERVE_GIB = 2.0
 the activation peak of vLLM's profiling forward at its default 8,192 batched tokens (~1 GiB for
 hidden sizes up to ~7K) and CUDA graph pools. Pass `reserve_gib` to use a value from your logs."""
 
+VLLM_BLOCK_TOKENS = 16
+"""vLLM's default KV block size on CUDA (`--block-size`); its offloading tier uses the same."""
+
 DEFAULT_GPU_MEM_GIB = 140.0
 """One H200 (nvidia-smi reports 143,771 MiB = 140.4 GiB)."""
 
@@ -79,9 +82,11 @@ class PlanInputs:
     offload_percent: float | None = None
     offload_gib: float | None = None
     reserve_gib: float = DEFAULT_RESERVE_GIB
+    block_tokens: int = VLLM_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         _positive_int("--gpus", self.gpus)
+        _positive_int("--block-size", self.block_tokens)
         _positive_int("--max-num-seqs", self.max_num_seqs)
         if self.max_model_len is not None:
             _positive_int("--max-model-len", self.max_model_len)
@@ -106,7 +111,11 @@ class PlanInputs:
 class MemoryPlan:
     """A model on a machine: where its weights and KV go, and the vLLM arguments for it.
 
-    Byte counts are totals over all GPUs unless the name says `_per_gpu`.
+    Byte counts are totals over all GPUs unless the name says `_per_gpu` or `_per_rank`. Block
+    counts are vLLM's: `gpu_kv_blocks` on each GPU (a block holds `block_tokens` tokens of one
+    rank's KV heads), `offload_blocks` in the CPU tier (each holds the block of every rank), so
+    `offload_bytes_per_rank` is what each rank's share of the tier really holds: the requested
+    size rounded down to whole blocks, over the ranks (vLLM's `CPUOffloadingSpec`).
     """
 
     model: str
@@ -126,9 +135,12 @@ class MemoryPlan:
     weights_bytes: int
     weights_bytes_per_gpu: int
     gpu_kv_budget_bytes: int
+    gpu_kv_blocks: int
     max_seqs_on_gpu: int
     kv_demand_bytes: int
     offload_bytes: int
+    offload_blocks: int
+    offload_bytes_per_rank: int
     offload_requested_bytes: int
     offload_bound_by: str
     host_offload_limit_bytes: int
@@ -197,6 +209,8 @@ class _Planner:
         else:
             offload, requested, bound = self.offload(demand, demand - gpu_held)
         self.check_context()
+        block_per_gpu = i.block_tokens * math.ceil(per_token * shard)
+        offload_blocks = offload // (block_per_gpu * tp) if block_per_gpu else 0
         if tp > spec.num_kv_heads and not spec.is_mla:
             self.warnings.append(
                 f"{tp} GPUs > {spec.num_kv_heads} KV heads: each GPU keeps a replicated copy "
@@ -220,9 +234,12 @@ class _Planner:
             weights_bytes=w_total,
             weights_bytes_per_gpu=w_per_gpu,
             gpu_kv_budget_bytes=budget_per_gpu * tp,
+            gpu_kv_blocks=budget_per_gpu // block_per_gpu if block_per_gpu else 0,
             max_seqs_on_gpu=int(max_seqs),
             kv_demand_bytes=demand,
             offload_bytes=offload,
+            offload_blocks=offload_blocks,
+            offload_bytes_per_rank=offload_blocks * block_per_gpu,
             offload_requested_bytes=requested,
             offload_bound_by=bound,
             host_offload_limit_bytes=self.host_limit(),

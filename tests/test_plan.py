@@ -98,3 +98,17 @@ def test_context_above_the_model_limit_warns():
 def test_bad_inputs_name_the_flag(overrides, message):
     with pytest.raises(HkvError, match=message):
         plan(MINIMAX, cpu_ram_gib=64, **overrides)
+
+
+def test_blocks_follow_vllms_rounding_per_gpu_and_over_ranks():
+    spec = ModelSpec.load("minimax-m2.5")
+    p = plan(spec, gpus=2, cpu_ram_gib=256.0, offload_gib=8.0, weights_dtype="int4",
+             max_model_len=32768, max_num_seqs=4)  # fmt: skip
+    assert p.fits
+    block_per_gpu = 16 * p.kv_bytes_per_token_per_gpu  # 4 of the 8 KV heads on each GPU
+    assert p.gpu_kv_blocks == p.gpu_kv_budget_bytes // 2 // block_per_gpu
+    # vLLM's CPU tier: whole blocks of every rank's share, so a little under 4 GiB a rank
+    assert p.offload_blocks == (8 << 30) // (2 * block_per_gpu) == 2114
+    assert p.offload_bytes_per_rank == 2114 * block_per_gpu < 4 << 30
+    with pytest.raises(HkvError, match="--block-size"):
+        plan(spec, block_tokens=0)

@@ -100,23 +100,60 @@ def test_the_workload_summary_matches_the_anchor_working_set():
 
 
 def test_plans_put_the_acceptance_points_first():
-    online = ["lru", "arc", "s3fifo", "gdsf", "cost_aware", "modality_aware", "random"]
-    reduced = bench.plan("reduced", "arc", online)
-    assert [(c.policy, c.cpu_gib, c.repeats) for c in reduced] == [
-        ("lru", 8.0, 1),
-        ("arc", 8.0, 1),
-        ("hkv_arc", 8.0, 1),
+    online = ["lru", "arc", "s3fifo", "gdsf", "bip", "cost_aware", "modality_aware", "random"]
+    reduced = bench.plan("reduced", "bip", online)
+    assert [(c.policies, c.cpu_gib, c.repeats) for c in reduced] == [
+        (("lru", "arc", "hkv_bip"), 8.0, 1)
     ]
-    budget = bench.plan("budget", "arc", online)
-    assert [c.policy for c in budget[:3]] == ["lru", "arc", "hkv_arc"]
-    assert {(c.policy, c.cpu_gib) for c in budget[3:5]} == {("hkv_arc", 16.0), ("lru", 16.0)}
-    full = bench.plan("full", "cost_aware", online)
-    text_8 = {c.policy for c in full if c.cpu_gib == 8.0 and c.variant == "text"}
+    full = bench.plan("full", "bip", online)
+    assert (full[0].policies, full[0].cpu_gib) == (("lru", "arc", "hkv_bip"), 8.0)
+    assert (full[1].policies, full[1].cpu_gib) == (("lru", "hkv_bip"), 16.0)
+    text_8 = {p for c in full if (c.cpu_gib, c.variant) == (8.0, "text") for p in c.policies}
     assert text_8 == {"lru", "arc", *(f"hkv_{p}" for p in online)}
-    assert all(c.repeats == 2 for c in full)
-    assert any(c.variant == "mm" for c in full)
-    with pytest.raises(ValueError, match="reduced, budget or full"):
+    text_12 = {p for c in full if (c.cpu_gib, c.variant) == (12.0, "text") for p in c.policies}
+    assert text_12 == text_8
+    mm = [c for c in full if c.variant == "mm"]
+    assert mm[0].policies == ("lru", "hkv_bip", "hkv_modality_aware")
+    assert all(c.repeats == 2 and c.tp == 1 for c in full)
+    assert all(len(set(c.policies)) == len(c.policies) for c in full)
+    check, tp2 = bench.plan("tp2", "bip", online)
+    assert (check.kind, check.tp) == ("capacity", 2)
+    # the same GPU KV in tokens as 4 GiB at TP=1: each GPU holds half of every block
+    assert (tp2.policies, tp2.tp, tp2.gpu_kv_gib, tp2.cpu_gib) == (("lru", "hkv_bip"), 2, 2.0, 8.0)
+    with pytest.raises(ValueError, match="reduced, full or tp2"):
         bench.plan("all", "arc", online)
+
+
+def test_policy_list_takes_one_name_or_several_each_once():
+    assert bench.policy_list("lru") == ["lru"]
+    assert bench.policy_list("lru, arc,hkv_bip") == ["lru", "arc", "hkv_bip"]
+    for bad in ("", "lru,lru", " , "):
+        with pytest.raises(SystemExit, match="--policy"):
+            bench.policy_list(bad)
+
+
+def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
+    manager_module = types.ModuleType("vllm.v1.kv_offload.cpu.manager")
+
+    class Policy:
+        def __init__(self, cache_capacity):
+            self.capacity = cache_capacity
+
+    manager_module._CACHE_POLICIES = {"hkv_bip": Policy}
+    monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu.manager", manager_module)
+    monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu", types.ModuleType("cpu"))
+    sys.modules["vllm.v1.kv_offload.cpu"].manager = manager_module
+    seen = []
+
+    class Llm:
+        def reset_prefix_cache(self, reset_running_requests, reset_connector):
+            seen.append(type(manager._policy).__name__)
+            return reset_running_requests and reset_connector
+
+    manager = types.SimpleNamespace(_policy="old", _num_blocks=16384)
+    policy, ok = bench.fresh_policy(Llm(), manager, "hkv_bip")
+    assert ok and manager._policy is policy and policy.capacity == 16384
+    assert seen == ["str", "Policy"]  # emptied with the old policy, then again with the new
 
 
 def test_summary_counts_cached_share_over_all_and_later_turns():
@@ -175,25 +212,121 @@ def test_policy_timer_counts_per_method_and_measures_its_own_cost():
     assert 0 <= overhead["recorded_s"] < 1e-5 and 0 <= overhead["added_s"] < 1e-5
 
 
-def test_collect_folds_one_row_per_repeat_into_the_results(tmp_path):
+def test_collect_folds_one_row_per_run_into_the_results(tmp_path):
     summary = {"wall_s": 1.0, "cached_frac": 0.5, "turn_gt0_cached_frac": 0.6}
     summary |= {"ttft_mean_s": 0.1, "load_gb": 1.0, "store_gb": 2.0, "failed_stores": 0}
     request = {"cached_tokens": 32, "ttft_s": 0.123456789}
-    data = {"vllm_version": "0.26.0", "cpu_blocks": 16384, "policy_class": "LRUCachePolicy"}
-    data["repeats"] = [{"repeat": i, "summary": summary, "requests": [request]} for i in (0, 1)]
+    data = {"vllm_version": "0.26.0", "cpu_blocks": 16384, "status": "done"}
+    data["policy_info"] = {"lru": {"policy_class": "LRUCachePolicy"}}
+    data["repeats"] = [
+        {"policy": p, "repeat": i, "summary": summary, "requests": [request]}
+        for i in (0, 1)
+        for p in ("lru", "hkv_bip")
+    ]
     out = tmp_path / "run.json"
     out.write_text(json.dumps(data))
     result = {"versions": {}, "configs": [], "runs": []}
-    bench.collect(result, bench.Config("lru", 8.0), out, "done", 3.0)
+    config = bench.Config(("lru", "hkv_bip"), 8.0)
+    bench.collect(result, config, out, tmp_path / "run.log", "done", 3.0)
     assert result["versions"]["vllm"] == "0.26.0"
     assert result["configs"][0]["cpu_blocks"] == 16384
+    assert result["configs"][0]["status"] == "done" and "policy_info" in result["configs"][0]
     required = {"policy", "cpu_gib", "repeat", "wall_s", "ttft_mean_s", "cached_frac"}
-    required |= {"turn_gt0_cached_frac", "load_gb", "store_gb", "failed_stores"}
-    assert [r["repeat"] for r in result["runs"]] == [0, 1]
+    required |= {"turn_gt0_cached_frac", "load_gb", "store_gb", "failed_stores", "tp"}
+    assert [(r["policy"], r["repeat"]) for r in result["runs"]] == [
+        ("lru", 0), ("hkv_bip", 0), ("lru", 1), ("hkv_bip", 1)
+    ]  # fmt: skip
     assert all(required <= set(r) for r in result["runs"])
     assert result["runs"][0]["ttft_s"] == [0.12346]
-    bench.collect(result, bench.Config("arc", 8.0), tmp_path / "missing.json", "exit 3", 1.0)
-    assert result["configs"][-1]["status"] == "exit 3" and len(result["runs"]) == 2
+    missing = tmp_path / "missing.json"
+    bench.collect(result, bench.Config(("arc",), 8.0), missing, missing, "exit 3", 1.0)
+    assert result["configs"][-1]["status"] == "exit 3" and len(result["runs"]) == 4
+    data["status"] = "error"  # the process exited 0 but the configuration did not finish
+    out.write_text(json.dumps(data))
+    bench.collect(result, config, out, missing, "done", 1.0)
+    assert result["configs"][-1]["status"] == "incomplete"
+
+
+FAKE_RUN = """
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+if args[0] == "run":
+    policies = args[args.index("--policy") + 1].split(",")
+    repeats = int(args[args.index("--repeats") + 1])
+    summary = {"wall_s": 1.0, "cached_frac": 0.25}
+    rows = [{"policy": p, "repeat": i, "summary": summary, "requests": []}
+            for i in range(repeats) for p in policies]
+    data = {"status": "done", "repeats": rows, "devices": os.environ["CUDA_VISIBLE_DEVICES"]}
+else:
+    data = {"status": "done", "tp": 2, "cpu_gib": 8.0, "gpu_memory_utilization": 0.9,
+            "gpu_blocks": 100, "block_tokens": 16, "cpu_blocks": 16384,
+            "max_model_len": 4096, "max_num_seqs": 4, "gpu_total_bytes": 140 << 30}
+    print("Model loading took 28.5 GiB memory")
+json.dump(data, open(out, "w"))
+"""
+
+
+REAL_COMMAND_FOR = bench.command_for
+
+
+def fake_drive(tmp_path, monkeypatch, plan_name: str, devices: str, resume: bool = False):
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN)
+
+    def command_for(config, out, model):
+        real = REAL_COMMAND_FOR(config, out, model)
+        return [sys.executable, str(script), *real[2:]]
+
+    monkeypatch.setattr(bench, "command_for", command_for)
+    monkeypatch.setattr(bench, "fresh_result", lambda args, configs: {
+        "versions": {}, "configs": [], "runs": [], "plan": [], "machine": {}})  # fmt: skip
+    monkeypatch.setattr(bench, "plan_check", lambda capacity, log: {"log": log.strip()})
+    args = types.SimpleNamespace(
+        plan=plan_name, best="bip", only=None, devices=devices, deadline_s=60.0,
+        min_config_s=1.0, resume=resume, model=Path("/m"), work_dir=tmp_path / "work",
+        out=tmp_path / "results.json",
+    )  # fmt: skip
+    return bench.drive(args)
+
+
+def test_drive_runs_configurations_side_by_side_and_resumes(tmp_path, monkeypatch):
+    result = fake_drive(tmp_path, monkeypatch, "reduced", "0,1")
+    assert [c["status"] for c in result["configs"]] == ["done"]
+    assert [r["policy"] for r in result["runs"]] == ["lru", "arc", "hkv_bip"]
+    result = fake_drive(tmp_path, monkeypatch, "tp2", "0,1")
+    assert [c["kind"] for c in result["configs"]] == ["capacity", "workload"]
+    assert result["plan_check"] == {"log": "Model loading took 28.5 GiB memory"}
+    assert json.loads((tmp_path / "work" / "run01.json").read_text())["devices"] == "0,1"
+    again = fake_drive(tmp_path, monkeypatch, "tp2", "0,1", resume=True)  # nothing left to run
+    assert again["runs"] == result["runs"] and len(again["configs"]) == 2
+    full = fake_drive(tmp_path, monkeypatch, "full", "0,1")
+    assert all(c["status"] == "done" for c in full["configs"]) and len(full["configs"]) == 6
+    used = {json.loads(p.read_text())["devices"] for p in (tmp_path / "work").glob("run*.json")}
+    assert used == {"0", "1"}  # one-GPU engines on both devices
+
+
+def test_plan_check_compares_vllms_tiers_with_hkv_plan():
+    from hkv.plan import GIB
+
+    capacity = {
+        "tp": 2, "cpu_gib": 8.0, "gpu_memory_utilization": 0.9, "block_tokens": 16,
+        "max_model_len": 32768, "max_num_seqs": 16, "gpu_total_bytes": int(140.4 * GIB),
+        "model": "minimax-m2.5",
+    }  # fmt: skip
+    per_gpu_token = 62 * 2 * 4 * 128 * 2  # 62 layers, K and V, 4 of 8 KV heads, bf16
+    capacity["cpu_blocks"] = (8 << 30) // (16 * 2 * per_gpu_token)
+    capacity["gpu_blocks"] = 1000
+    log = "Available KV cache memory: 12.5 GiB\nModel loading took 106.0 GiB memory\n"
+    check = bench.plan_check(capacity, log)
+    assert check["vllm_kv_bytes_per_gpu"] == 1000 * 16 * per_gpu_token
+    assert check["cpu_exact"] and check["plan_cpu_blocks"] == 2114  # whole blocks of all ranks
+    assert check["plan_cpu_bytes_per_rank"] == 2114 * 16 * per_gpu_token < 4 << 30
+    assert check["vllm_logged"] == {"kv_available_gib": [12.5], "weights_gib": [106.0]}
+    expected = (check["plan_kv_bytes_per_gpu"] - check["vllm_kv_bytes_per_gpu"]) / (
+        check["vllm_kv_bytes_per_gpu"]
+    )
+    assert check["gpu_kv_error_frac"] == pytest.approx(expected)
 
 
 def test_write_json_replaces_the_file_whole(tmp_path):
@@ -407,9 +540,9 @@ def test_engine_arguments_carry_the_tensor_parallel_size():
     args = types.SimpleNamespace(
         policy="hkv_bip", cpu_gib=8.0, gpu_kv_gib=4.0, model="/m", tp=2, variant="text"
     )
-    kwargs = bench.engine_kwargs(args)
+    kwargs = bench.engine_kwargs(args, "hkv_bip")
     assert kwargs["tensor_parallel_size"] == 2
     extra = kwargs["kv_transfer_config"]["kv_connector_extra_config"]
     assert extra["cpu_bytes_to_use"] == 8 << 30  # the total over ranks, as vLLM reads it
     del args.tp  # an older caller: one GPU
-    assert bench.engine_kwargs(args)["tensor_parallel_size"] == 1
+    assert bench.engine_kwargs(args, "lru")["tensor_parallel_size"] == 1
