@@ -179,3 +179,40 @@ def test_waiting_session_is_prefetched_while_another_runs(model) -> None:
     generate(model, turns["a"], reference, new_tokens=6)
     assert torch.equal(out, generate(model, next_a, reference, new_tokens=6))
     assert store.prefetch("nobody") == 0
+
+
+def test_a_prefetch_leaves_the_running_session_the_room_it_still_needs(model) -> None:
+    # a pool of about one and a half sessions: a prefetch into every free slot would take the
+    # slots of the running session's blocks still in host RAM, and it would reload them each step
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=15, host_blocks=128)
+    store = HkvSessionStore(model.config, settings)
+    outs = {}
+    for name, seed in (("a", 8), ("b", 9)):
+        ids = prompt(30, seed=seed)
+        cache = store.cache_for(name, ids)
+        outs[name] = generate(model, ids, cache, new_tokens=6)
+        store.finish_turn(name, cache, outs[name])
+    next_b = torch.cat([outs["b"], prompt(5, seed=11)], dim=1)
+    cache_b = store.cache_for("b", next_b)
+    manager = cache_b.manager
+    assert store.prefetch("b") == 0  # the running session is not prefetched
+    manager.complete_access(manager.pending)
+    b_keys = set(cache_b.block_keys())
+    b_away = sum(1 for k in b_keys if manager.where(k) is not Tier.GPU)
+    free = manager.gpu.num_free
+    launched = store.prefetch("a")
+    assert 0 < launched <= free - b_away - 2 * 2  # two a layer kept for b's new blocks
+    loads: dict[int, int] = {}
+    launch = manager._launch_loads
+
+    def counted(blocks, slots, scratch):
+        for block in blocks:
+            loads[block.key] = loads.get(block.key, 0) + 1
+        return launch(blocks, slots, scratch)
+
+    manager._launch_loads = counted
+    out = generate(model, next_b, cache_b, new_tokens=4)
+    assert max(loads[k] for k in loads if k in b_keys) == 1  # each of b's blocks loaded once
+    reference = DynamicCache(config=model.config)
+    generate(model, prompt(30, seed=9), reference, new_tokens=6)
+    assert torch.equal(out, generate(model, next_b, reference, new_tokens=4))

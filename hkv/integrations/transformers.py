@@ -160,10 +160,12 @@ class HkvSessionStore:
         self._manager: HybridKVCacheManager | None = None
         self._sessions: dict[str, _Session] = {}
         self._next_base = itertools.count()
+        self._running: str | None = None  # the session between its cache_for and finish_turn
         self.last_decision: dict[str, Any] = {}
 
     def cache_for(self, session_id: str, input_ids: Any) -> HkvCache:
         ids = _token_list(input_ids)
+        self._running = session_id
         session = self._sessions.get(session_id)
         if session is not None:
             cached = session.cache.get_seq_length()
@@ -200,15 +202,22 @@ class HkvSessionStore:
     def prefetch(self, session_id: str) -> int:
         """Start loading a waiting session's blocks from host RAM back to the GPU, on the
         transfer streams, and return at once; call it when the session is next in line, while
-        another one runs. Only free slots are used (less two per layer kept for the running
-        session's new blocks): nothing is evicted for a prefetch. The session's `cache_for`,
-        or any access that must move blocks, completes it. Returns the blocks launched."""
+        another one runs. Only free slots are used, less those the running session still needs
+        (its blocks not yet back on the GPU, and two a layer for its new blocks): nothing is
+        evicted for a prefetch, and the running session is never short of room because of one.
+        The session's `cache_for`, or any access that must move blocks, completes it. Returns
+        the blocks launched."""
         session, manager = self._sessions.get(session_id), self._manager
-        if session is None or manager is None:
+        if session is None or manager is None or session_id == self._running:
             return 0
         if manager.pending is not None:  # launched a turn ago (this one's own): done by now
             manager.complete_access(manager.pending)
-        store, room = session.cache.store, manager.gpu.num_free - 2 * self.num_layers
+        reserve = 2 * self.num_layers
+        running = self._sessions.get(self._running) if self._running is not None else None
+        if running is not None:
+            where = manager.where
+            reserve += sum(1 for k in running.cache.block_keys() if where(k) is not Tier.GPU)
+        store, room = session.cache.store, manager.gpu.num_free - reserve
         return store.launch(store.in_host(session.cache.block_keys())[: max(0, room)])
 
     def finish_turn(self, session_id: str, cache: HkvCache, token_ids: Any) -> None:
@@ -218,6 +227,8 @@ class HkvSessionStore:
             raise HkvError(f"finish_turn: {session_id!r} is not the session of this cache")
         session.token_ids = _token_list(token_ids)
         self._manager = self._manager or cache.manager
+        if self._running == session_id:
+            self._running = None
         cache.release()
 
     def _prefix_costs(self, tokens: int) -> tuple[float, float]:
