@@ -181,6 +181,18 @@ def test_waiting_session_is_prefetched_while_another_runs(model) -> None:
     assert store.prefetch("nobody") == 0
 
 
+def test_sessions_opened_before_any_ran_share_one_manager(model) -> None:
+    store = HkvSessionStore(model.config, HkvCacheSettings(block_tokens=8, hot_blocks=40))
+    ids = {name: prompt(20, seed=seed) for name, seed in (("a", 1), ("b", 2))}
+    caches = {name: store.cache_for(name, i) for name, i in ids.items()}  # both before a run
+    assert all(c.manager is None for c in caches.values())
+    for name, cache in caches.items():
+        out = generate(model, ids[name], cache, new_tokens=3)
+        store.finish_turn(name, cache, out)
+    assert caches["a"].manager is caches["b"].manager  # one GPU pool, not one per session
+    assert caches["a"].manager.gpu.capacity_blocks == 40
+
+
 def test_a_prefetch_leaves_the_running_session_the_room_it_still_needs(model) -> None:
     # a pool of about one and a half sessions: a prefetch into every free slot would take the
     # slots of the running session's blocks still in host RAM, and it would reload them each step

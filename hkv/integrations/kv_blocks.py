@@ -3,6 +3,7 @@ settings, the shared manager, streamed blocks, room-making and the next layer's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,14 +86,38 @@ def hot_blocks_for(
     return max(round(fraction * per_layer * num_layers), pinned + 1)
 
 
+def new_manager(settings: HkvCacheSettings, keys: torch.Tensor) -> HybridKVCacheManager:
+    """A manager for `settings` whose blocks fit K/V like `keys` (`[1, kv_heads, n, head_dim]`)."""
+    dtype = _DTYPE_NAMES.get(keys.dtype)
+    if dtype is None:
+        raise HkvError(f"HkvCache: KV dtype {keys.dtype}; expected one of {_DTYPE_NAMES}")
+    layout = BlockLayout(settings.block_tokens, keys.shape[1], keys.shape[3], 1, dtype)
+    return HybridKVCacheManager(
+        layout,
+        gpu_blocks=settings.hot_blocks,
+        host_blocks=settings.host_blocks,
+        disk_blocks=settings.disk_blocks,
+        disk_path=settings.disk_path,
+        config=settings.config,
+        device=keys.device,
+    )
+
+
 class BlockStore:
     """The manager shared by an `HkvCache`'s layers (created on the first update)."""
 
-    def __init__(self, settings: HkvCacheSettings, num_layers: int, manager: Any = None):
+    def __init__(
+        self,
+        settings: HkvCacheSettings,
+        num_layers: int,
+        manager: Any = None,
+        factory: Callable[[torch.Tensor], HybridKVCacheManager] | None = None,
+    ):
         settings.check_room(num_layers)
         self.settings = settings
         self.num_layers = num_layers
         self.manager: HybridKVCacheManager | None = manager
+        self.factory = factory  # makes (or hands out a shared) manager at the first update
         self.num_pinned = 0  # pins this cache holds (the manager's other users must hold none)
         self.streamed: dict[int, None] = {}  # blocks loaded back for an assembly, oldest first
         self.layers: list[HkvLayer] = []  # weak proxies, set by HkvCache (no reference cycle)
@@ -107,19 +132,8 @@ class BlockStore:
 
     def ensure_manager(self, keys: torch.Tensor) -> HybridKVCacheManager:
         if self.manager is None:
-            dtype = _DTYPE_NAMES.get(keys.dtype)
-            if dtype is None:
-                raise HkvError(f"HkvCache: KV dtype {keys.dtype}; expected one of {_DTYPE_NAMES}")
-            layout = BlockLayout(self.settings.block_tokens, keys.shape[1], keys.shape[3], 1, dtype)
-            self.manager = HybridKVCacheManager(
-                layout,
-                gpu_blocks=self.settings.hot_blocks,
-                host_blocks=self.settings.host_blocks,
-                disk_blocks=self.settings.disk_blocks,
-                disk_path=self.settings.disk_path,
-                config=self.settings.config,
-                device=keys.device,
-            )
+            factory = self.factory or (lambda k: new_manager(self.settings, k))
+            self.manager = factory(keys)
         return self.manager
 
     def room(self) -> int:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,7 @@ from hkv.integrations.kv_blocks import (
     BlockStore,
     HkvCacheSettings,
     hot_blocks_for,
+    new_manager,
 )
 from hkv.integrations.kv_layer import HkvLayer
 from hkv.manager import HybridKVCacheManager
@@ -87,7 +89,9 @@ class HkvCache(Cache):
     """A transformers `Cache` of `HkvLayer`s over one `HybridKVCacheManager` (module docstring).
 
     `config` is the model's config (for the layer count) or an int. Pass `manager` to share one
-    across caches (as `HkvSessionStore` does), with distinct `key_base`s.
+    across caches, with distinct `key_base`s; or `manager_factory`, called with the first K/V
+    when the cache has no manager yet, to share one that does not exist yet (as
+    `HkvSessionStore` does).
     """
 
     def __init__(
@@ -97,10 +101,11 @@ class HkvCache(Cache):
         *,
         manager: HybridKVCacheManager | None = None,
         key_base: int = 0,
+        manager_factory: Callable[[torch.Tensor], HybridKVCacheManager] | None = None,
     ):
         num_layers = config if isinstance(config, int) else _num_layers(config)
         self.settings = settings if settings is not None else HkvCacheSettings()
-        self.store = BlockStore(self.settings, num_layers, manager)
+        self.store = BlockStore(self.settings, num_layers, manager, manager_factory)
         layers = [HkvLayer(self.store, i, key_base) for i in range(num_layers)]
         self.store.layers = [weakref.proxy(layer) for layer in layers]
         super().__init__(layers=layers)
@@ -195,9 +200,17 @@ class HkvSessionStore:
             self.settings,
             manager=self._manager,
             key_base=next(self._next_base) * KEYS,
+            manager_factory=self._shared_manager,
         )
         self._sessions[session_id] = _Session(cache, ids)
         return cache
+
+    def _shared_manager(self, keys: torch.Tensor) -> HybridKVCacheManager:
+        """The store's one manager, made by the first cache that needs it (sessions opened
+        before any ran share it too)."""
+        if self._manager is None:
+            self._manager = new_manager(self.settings, keys)
+        return self._manager
 
     def prefetch(self, session_id: str) -> int:
         """Start loading a waiting session's blocks from host RAM back to the GPU, on the
@@ -226,7 +239,6 @@ class HkvSessionStore:
         if session is None or session.cache is not cache:
             raise HkvError(f"finish_turn: {session_id!r} is not the session of this cache")
         session.token_ids = _token_list(token_ids)
-        self._manager = self._manager or cache.manager
         if self._running == session_id:
             self._running = None
         cache.release()
