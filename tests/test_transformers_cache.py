@@ -73,9 +73,10 @@ def test_second_turn_prefills_only_new_tokens_and_matches_dynamic_cache(model) -
     turn2 = torch.cat([out1, prompt(13, seed=3)], dim=1)
     cache2 = store.cache_for("chat", turn2)
     assert cache2 is cache and store.last_decision["action"] == "load"
-    before = len(cache.layers[0].new_tokens)
+    layer, before = cache.layers[0], cache.layers[0].updates
     out2 = generate(model, turn2, cache2, new_tokens=10)
-    assert cache.layers[0].new_tokens[before] == turn2.shape[1] - (out1.shape[1] - 1)
+    prefill = layer.recent_updates[before - layer.updates]  # the turn's first update
+    assert prefill == turn2.shape[1] - (out1.shape[1] - 1)
 
     reference_cache = DynamicCache(config=model.config)
     ref1 = generate(model, turn1, reference_cache, new_tokens=10)

@@ -3,6 +3,8 @@ transformers` says how it works)."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -23,7 +25,8 @@ class HkvLayer(DynamicLayer):
         self.num_blocks = 0
         self.tail_keys: torch.Tensor | None = None
         self.tail_values: torch.Tensor | None = None
-        self.new_tokens: list[int] = []  # tokens each update brought (a prefill shows here)
+        self.updates = 0  # calls of update() so far
+        self.recent_updates: deque[int] = deque(maxlen=64)  # tokens of each of the last 64
         self._keys: list[int] = []  # block_key(i) for every sealed block
         self._slot_map: tuple[int, int, torch.Tensor] | None = None  # (departures, n, slots)
         self.needs_pins = False  # a turn resumed: pin sinks and recent blocks at next update
@@ -57,7 +60,8 @@ class HkvLayer(DynamicLayer):
             store.settle()  # this layer's own prefetch
         if self.needs_pins:
             self.repin()
-        self.new_tokens.append(key_states.shape[-2])
+        self.updates += 1
+        self.recent_updates.append(key_states.shape[-2])
         self.tail_keys = torch.cat([self.tail_keys.to(key_states.device), key_states], dim=-2)
         self.tail_values = torch.cat([self.tail_values.to(value_states.device), value_states], -2)
         self._seal_full_blocks()
