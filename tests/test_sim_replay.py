@@ -114,6 +114,17 @@ def test_per_request_store_evicts_once_and_stores_all_or_nothing():
     assert sorted(policy) == [3, 4, 5]
 
 
+def test_per_request_touches_tail_first_where_the_policy_asks():
+    cases = (("lru", {}, 1), ("bip", {"bip_every": 0}, 1), ("bip", {"tail_first": True}, 3))
+    for name, params, first_out in cases:
+        policy = make_policy(name, 3, **params)
+        assert policy.touches_tail_first is params.get("tail_first", False)
+        replay(trace_of([1, 2, 3], [1, 2, 3]), policy, store="per_request")
+        # the second request references 1, 2, 3: in prefix order the head is oldest; tail
+        # first, the tail is, and it is the first to go
+        assert policy.evict(1, frozenset()) == [first_out], (name, params)
+
+
 def test_store_mode_is_validated():
     with pytest.raises(HkvError, match="expected per_block or per_request"):
         replay(trace_of([1]), make_policy("lru", 2), store="batch")

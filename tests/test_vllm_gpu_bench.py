@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from hkv.errors import HkvError
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -446,6 +448,23 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
     assert (meta.position, meta.tokens, meta.modality) == (32, 16, Modality.VISION)
     assert p.pending_meta[b"d"].modality is Modality.TEXT
     assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after a and b
+
+
+def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
+    adapter = pytest.importorskip("hkv.integrations.vllm")
+    monkeypatch.setenv("HKV_POLICY_PARAMS", '{"tail_first": true, "bip_every": 0}')
+    p = adapter.policy_class("hkv_bip")(cache_capacity=8, block_tokens=16)
+    assert p.policy.tail_first and p.policy.hyperparameters()["tail_first"] is True
+    for key in (b"a", b"b", b"c"):
+        p.insert(key, Status())
+    p.touch([b"a", b"b", b"c"], OldReqContext("r1"))  # all three referenced, tail first
+    assert [k for k, _ in p.evict(1, set())] == [b"c"]  # the tail goes, the chain's head stays
+    monkeypatch.setenv("HKV_POLICY_PARAMS", '{"tail": true}')
+    with pytest.raises(HkvError, match="unknown hyperparameter 'tail'"):
+        adapter.policy_class("hkv_bip")(cache_capacity=8)
+    monkeypatch.setenv("HKV_POLICY_PARAMS", "[1]")
+    with pytest.raises(HkvError, match="hkv_policy_params: got"):
+        adapter.policy_class("hkv_bip")(cache_capacity=8)
 
 
 def test_vllm_026_registry_gets_the_online_policies(monkeypatch):

@@ -23,9 +23,16 @@ What the adapter adds to the policy:
   policy declines is still stored, but outside the policy, and is the first to be evicted.
 - Block metadata: the position comes from vLLM's per-request key positions (`ReqContext`), the
   modality from the request's `kv_transfer_params` (below), the token count from the config.
-- One access per request, in prefix order: 0.32+ reports it when the request finishes
-  (`on_request_finished`); 0.26 touches a request's whole prompt at lookup and after every
-  store, so there the first touch counts and later ones only note metadata (`_touch_request`).
+- One access per request: 0.32+ reports it when the request finishes (`on_request_finished`);
+  0.26 touches a request's whole prompt at lookup and after every store, so there the first
+  touch counts and later ones only note metadata (`_touch_request`). The request's resident
+  blocks are touched in prefix order, or tail first for a policy that asks for it
+  (`touches_tail_first`: `dip`/`bip` with `tail_first`): a prefix cache serves a block only
+  when every block before it is served, so the head of a chain is then the most recent and the
+  policy gives up chains from the tail. hkv's replay (`store="per_request"`) does the same,
+  which is what lets the simulator predict the adapter inside vLLM.
+- Hyperparameters: `hkv_policy_params` in the connector's extra config (or `HKV_POLICY_PARAMS`),
+  e.g. `{"tail_first": true}`.
 
 Modality per block: vLLM does not pass multimodal placeholder ranges to the policy. A client
 marks the token spans that are images or audio in the request's `kv_transfer_params`:
@@ -111,6 +118,7 @@ class HkvCachePolicy(CachePolicy):
             cache_capacity,
             cost_model=self.settings.get("cost_model"),
             config=self.settings.get("config"),
+            **self.settings.get("policy_params", {}),
         )
         self.admits_all = type(self.policy).admit is EvictionPolicy.admit  # no call per insert
 
@@ -147,10 +155,10 @@ class HkvCachePolicy(CachePolicy):
 
         Its scheduler touches a request's whole prompt when it looks the request up and again
         after each store, and passes no context to `insert`. The first touch is the request's
-        one access (resident blocks are touched once, in prefix order, as in hkv's replay) and
-        notes position and modality of the absent keys for their `insert`; a later touch only
-        looks at keys the request did not have before (its list only grows), so it usually
-        costs nothing but this bookkeeping.
+        one access (resident blocks are touched once, as in hkv's replay) and notes
+        position and modality of the absent keys for their `insert`; a later touch only looks
+        at keys the request did not have before (its list only grows), so it usually costs
+        nothing but this bookkeeping.
         """
         seen = self.touched_requests.get(req_context.req_id)
         if seen is None and len(self.touched_requests) >= 4096:
@@ -163,16 +171,19 @@ class HkvCachePolicy(CachePolicy):
             return
         spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
         chunks, pending, tokens = self.chunks, self.pending_meta, self.block_tokens
-        touch = self.policy.touch if seen is None else None
+        resident: list[Any] = []
         text, host = Modality.TEXT, Tier.HOST
         for index, key in enumerate(keys[start:] if start else keys, start):
             if key in chunks:
-                if touch is not None:
-                    touch(key)
+                resident.append(key)
             elif key not in pending:
                 position = index * tokens
                 modality = modality_at(spans, position, position + tokens) if spans else text
                 pending[key] = BlockMeta(tokens, position, modality, host)
+        if seen is None:
+            touch = self.policy.touch
+            for key in reversed(resident) if self.policy.touches_tail_first else resident:
+                touch(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
         """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
@@ -188,12 +199,15 @@ class HkvCachePolicy(CachePolicy):
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
     ) -> None:
-        """One access per request, in prefix order, as in hkv's replay: blocks that were
-        resident before the request are touched; blocks it only inserted are not (their insert
-        was their reference), or frequency-based policies would count them twice."""
+        """One access per request, as in hkv's replay: blocks that were resident before the
+        request are touched (in prefix order, or tail first if the policy asks); blocks it only
+        inserted are not (their insert was their reference), or frequency-based policies would
+        count them twice."""
+        tail_first = self.policy.touches_tail_first
         for keys in key_groups:
             reused = [k for k in keys if k not in insertion_only_keys]
-            self.touch(_in_prefix_order(reused, req_context), req_context)
+            ordered = _in_prefix_order(reused, req_context)
+            self.touch(ordered[::-1] if tail_first else ordered, req_context)
 
     def evict(self, n: int, protected):
         if n <= 0:
@@ -272,8 +286,10 @@ def _in_prefix_order(keys: Sequence[Any], req_context) -> list[Any]:
 
 def _settings() -> dict[str, Any]:
     """hkv settings for the policies, from the running vLLM's connector config (`hkv_config`,
-    `block_size`) or else the environment (`HKV_CONFIG` as JSON, `HKV_BLOCK_TOKENS`), plus a
-    cost model for the served model."""
+    `hkv_policy_params`, `block_size`) or else the environment (`HKV_CONFIG` and
+    `HKV_POLICY_PARAMS` as JSON, `HKV_BLOCK_TOKENS`), plus a cost model for the served model.
+    `hkv_policy_params` are the policy's hyperparameters (`{"tail_first": true}` for `hkv_bip`);
+    an unknown one fails at engine start with the policy's valid ones."""
     extra = _connector_extra_config()
     raw = extra.get("hkv_config")
     if raw is None and os.environ.get("HKV_CONFIG"):
@@ -283,6 +299,13 @@ def _settings() -> dict[str, Any]:
         from hkv.config import HybridKVCacheConfig
 
         settings["config"] = HybridKVCacheConfig.from_dict(raw, source="hkv_config")
+    params = extra.get("hkv_policy_params")
+    if params is None and os.environ.get("HKV_POLICY_PARAMS"):
+        params = json.loads(os.environ["HKV_POLICY_PARAMS"])
+    if params:
+        if not isinstance(params, dict):
+            raise HkvError(f"hkv_policy_params: got {params!r}; expected an object of name: value")
+        settings["policy_params"] = params
     block_tokens = extra.get("block_size") or os.environ.get("HKV_BLOCK_TOKENS")
     if block_tokens:
         settings["block_tokens"] = int(block_tokens)

@@ -139,6 +139,15 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""
 
+    @property
+    def touches_tail_first(self) -> bool:
+        """Where a request's resident blocks are referenced together, after the request (vLLM's
+        CPU tier; `replay(store="per_request")`), touch them tail first, so that the head of the
+        prefix chain, which every later request sharing part of it needs, is the most recent.
+        False (every policy but `dip`/`bip` with `tail_first`): in prefix order, as vLLM's own
+        policies see them."""
+        return False
+
     def _check_insert(self, key: Key, size: int, resident: bool) -> None:
         """What every `insert` checks first: room (`size` blocks held) and a new key."""
         if size >= self.capacity_blocks:

@@ -43,11 +43,26 @@ class DIPPolicy(EvictionPolicy):
     mode: str = "adaptive"
     bip_every: int = 32
     groups: int = 4
+    tail_first: bool = False
     name = "dip"
+
+    @property
+    def touches_tail_first(self) -> bool:
+        """`tail_first`: a request's resident blocks, referenced together after it, are touched
+        tail first, so that when BIP gives up blocks it has kept it gives up the ends of prefix
+        chains before their heads and the chains it keeps stay usable. Simulated on the
+        multi-turn anchor workload of bench/vllm_gpu.py (`bench/vllm_gpu_sim.py`, bip), it raised
+        the cached share from 35.4 % to 38.2 % at 8 GiB and from 58.5 % to 62.6 % at 12 GiB; on
+        Mooncake's trace through vLLM's manager the same order changed bip little (2.0 % to
+        2.1 % at 1 %) but cost `dip` a point at 5 %. Not yet measured in vLLM on a GPU: off by
+        default."""
+        return self.tail_first
 
     def validate(self) -> None:
         if self.mode not in ("adaptive", "lru", "bip"):
             raise HkvError(f"{self.name}.mode: got {self.mode!r}; expected adaptive, lru or bip")
+        if not isinstance(self.tail_first, bool):
+            raise HkvError(f"{self.name}.tail_first: got {self.tail_first!r}; expected a bool")
         for field in ("bip_every", "groups"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -11,9 +11,11 @@ or an `admit` (absent): offline policies (`belady`) follow the trace through the
 `store="per_request"` models vLLM's CPU tier (`CPUOffloadingManager`) instead: a request's
 missing blocks are offered (`admit`) in order, the tier evicts what they need in one call
 (`evict(n)`, all or nothing: if it cannot, none of them is stored), inserts them all, and only
-then are the request's previously resident blocks touched, in prefix order (vLLM records
-accesses when the request finishes). `bench/vllm_replay.py` checks this mode against vLLM's
-manager. Offline policies need the per-block order and do not run in this mode.
+then are the request's previously resident blocks touched (vLLM records accesses when the
+request finishes), in prefix order, or tail first for a policy that asks for it
+(`touches_tail_first`), as hkv's vLLM adapter does.
+`bench/vllm_replay.py` checks this mode against vLLM's manager. Offline policies need the
+per-block order and do not run in this mode.
 
 Costs: a hit block is loaded from `tier` when that is cheaper than recomputing it
 (`CostModel.decide`), saving its recompute time and spending its load time; otherwise it is
@@ -257,7 +259,7 @@ def _replay_loop_per_request(
             policy.insert(key, metas[key])
             resident.add(key)
         totals["inserts"] += len(to_store)
-        for key in reused:
+        for key in reversed(reused) if policy.touches_tail_first else reused:
             policy.touch(key)
     return totals | {
         "elapsed_s": time.perf_counter() - start,
