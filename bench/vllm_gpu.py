@@ -571,14 +571,14 @@ def run_config(args, result: dict) -> None:
     import vllm
     from vllm import LLM, SamplingParams
 
-    if any(p not in VLLM_POLICIES for p in policies):
+    if any(split_policy(p)[0] not in VLLM_POLICIES for p in policies):
         from hkv.integrations.vllm import register
 
         register()  # vLLM 0.26: into the manager's built-in dictionary; 0.32+: the factory
     result["vllm_version"] = vllm.__version__
     result["t_import_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    llm = LLM(**engine_kwargs(args, policies[0]))
+    llm = LLM(**engine_kwargs(args, split_policy(policies[0])[0]))
     result["t_engine_init_s"] = time.perf_counter() - t1
     core, manager = offloading_manager(llm)
     result["cpu_blocks"] = manager._num_blocks if hasattr(manager, "_num_blocks") else None
@@ -622,8 +622,17 @@ def policy_list(text: str) -> list[str]:
     return names
 
 
-def fresh_policy(llm, manager, name: str):
-    """Empty both tiers and give vLLM's offloading manager a new, empty policy `name`.
+def split_policy(spec: str) -> tuple[str, dict]:
+    """`hkv_bip+tail_first` -> (`hkv_bip`, {"tail_first": True}): a policy and boolean
+    hyperparameters switched on (hkv policies only; they reach it as `hkv_policy_params`)."""
+    name, *flags = spec.split("+")
+    if flags and name in VLLM_POLICIES:
+        raise SystemExit(f"--policy: {spec!r}; vLLM's own {name} takes no hkv hyperparameters")
+    return name, dict.fromkeys(flags, True)
+
+
+def fresh_policy(llm, manager, spec: str):
+    """Empty both tiers and give vLLM's offloading manager a new, empty policy `spec`.
 
     The tiers are emptied first (the manager clears its old policy and its block counts), then
     the policy object is replaced and the tiers emptied again, so that the manager and its new
@@ -632,8 +641,10 @@ def fresh_policy(llm, manager, name: str):
     from vllm.v1.kv_offload.cpu import manager as cpu_manager
 
     ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+    name, params = split_policy(spec)
     policy_cls = cpu_manager._CACHE_POLICIES[name]
-    manager._policy = policy_cls(cache_capacity=manager._num_blocks)
+    extra = {"policy_params": params} if params else {}
+    manager._policy = policy_cls(cache_capacity=manager._num_blocks, **extra)
     ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True) and ok
     return manager._policy, bool(ok)
 
@@ -994,7 +1005,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
     one = sub.add_parser("run", help="one engine: its policies' runs, in this process")
-    one.add_argument("--policy", required=True, help="lru, arc or hkv_<online policy>; or a,b,c")
+    one.add_argument(
+        "--policy", required=True, help="lru, arc, hkv_<policy>[+flag]; or several: a,b,c"
+    )
     one.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     one.add_argument("--variant", choices=("text", "mm"), default="text")
     one.add_argument("--repeats", type=int, default=1)

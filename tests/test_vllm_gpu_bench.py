@@ -138,8 +138,10 @@ def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
     manager_module = types.ModuleType("vllm.v1.kv_offload.cpu.manager")
 
     class Policy:
-        def __init__(self, cache_capacity):
+        def __init__(self, cache_capacity, **settings):
             self.capacity = cache_capacity
+            if settings:
+                self.policy_params = settings["policy_params"]
 
     manager_module._CACHE_POLICIES = {"hkv_bip": Policy}
     monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu.manager", manager_module)
@@ -156,6 +158,12 @@ def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
     policy, ok = bench.fresh_policy(Llm(), manager, "hkv_bip")
     assert ok and manager._policy is policy and policy.capacity == 16384
     assert seen == ["str", "Policy"]  # emptied with the old policy, then again with the new
+    assert not hasattr(policy, "policy_params")
+    policy, _ = bench.fresh_policy(Llm(), manager, "hkv_bip+tail_first")
+    assert policy.policy_params == {"tail_first": True}
+    assert bench.split_policy("lru") == ("lru", {})
+    with pytest.raises(SystemExit, match="takes no hkv hyperparameters"):
+        bench.split_policy("lru+tail_first")
 
 
 def test_summary_counts_cached_share_over_all_and_later_turns():
