@@ -271,6 +271,10 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     met = gpu["targets_met"]  # computed from the numbers above, each way it came out
     assert met["cached share at 8 GiB"] == (shares["hkv_bip"] >= 0.33)
     assert len(met) == 6 and met["simulator vs vLLM, cached share"] is True
+    tail = {row["policy"]: row for row in gpu["tail_first"]}  # same engine, alternating runs
+    assert tail["hkv_bip+tail_first"]["cached_share"] > tail["hkv_bip"]["cached_share"]
+    assert tail["hkv_bip"]["cached_share"] > tail["lru"]["cached_share"]
+    assert all(row["failed_stores"] == 0 for p, row in tail.items() if p != "arc")
     tp2 = gpu["tp2"]
     assert abs(tp2["gpu_kv_error_frac"]) <= 0.02 and tp2["cpu_exact"] is True
     assert all(abs(d) <= 2 for d in tp2["cached_share_diff_points"].values())
