@@ -820,7 +820,13 @@ def drive(args) -> dict:
     if args.resume and Path(args.out).exists():
         result, done = resumed(json.loads(Path(args.out).read_text()), configs)
     free = [d.strip() for d in args.devices.split(",") if d.strip()]
-    queue = [(i, c) for i, c in enumerate(configs) if config_key(c) not in done]
+    queue = []
+    for index, config in enumerate(configs):
+        if config.tp > len(free):  # would wait for GPUs that --devices does not give
+            status = f"skipped: needs {config.tp} GPUs, --devices gives {len(free)}"
+            result["configs"].append({**asdict(config), "status": status})
+        elif config_key(config) not in done:
+            queue.append((index, config))
     running: list[Running] = []
     while queue or running:
         while queue and len(free) >= queue[0][1].tp:

@@ -310,6 +310,8 @@ def test_drive_runs_configurations_side_by_side_and_resumes(tmp_path, monkeypatc
     assert json.loads((tmp_path / "work" / "run01.json").read_text())["devices"] == "0,1"
     again = fake_drive(tmp_path, monkeypatch, "tp2", "0,1", resume=True)  # nothing left to run
     assert again["runs"] == result["runs"] and len(again["configs"]) == 2
+    one_gpu = fake_drive(tmp_path, monkeypatch, "tp2", "0")  # TP=2 cannot run on one GPU
+    assert {c["status"] for c in one_gpu["configs"]} == {"skipped: needs 2 GPUs, --devices gives 1"}
     full = fake_drive(tmp_path, monkeypatch, "full", "0,1")
     assert all(c["status"] == "done" for c in full["configs"]) and len(full["configs"]) == 6
     used = {json.loads(p.read_text())["devices"] for p in (tmp_path / "work").glob("run*.json")}
