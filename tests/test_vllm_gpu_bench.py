@@ -472,6 +472,9 @@ def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
     monkeypatch.setenv("HKV_POLICY_PARAMS", '{"tail": true}')
     with pytest.raises(HkvError, match="unknown hyperparameter 'tail'"):
         adapter.policy_class("hkv_bip")(cache_capacity=8)
+    monkeypatch.setenv("HKV_POLICY_PARAMS", "{tail_first: true}")
+    with pytest.raises(HkvError, match="HKV_POLICY_PARAMS: not JSON"):
+        adapter.policy_class("hkv_bip")(cache_capacity=8)
     monkeypatch.setenv("HKV_POLICY_PARAMS", "[1]")
     with pytest.raises(HkvError, match="hkv_policy_params: got"):
         adapter.policy_class("hkv_bip")(cache_capacity=8)

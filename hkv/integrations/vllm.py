@@ -301,7 +301,11 @@ def _settings() -> dict[str, Any]:
         settings["config"] = HybridKVCacheConfig.from_dict(raw, source="hkv_config")
     params = extra.get("hkv_policy_params")
     if params is None and os.environ.get("HKV_POLICY_PARAMS"):
-        params = json.loads(os.environ["HKV_POLICY_PARAMS"])
+        try:
+            params = json.loads(os.environ["HKV_POLICY_PARAMS"])
+        except json.JSONDecodeError as exc:
+            msg = f"HKV_POLICY_PARAMS: not JSON ({exc}); e.g. '{{\"tail_first\": true}}'"
+            raise HkvError(msg) from None
     if params:
         if not isinstance(params, dict):
             raise HkvError(f"hkv_policy_params: got {params!r}; expected an object of name: value")
