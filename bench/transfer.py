@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 import hkv
+from hkv.disk import CHECKSUMS, DEFAULT_CHECKSUM, DiskTier
 from hkv.quant import codec
-from hkv.tiers import CHECKSUMS, DEFAULT_CHECKSUM, BlockLayout, DiskTier, GpuTier, HostTier
+from hkv.tiers import BlockLayout, GpuTier, HostTier
 from hkv.transfer import TransferEngine
 
 BLOCK_TOKENS = (16, 32, 64, 512)

@@ -41,6 +41,7 @@ import torch
 
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.config import HybridKVCacheConfig
+from hkv.disk import DiskTier
 from hkv.errors import HkvError
 from hkv.placement import Placement
 from hkv.policies import make_policy
@@ -54,7 +55,7 @@ from hkv.records import (
     PendingAccess,
     zero_counts,
 )
-from hkv.tiers import BlockLayout, DiskTier, GpuTier, HostTier
+from hkv.tiers import BlockLayout, GpuTier, HostTier
 from hkv.transfer import TransferEngine
 
 __all__ = ["AccessResult", "Admission", "HybridKVCacheManager", "Link", "ManagerStats"]

@@ -10,17 +10,10 @@ import pytest
 import torch
 
 from hkv import tiers
+from hkv.disk import CHECKSUMS, HEADER_BYTES, DiskTier
 from hkv.errors import HkvError
 from hkv.model_spec import ModelSpec
-from hkv.tiers import (
-    CHECKSUMS,
-    HEADER_BYTES,
-    BlockLayout,
-    DiskTier,
-    GpuTier,
-    HostTier,
-    PinnedMemoryWarning,
-)
+from hkv.tiers import BlockLayout, GpuTier, HostTier, PinnedMemoryWarning
 
 LAYOUT = BlockLayout(block_tokens=4, kv_heads=2, head_dim=8, num_layers=2)
 

@@ -1,0 +1,274 @@
+"""The disk tier: one memory-mapped file of fixed-size slots, bounded (vLLM's file tier is not).
+
+Each slot is a header (magic, version, format, key, payload length, checksum) and the payload; its
+valid flag (in a table of flags) is set last, after header and payload are on disk, so an
+interrupted write never leaves a slot that reads as valid, and a torn, corrupted or truncated slot
+is reported lost, never returned. The GPU and host tiers are in `hkv.tiers`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hkv.config import COLD_FORMATS
+from hkv.errors import HkvError
+from hkv.tiers import _check_count, _SlotPool, _SlotTier
+
+try:  # xxh3 checksums at memory speed where xxhash is installed; zlib's crc32 otherwise
+    import xxhash
+
+    _XXH3 = xxhash.xxh3_64_intdigest
+except ImportError:  # pragma: no cover - depends on the environment
+    _XXH3 = None
+
+CHECKSUMS = {1: ("crc32", zlib.crc32)}
+if _XXH3 is not None:
+    CHECKSUMS[2] = ("xxh3_64", _XXH3)
+DEFAULT_CHECKSUM = max(CHECKSUMS)
+
+_FILE_MAGIC = b"HKVD"
+_SLOT_MAGIC = b"HKVS"
+_VERSION = 1
+VALID = 0x5A
+"""A slot's byte in the valid-flag table when its header and payload are durable."""
+_SUPER = struct.Struct("<4sHHQQQQQ")  # magic, version, header bytes, slots, slot bytes,
+#                                       stride, flag table offset, first slot's offset
+_HEADER = struct.Struct("<4sHBBQQQ")  # magic, version, format, checksum kind, key, length, sum
+HEADER_BYTES = 64
+_ALIGN = 4096
+_KEY_MASK = 2**64 - 1
+
+
+def _round_up(n: int, to: int = _ALIGN) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class SlotHeader:
+    """What a valid disk slot says it holds."""
+
+    key: int
+    fmt: str
+    nbytes: int
+    checksum_kind: str
+
+
+_MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
+"""Buffers one `pwritev` may take (the kernel's limit)."""
+
+
+class DiskTier(_SlotTier):
+    """`num_slots` slots of up to `slot_bytes` payload in one memory-mapped file at `path`.
+
+    File: a superblock page; a table of one valid-flag byte per slot; then the slots, each a
+    64-byte header (magic, version, format, checksum kind, key, payload length, checksum) and
+    the payload. The flags live together rather than in each header so that marking a batch
+    valid writes a few table pages instead of one scattered page per slot (which halved write
+    throughput when measured).
+
+    Writes (`write_many`) go through `os.pwritev` into the page cache the mapping reads (a write
+    fault per 4 KiB page of a mapping costs more than the copy), in three steps, each made durable
+    with `fdatasync` before the next: clear the flags of slots being reused; write headers and
+    payloads; set the flags. Reads (`read_many`) go through the mapping and check flag, magic,
+    version, key, format, length and checksum: a slot failing any is reported lost (and the file
+    size is checked first, so a truncated file is a lost slot, not a SIGBUS). Keys are integers,
+    compared modulo 2**64.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], num_slots: int, slot_bytes: int):
+        _check_count("DiskTier", "num_slots", num_slots)
+        _check_count("DiskTier", "slot_bytes", slot_bytes)
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise HkvError(f"DiskTier.path: folder {str(path.parent)!r} does not exist")
+        stride = _round_up(HEADER_BYTES + slot_bytes)
+        table_at = _ALIGN
+        data_at = table_at + _round_up(num_slots)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            head = (_FILE_MAGIC, _VERSION, HEADER_BYTES, num_slots, slot_bytes, stride)
+            os.pwrite(fd, _SUPER.pack(*head, table_at, data_at), 0)
+            os.ftruncate(fd, data_at + num_slots * stride)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._attach(path, fd, _SUPER.unpack(_SUPER.pack(*head, table_at, data_at)))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> DiskTier:
+        """Reopen a tier file (after a crash, say); slots whose flag is set stay valid."""
+        path = Path(path)
+        if not path.is_file():
+            raise HkvError(f"DiskTier.open: no such file {str(path)!r}")
+        fd = os.open(path, os.O_RDWR)
+        head = os.pread(fd, _SUPER.size, 0)
+        if len(head) < _SUPER.size or _SUPER.unpack(head)[0] != _FILE_MAGIC:
+            os.close(fd)
+            raise HkvError(f"DiskTier.open: {str(path)!r} is not an hkv disk tier file")
+        tier = cls.__new__(cls)
+        tier._attach(path, fd, _SUPER.unpack(head))
+        tier._flags[:] = tier._map[tier._table_at : tier._table_at + tier.capacity_blocks]
+        return tier
+
+    def _attach(self, path: Path, fd: int, head: tuple) -> None:
+        _, _, _, num_slots, slot_bytes, stride, table_at, data_at = head
+        self.path, self._fd = path, fd
+        self.slot_bytes, self.stride = slot_bytes, stride
+        self._table_at, self._data_at = table_at, data_at
+        self._map = mmap.mmap(fd, data_at + num_slots * stride, prot=mmap.PROT_READ)
+        self._slots = _SlotPool(num_slots)
+        self._flags = bytearray(num_slots)  # what this process last made durable
+        self.checksum_kind = DEFAULT_CHECKSUM
+
+    def _offset(self, slot: int) -> int:
+        return self._data_at + slot * self.stride
+
+    def _mark(self, slots: Sequence[int], valid: bool) -> None:
+        """Write the flags of `slots` (one contiguous table range) and make them durable."""
+        for slot in slots:
+            self._flags[slot] = VALID if valid else 0
+        low, high = min(slots), max(slots) + 1
+        os.pwrite(self._fd, self._flags[low:high], self._table_at + low)
+        os.fdatasync(self._fd)
+
+    def write_many(self, entries: Sequence[tuple[int, int, str, Any]]) -> int:
+        """Store `(slot, key, fmt, payload)` entries; returns the payload bytes written.
+
+        `payload` is anything with the buffer protocol (a numpy array, a CPU tensor's `.numpy()`).
+        """
+        if not entries:
+            return 0
+        reused = [slot for slot, *_ in entries if self._flags[slot]]
+        if reused:
+            self._mark(reused, valid=False)
+        kind, total = self.checksum_kind, 0
+        run: list[Any] = []  # buffers of consecutive slots, written with one pwritev
+        run_start = previous = None
+        last_bytes = 0
+        for slot, key, fmt, payload in entries:
+            data = memoryview(payload).cast("B")
+            if data.nbytes > self.slot_bytes:
+                raise HkvError(
+                    f"DiskTier: payload of {data.nbytes} bytes exceeds slot_bytes={self.slot_bytes}"
+                )
+            fields = (_SLOT_MAGIC, _VERSION, COLD_FORMATS.index(fmt), kind, key & _KEY_MASK)
+            header = _HEADER.pack(*fields, data.nbytes, CHECKSUMS[kind][1](data))
+            if run and (slot != previous + 1 or len(run) >= _MAX_IOV - 3):
+                os.pwritev(self._fd, run, self._offset(run_start))
+                run = []
+            if not run:
+                run_start = slot
+            elif gap := self.stride - HEADER_BYTES - last_bytes:
+                run.append(bytes(gap))  # the rest of the previous slot
+            run += [header.ljust(HEADER_BYTES, b"\0"), data]
+            previous, last_bytes = slot, data.nbytes
+            total += data.nbytes
+        os.pwritev(self._fd, run, self._offset(run_start))
+        os.fdatasync(self._fd)
+        self._mark([slot for slot, *_ in entries], valid=True)
+        return total
+
+    def write(self, slot: int, key: int, fmt: str, payload: Any) -> None:
+        self.write_many([(slot, key, fmt, payload)])
+
+    def read_many(
+        self, entries: Sequence[tuple[int, int, str]], out: np.ndarray, offsets: Sequence[int]
+    ) -> list[str | None]:
+        """Copy each `(slot, key, fmt)` payload into `out[offset:]` and verify it.
+
+        Returns, per entry, None when the payload is intact, else why it is lost (the bytes at
+        its offset in `out` must then not be used).
+        """
+        size = os.fstat(self._fd).st_size
+        self._read_ahead([slot for slot, *_ in entries], size)
+        problems = []
+        for (slot, key, fmt), offset in zip(entries, offsets, strict=True):
+            problems.append(self._read_one(slot, key, fmt, out, int(offset), size)[0])
+        return problems
+
+    def _read_ahead(self, slots: list[int], size: int) -> None:
+        """One readahead hint for the batch's span, when the batch fills most of it (the disk
+        then reads while earlier slots are verified; a hint per slot was slower, measured)."""
+        if not slots or not hasattr(os, "posix_fadvise"):
+            return
+        start, end = self._offset(min(slots)), min(self._offset(max(slots)) + self.stride, size)
+        if end > start and end - start <= 2 * len(slots) * self.stride:
+            os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_WILLNEED)
+
+    def read(self, slot: int, key: int, fmt: str) -> np.ndarray | None:
+        """The verified payload of `slot`, or None when it is lost."""
+        out = np.empty(self.slot_bytes, dtype=np.uint8)
+        problem, nbytes = self._read_one(slot, key, fmt, out, 0, os.fstat(self._fd).st_size)
+        return None if problem is not None else out[:nbytes]
+
+    def _read_one(
+        self, slot: int, key: int, fmt: str, out: np.ndarray, offset: int, size: int
+    ) -> tuple[str | None, int]:
+        """(why the slot is lost or None, payload bytes copied into `out[offset:]`)."""
+        base = self._offset(slot)
+        if base + HEADER_BYTES > size:
+            return f"file truncated to {size} bytes before slot {slot}'s header", 0
+        if self._map[self._table_at + slot] != VALID:
+            return f"slot {slot} is not marked valid (never written, or an interrupted write)", 0
+        magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack_from(
+            self._map, base
+        )
+        if (magic, version, stored_key) != (_SLOT_MAGIC, _VERSION, key & _KEY_MASK):
+            return f"slot {slot}: header does not match block {key} (magic, version or key)", 0
+        if fmt_code >= len(COLD_FORMATS) or COLD_FORMATS[fmt_code] != fmt:
+            return f"slot {slot}: header format code {fmt_code} is not {fmt}", 0
+        if nbytes > self.slot_bytes or offset + nbytes > out.size:
+            return f"slot {slot}: header says {nbytes} payload bytes, more than fit", 0
+        if base + HEADER_BYTES + nbytes > size:
+            return f"file truncated inside slot {slot}'s payload", 0
+        if kind not in CHECKSUMS:
+            return f"slot {slot}: checksum kind {kind} unavailable here (install xxhash)", 0
+        dest = out[offset : offset + nbytes]
+        dest[:] = np.frombuffer(self._map, np.uint8, nbytes, base + HEADER_BYTES)
+        if CHECKSUMS[kind][1](dest) != checksum:
+            return f"slot {slot}: checksum mismatch (corrupted payload)", 0
+        return None, nbytes
+
+    def scan(self) -> dict[int, SlotHeader]:
+        """Headers of the slots marked valid (payload checksums are checked at read time)."""
+        size = os.fstat(self._fd).st_size
+        found = {}
+        for slot in range(self.capacity_blocks):
+            base = self._offset(slot)
+            if base + HEADER_BYTES > size or self._map[self._table_at + slot] != VALID:
+                continue
+            magic, _, fmt_code, kind, key, nbytes, _ = _HEADER.unpack_from(self._map, base)
+            if magic == _SLOT_MAGIC and fmt_code < len(COLD_FORMATS):
+                name = CHECKSUMS.get(kind, ("unknown",))[0]
+                found[slot] = SlotHeader(key, COLD_FORMATS[fmt_code], nbytes, name)
+        return found
+
+    def drop_cache(self) -> None:
+        """Evict this file from the page cache (benchmarks use it to time reads from the disk)."""
+        os.fdatasync(self._fd)
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self._map.close()
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DiskTier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
