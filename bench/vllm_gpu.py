@@ -815,10 +815,10 @@ def drive(args) -> dict:
         configs = configs[: args.only]
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    result = fresh_result(args, configs)
-    done = set()
     if args.resume and Path(args.out).exists():
         result, done = resumed(json.loads(Path(args.out).read_text()), configs)
+    else:  # measures the link: only for a new results file
+        result, done = fresh_result(args, configs), set()
     free = [d.strip() for d in args.devices.split(",") if d.strip()]
     queue = []
     for index, config in enumerate(configs):
@@ -970,7 +970,7 @@ def plan_check(capacity: dict, log: str) -> dict:
         max_num_seqs=capacity["max_num_seqs"],
         gpu_memory_utilization=capacity["gpu_memory_utilization"],
         offload_gib=capacity["cpu_gib"],
-        cpu_ram_gib=max(64.0, capacity["cpu_gib"] * 4),
+        cpu_ram_gib=max(64.0, capacity["cpu_gib"] * 4),  # so that host RAM never caps the tier
         block_tokens=capacity["block_tokens"],
     )
     predicted = hkv_plan(spec, inputs)

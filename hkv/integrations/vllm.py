@@ -171,16 +171,17 @@ class HkvCachePolicy(CachePolicy):
             return
         spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
         chunks, pending, tokens = self.chunks, self.pending_meta, self.block_tokens
-        resident: list[Any] = []
+        resident: list[Any] | None = [] if seen is None else None  # the first touch's access
         text, host = Modality.TEXT, Tier.HOST
         for index, key in enumerate(keys[start:] if start else keys, start):
             if key in chunks:
-                resident.append(key)
+                if resident is not None:
+                    resident.append(key)
             elif key not in pending:
                 position = index * tokens
                 modality = modality_at(spans, position, position + tokens) if spans else text
                 pending[key] = BlockMeta(tokens, position, modality, host)
-        if seen is None:
+        if resident:
             touch = self.policy.touch
             for key in reversed(resident) if self.policy.touches_tail_first else resident:
                 touch(key)
