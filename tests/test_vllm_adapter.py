@@ -90,7 +90,8 @@ def test_evict_is_exactly_n_or_nothing(policy):
         chunk = ChunkStatus(i)
         chunk.ref_cnt = 0
         p.insert(key(i), chunk)
-    p.get(key(0)).ref_cnt = 1  # being read
+    p.get(key(0)).ref_cnt = 1  # being read: vLLM's manager says so through its hook
+    p.mark_non_evictable(key(0))
     assert p.evict(3, set()) is None
     assert p.evict(2, {key(1)}) is None
     assert all(p.get(key(i)) is not None for i in range(3))
@@ -98,6 +99,9 @@ def test_evict_is_exactly_n_or_nothing(policy):
     assert sorted(k for k, _ in victims) == [key(1), key(2)]
     assert p.get(key(1)) is None and p.get(key(0)) is not None
     assert p.evict(0, set()) == []
+    p.get(key(0)).ref_cnt = 0  # the read ended
+    p.mark_evictable(key(0))
+    assert [k for k, _ in p.evict(1, set())] == [key(0)]
 
 
 def test_unknown_or_offline_policy_fails_with_the_list_of_hkv_policies():

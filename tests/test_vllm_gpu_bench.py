@@ -446,18 +446,24 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
     adapter = pytest.importorskip("hkv.integrations.vllm")
     from hkv.blocks import Modality
 
-    p = adapter.policy_class("hkv_lru")(cache_capacity=8, block_tokens=16)
-    for key in (b"a", b"b", b"z"):
-        p.insert(key, Status())
-    first = OldReqContext("r2", {"hkv_modalities": [[40, 45, "vision"]]})
-    p.touch([b"a", b"b", b"c", b"d"], first)  # lookup: a, b reused; c, d about to be stored
-    p.touch([b"z"], OldReqContext("r3"))
-    p.touch([b"a", b"b", b"c", b"d"], first)  # after a store: no second access
-    p.insert(b"c", Status())
-    meta = p.policy._order[b"c"]
-    assert (meta.position, meta.tokens, meta.modality) == (32, 16, Modality.VISION)
-    assert p.pending_meta[b"d"].modality is Modality.TEXT
-    assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after a and b
+    for name in ("hkv_lru", "hkv_modality_aware"):
+        p = adapter.policy_class(name)(cache_capacity=8, block_tokens=16)
+        for key in (b"a", b"b", b"z"):
+            p.insert(key, Status())
+        first = OldReqContext("r2", {"hkv_modalities": [[40, 45, "vision"]]})
+        p.touch([b"a", b"b", b"c", b"d"], first)  # lookup: a, b reused; c, d about to be stored
+        p.touch([b"z"], OldReqContext("r3"))
+        p.touch([b"a", b"b", b"c", b"d"], first)  # after a store: no second access
+        p.insert(b"c", Status())
+        if name == "hkv_lru":  # reads no metadata: none is worked out, one meta is shared
+            assert not p.pending_meta and p.policy._order[b"c"] is p.policy._order[b"a"]
+            assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after
+            continue
+        meta = p.policy._entries[b"c"].meta
+        assert (meta.position, meta.tokens, meta.modality) == (32, 16, Modality.VISION)
+        assert p.pending_meta[b"d"].modality is Modality.TEXT
+        hits = {k: p.policy._entries[k].hits for k in (b"a", b"b", b"z")}
+        assert hits == {b"a": 2, b"b": 2, b"z": 2}  # insert, then one access each
 
 
 def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):

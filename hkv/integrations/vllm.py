@@ -18,7 +18,10 @@ vLLM 0.26 has no module-path loading: its built-in dictionary is filled by `regi
 
 What the adapter adds to the policy:
 - Chunks being written (`ref_cnt == -1`) or read (`ref_cnt > 0`) are never offered for eviction:
-  they join `protected` (checked lazily, so it also works where vLLM has no evictability hooks).
+  the adapter keeps them in a set (`busy`), filled at `insert` and by vLLM's `mark_non_evictable`
+  and emptied by `mark_evictable` (both hooks exist in 0.26 and 0.32+; they are the set's own
+  methods, so vLLM calls no Python code for them), and `evict` hands the policy `busy` plus
+  vLLM's `protected` as one set: skipping a busy chunk is a set lookup, not a Python call.
 - Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
   policy declines is still stored, but outside the policy, and is the first to be evicted.
 - Block metadata: the position comes from vLLM's per-request key positions (`ReqContext`), the
@@ -72,22 +75,6 @@ def modality_at(spans: Sequence[Sequence[Any]] | None, start: int, end: int) -> 
     return Modality.TEXT
 
 
-class _Unevictable:
-    """`protected`, plus every chunk that is being written or read (`ref_cnt != 0`)."""
-
-    __slots__ = ("chunks", "protected")
-
-    def __init__(self, protected: Iterable[Any], chunks: dict[Any, Any]):
-        self.protected = protected
-        self.chunks = chunks
-
-    def __contains__(self, key: object) -> bool:
-        if key in self.protected:
-            return True
-        chunk = self.chunks.get(key)
-        return chunk is None or chunk.ref_cnt != 0
-
-
 class HkvCachePolicy(CachePolicy):
     """A vLLM `CachePolicy` that delegates every decision to an hkv `EvictionPolicy`.
 
@@ -102,16 +89,20 @@ class HkvCachePolicy(CachePolicy):
     def __init__(self, cache_capacity: int, **settings: Any):
         super().__init__(cache_capacity)
         self.cache_capacity = cache_capacity  # vLLM 0.26's base __init__ does not keep it
-        from hkv.policies import EvictionPolicy, make_policy
+        from hkv.policies import make_policy
 
         self.settings = _settings() | settings
         self.block_tokens = int(self.settings.get("block_tokens", DEFAULT_BLOCK_TOKENS))
         self.chunks: dict[Any, Any] = {}
-        # vLLM looks up every block of every request several times: `get` is the dict's own
-        # method (a third of the cost of a Python method around it); `chunks` is never rebound.
+        self.busy: set[Any] = set()  # chunks being written or read: never eviction candidates
+        # vLLM calls these for every block of every request: they are the containers' own
+        # methods (a third of the cost of a Python method around them); neither is rebound.
         self.get = self.chunks.get
+        self.mark_evictable = self.busy.discard  # ref_cnt became 0: a store or the loads ended
+        self.mark_non_evictable = self.busy.add  # ref_cnt left 0: a load began
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
+        self._text_metas: list[BlockMeta] = []  # `_text_metas_to`
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = make_policy(
             self.hkv_policy,
@@ -120,7 +111,12 @@ class HkvCachePolicy(CachePolicy):
             config=self.settings.get("config"),
             **self.settings.get("policy_params", {}),
         )
-        self.admits_all = type(self.policy).admit is EvictionPolicy.admit  # no call per insert
+        self.admits_all = self.policy.admits_everything  # then no `admit` call per insert
+        # A policy that reads no metadata gets one shared meta: no position or modality is
+        # worked out for its blocks, at lookup or at insert.
+        self.shared_meta = (
+            None if self.policy.reads_meta else BlockMeta(self.block_tokens, tier=Tier.HOST)
+        )
 
     # -- what vLLM calls ------------------------------------------------------------------------
     def get(self, key):
@@ -128,17 +124,21 @@ class HkvCachePolicy(CachePolicy):
 
     def insert(self, key, chunk, req_context=None) -> None:
         self.chunks[key] = chunk
-        meta = self.pending_meta.pop(key, None)
-        if meta is None or req_context is not None:
-            meta = self.meta(key, req_context)
-        policy = self.policy
-        if self.admits_all or policy.admit(key, meta):
-            policy.insert(key, meta)
+        if chunk.ref_cnt:  # -1: vLLM inserts a chunk before writing it
+            self.busy.add(key)
+        meta = self.shared_meta
+        if meta is None:
+            meta = self.pending_meta.pop(key, None)
+            if meta is None or req_context is not None:
+                meta = self.meta(key, req_context)
+        if self.admits_all or self.policy.admit(key, meta):
+            self.policy.insert(key, meta)
         else:
             self.bypassed[key] = None
 
     def remove(self, key) -> None:
         self.chunks.pop(key, None)
+        self.busy.discard(key)
         self.bypassed.pop(key, None)
         self.policy.remove(key)
 
@@ -146,9 +146,7 @@ class HkvCachePolicy(CachePolicy):
         if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
             self._touch_request(keys if isinstance(keys, list | tuple) else list(keys), req_context)
             return
-        touch = self.policy.touch
-        for key in keys:
-            touch(key)
+        self.policy.touch_all(keys)
 
     def _touch_request(self, keys: Sequence[Any], req_context) -> None:
         """vLLM 0.26: `keys` are all of a request's keys, in prefix order, at every touch.
@@ -169,28 +167,55 @@ class HkvCachePolicy(CachePolicy):
         start = seen or 0
         if start >= len(keys):
             return
-        spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
-        chunks, pending, tokens = self.chunks, self.pending_meta, self.block_tokens
-        resident: list[Any] | None = [] if seen is None else None  # the first touch's access
-        text, host = Modality.TEXT, Tier.HOST
-        for index, key in enumerate(keys[start:] if start else keys, start):
-            if key in chunks:
-                if resident is not None:
-                    resident.append(key)
-            elif key not in pending:
-                position = index * tokens
-                modality = modality_at(spans, position, position + tokens) if spans else text
-                pending[key] = BlockMeta(tokens, position, modality, host)
-        if resident:
-            touch = self.policy.touch
-            for key in reversed(resident) if self.policy.touches_tail_first else resident:
-                touch(key)
+        chunks, pending = self.chunks, self.pending_meta
+        absent = []
+        if self.shared_meta is None:  # note the metadata of blocks about to be stored
+            new_keys = keys[start:] if start else keys
+            absent = [
+                i
+                for i, key in enumerate(new_keys, start)
+                if key not in chunks and key not in pending
+            ]
+        if absent:
+            spans = (req_context.kv_transfer_params or {}).get(MODALITY_PARAM)
+            if spans:
+                meta = self._span_meta(spans)
+                pending.update([(keys[i], meta(i)) for i in absent])
+            else:
+                metas = self._text_metas_to(len(keys))
+                pending.update([(keys[i], metas[i]) for i in absent])
+        if seen is None:  # the first touch is the request's one access
+            resident = [key for key in keys if key in chunks]
+            if resident:
+                policy = self.policy
+                policy.touch_all(resident[::-1] if policy.touches_tail_first else resident)
+
+    def _text_metas_to(self, blocks: int) -> list[BlockMeta]:
+        """The metadata of full text blocks at block index 0, 1, ... (at least `blocks` of
+        them): one shared instance per position, never mutated, so that noting a prompt's
+        absent blocks allocates nothing."""
+        metas, tokens = self._text_metas, self.block_tokens
+        for index in range(len(metas), blocks):
+            metas.append(BlockMeta(tokens, index * tokens, Modality.TEXT, Tier.HOST))
+        return metas
+
+    def _span_meta(self, spans):
+        """`index -> BlockMeta` for a prompt with marked modality spans."""
+        tokens = self.block_tokens
+
+        def meta(index: int) -> BlockMeta:
+            position = index * tokens
+            return BlockMeta(tokens, position, modality_at(spans, position, position + tokens))
+
+        return meta
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
         """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
 
         A store miss is not a reference to a resident block, so nothing is touched.
         """
+        if self.shared_meta is not None:
+            return  # the policy reads no metadata
         pending, meta = self.pending_meta, self.meta
         if len(pending) > 4 * self.cache_capacity:
             pending.clear()  # stores that never happened (a refused prepare_store)
@@ -213,7 +238,7 @@ class HkvCachePolicy(CachePolicy):
     def evict(self, n: int, protected):
         if n <= 0:
             return []
-        unevictable = _Unevictable(protected, self.chunks)
+        unevictable = self.busy.union(protected) if protected else self.busy
         first = self._bypassed_victims(n, unevictable) if self.bypassed else []
         rest = self.policy.evict(n - len(first), unevictable) if len(first) < n else []
         if rest is None:
@@ -223,7 +248,7 @@ class HkvCachePolicy(CachePolicy):
         pop = self.chunks.pop
         return [(key, pop(key)) for key in first] + [(key, pop(key)) for key in rest]
 
-    def _bypassed_victims(self, n: int, unevictable: _Unevictable) -> list[Any]:
+    def _bypassed_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
         """Up to `n` evictable blocks that the policy declined, oldest first."""
         victims = []
         for key in self.bypassed:
@@ -235,6 +260,7 @@ class HkvCachePolicy(CachePolicy):
 
     def clear(self) -> None:
         self.chunks.clear()
+        self.busy.clear()
         self.bypassed.clear()
         self.pending_meta.clear()
         self.touched_requests.clear()

@@ -23,6 +23,7 @@ class ARCPolicy(EvictionPolicy):
     """
 
     name = "arc"
+    reads_meta = False
 
     def reset(self) -> None:
         self.target_t1_blocks = 0.0

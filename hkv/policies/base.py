@@ -24,7 +24,7 @@ import heapq
 import importlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -102,6 +102,19 @@ class EvictionPolicy(ABC):
     def touch(self, key: Key) -> None:
         """Record a reference to resident `key` (ignored if absent)."""
 
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        """`touch` each key in order: one call for the keys of a request (vLLM's adapter).
+        Policies on vLLM's hot path override it with the loop inlined."""
+        touch = self.touch
+        for key in keys:
+            touch(key)
+
+    @property
+    def admits_everything(self) -> bool:
+        """True when `admit` always says yes and records nothing, so a caller on a hot path
+        may skip calling it (the default `admit`; `dip`/`bip` pinned to one mode)."""
+        return type(self).admit is EvictionPolicy.admit
+
     @abstractmethod
     def remove(self, key: Key) -> None:
         """Forget `key` without counting an eviction (ignored if absent)."""
@@ -135,6 +148,11 @@ class EvictionPolicy(ABC):
 
     context_fields: ClassVar[tuple[str, ...]] = ()
     """Fields filled from the run's context by `make_policy` (cost model, config, future)."""
+
+    reads_meta: ClassVar[bool] = True
+    """False when no decision of the policy reads a `BlockMeta` field but `pinned` (recency-
+    and frequency-only policies): a caller on a hot path may then pass one shared meta instead
+    of working out each block's position and modality (vLLM's adapter does)."""
 
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""

@@ -93,15 +93,27 @@ class DIPPolicy(EvictionPolicy):
             self._psel = max(self._psel - 1, 0)
         return True
 
+    @property
+    def admits_everything(self) -> bool:
+        return self.mode != "adaptive"  # only the duel counts misses in `admit`
+
+    @property
+    def reads_meta(self) -> bool:
+        return self.mode == "adaptive"  # the duel tells requests apart by `meta.position`
+
     def insert(self, key, meta) -> None:
+        cold_queue, warm_queue = self._cold, self._warm
+        size = len(cold_queue) + len(warm_queue)
+        if size >= self.capacity_blocks or key in cold_queue or key in warm_queue:
+            self._check_insert(key, size, key in cold_queue or key in warm_queue)  # raises
         self._inserts = inserts = self._inserts + 1
         every = self.bip_every
-        cold = (not every or inserts % every) and self._uses_bip()  # else one in `every` is warm
-        cold_queue, warm_queue = self._cold, self._warm
-        self._check_insert(
-            key, len(cold_queue) + len(warm_queue), key in cold_queue or key in warm_queue
-        )
-        (cold_queue if cold else warm_queue)[key] = meta
+        if every and not inserts % every:
+            warm_queue[key] = meta  # one in `every` goes to the recent end whatever the mode
+        elif self.mode == "bip" or (self.mode == "adaptive" and self._uses_bip()):
+            cold_queue[key] = meta
+        else:
+            warm_queue[key] = meta
 
     def _uses_bip(self) -> bool:
         if self.mode != "adaptive":
@@ -121,6 +133,18 @@ class DIPPolicy(EvictionPolicy):
             self._warm.move_to_end(key)
         except KeyError:
             pass
+
+    def touch_all(self, keys) -> None:
+        cold_pop, warm, move = self._cold.pop, self._warm, self._warm.move_to_end
+        for key in keys:
+            meta = cold_pop(key, None)
+            if meta is not None:
+                warm[key] = meta
+                continue
+            try:  # noqa: SIM105
+                move(key)
+            except KeyError:
+                pass
 
     def remove(self, key) -> None:
         if self._cold.pop(key, None) is None:

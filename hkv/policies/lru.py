@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -22,6 +22,7 @@ class LRUPolicy(EvictionPolicy):
     """
 
     name = "lru"
+    reads_meta = False
 
     def reset(self) -> None:
         self._order: OrderedDict[Key, BlockMeta] = OrderedDict()
@@ -37,6 +38,14 @@ class LRUPolicy(EvictionPolicy):
             self._order.move_to_end(key)
         except KeyError:
             pass
+
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        move = self._order.move_to_end
+        for key in keys:
+            try:  # noqa: SIM105
+                move(key)
+            except KeyError:
+                pass
 
     def remove(self, key: Key) -> None:
         self._order.pop(key, None)

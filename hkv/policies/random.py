@@ -19,6 +19,7 @@ class RandomPolicy(EvictionPolicy):
 
     seed: int = 0
     name = "random"
+    reads_meta = False
 
     def validate(self) -> None:
         check_int(self.name, "seed", self.seed, 0)

@@ -27,6 +27,7 @@ class S3FIFOPolicy(EvictionPolicy):
     small_fraction: float = 0.1
     promote_hits: int = 1
     name = "s3fifo"
+    reads_meta = False
 
     def validate(self) -> None:
         check_float(self.name, "small_fraction", self.small_fraction, 0.0, 1.0, open_low=True)
