@@ -198,6 +198,13 @@ def test_summary_reports_policy_time_net_of_the_timers_own_cost():
     assert out["policy_frac_of_step_net"] == pytest.approx(0.004 / 0.998)  # steps less wrapper
     assert out["timer_overhead_s_per_call"] == 1e-6
     assert out["policy_by_method"]["get"]["calls"] == 900
+    # in-engine floor: the cheapest method called >= 1000 times bounds the wrapper's cost
+    used["policy_by_method"] |= {"mark_evictable": {"s": 0.0015, "calls": 1000}}
+    low = bench.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
+                          1.0, used, {}, 512 * 1024)  # fmt: skip
+    assert low["timer_floor_method"] == "mark_evictable"  # get has 900 calls: too few
+    assert low["policy_s_net_low"] == pytest.approx(0.005 - 1000 * 1.5e-6)
+    assert low["policy_frac_of_step_net_low"] == pytest.approx(0.0035 / 0.998)
 
 
 def test_policy_timer_counts_per_method_and_measures_its_own_cost():

@@ -238,9 +238,16 @@ class HkvCachePolicy(CachePolicy):
     def evict(self, n: int, protected):
         if n <= 0:
             return []
-        unevictable = self.busy.union(protected) if protected else self.busy
-        first = self._bypassed_victims(n, unevictable) if self.bypassed else []
-        rest = self.policy.evict(n - len(first), unevictable) if len(first) < n else []
+        # `protected` joins `busy` for this call only: O(len(protected)), where a union would
+        # copy `busy` (thousands of chunks in flight) on every eviction.
+        busy = self.busy
+        added = _as_set(protected).difference(busy) if protected else ()
+        busy.update(added)
+        try:
+            first = self._bypassed_victims(n, busy) if self.bypassed else []
+            rest = self.policy.evict(n - len(first), busy) if len(first) < n else []
+        finally:
+            busy.difference_update(added)
         if rest is None:
             return None  # nothing changed: the policy refused and no bypassed key was taken
         for key in first:
@@ -281,6 +288,10 @@ class HkvCachePolicy(CachePolicy):
             modality=modality_at(params.get(MODALITY_PARAM), start, end),
             tier=Tier.HOST,
         )
+
+
+def _as_set(keys: Iterable[Any]) -> set[Any] | frozenset[Any]:
+    return keys if isinstance(keys, set | frozenset) else set(keys)
 
 
 class _EndPositions(list):

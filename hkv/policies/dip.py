@@ -154,9 +154,12 @@ class DIPPolicy(EvictionPolicy):
         if n <= 0:
             return []
         victims: list[Key] = []
-        for queue in (reversed(self._cold.items()), self._warm.items()):
-            for key, meta in queue:
-                if key not in protected and not meta.pinned:
+        cold, warm = self._cold, self._warm
+        # keys only: a caller such as vLLM's adapter protects the chunks in flight, the newest
+        # cold ones, and a skipped key should cost one set lookup and nothing more
+        for queue, order in ((cold, reversed(cold)), (warm, warm)):
+            for key in order:
+                if key not in protected and not queue[key].pinned:
                     victims.append(key)
                     if len(victims) == n:
                         break
@@ -164,7 +167,6 @@ class DIPPolicy(EvictionPolicy):
                 break
         else:
             return None
-        cold, warm = self._cold, self._warm
         for key in victims:
             if cold.pop(key, None) is None:
                 del warm[key]
