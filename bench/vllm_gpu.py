@@ -522,7 +522,8 @@ def timer_floor(methods: dict, policy_s: float, calls: int, step_s: float) -> di
     the wrapper alone costs. So the run also takes, as the wrapper's cost per call, the
     cheapest recorded per-call time of any method called at least `FLOOR_MIN_CALLS` times in
     the run. That method did some work too, so this over-counts the wrapper: `*_net_low` is
-    a lower bound of the policy's time, as `*_net` is an upper one.
+    a lower bound of the policy's time, as the raw `policy_s` is an upper one (`*_net`, the
+    probe's estimate, lies between them when the probe is not cheaper than the floor).
     """
     per_call = {n: m["s"] / m["calls"] for n, m in methods.items() if m["calls"] >= FLOOR_MIN_CALLS}
     if not per_call:

@@ -271,10 +271,22 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     met = gpu["targets_met"]  # computed from the numbers above, each way it came out
     assert met["cached share at 8 GiB"] == (shares["hkv_bip"] >= 0.33)
     assert len(met) == 6 and met["simulator vs vLLM, cached share"] is True
-    tail = {row["policy"]: row for row in gpu["tail_first"]}  # same engine, alternating runs
-    assert tail["hkv_bip+tail_first"]["cached_share"] > tail["hkv_bip"]["cached_share"]
-    assert tail["hkv_bip"]["cached_share"] > tail["lru"]["cached_share"]
-    assert all(row["failed_stores"] == 0 for p, row in tail.items() if p != "arc")
+    engines: dict[tuple, dict] = {}  # (engine, tier) -> policy -> row; alternating runs
+    for row in gpu["tail_first"]:
+        engines.setdefault((row["engine"], row["CPU tier"]), {})[row["policy"]] = row
+    assert len(engines) >= 4
+    for (engine, tier), tail in engines.items():
+        if "hkv_bip" in tail and tier != "16 GiB":
+            assert tail["hkv_bip"]["cached_share"] > tail["lru"]["cached_share"], engine
+        if "hkv_bip" in tail and "hkv_bip+tail_first" in tail and tier == "8 GiB":
+            tf, bip = tail["hkv_bip+tail_first"], tail["hkv_bip"]
+            assert tf["cached_share"] > bip["cached_share"], engine
+        assert all(row["failed_stores"] == 0 for p, row in tail.items() if p != "arc"), engine
+        for row in tail.values():  # the two bounds of the policy's share of a step
+            assert 0 < row["policy_share_lower"] <= row["policy_share_upper"] < 0.3, engine
+    head = gpu["head_to_head_8gib"]
+    assert {row["engine"] for row in head} >= {"e1", "e2", "e4"}
+    assert all(row["wall cut vs better of lru/arc"] > 0 for row in head)
     tp2 = gpu["tp2"]
     assert abs(tp2["gpu_kv_error_frac"]) <= 0.02 and tp2["cpu_exact"] is True
     assert all(abs(d) <= 2 for d in tp2["cached_share_diff_points"].values())
