@@ -526,3 +526,42 @@ def test_decisions_match_the_recorded_reference(name):
             continue
         digest.update(repr(decision_log(name, trace, capacity, 5, per_request)).encode())
     assert digest.hexdigest() == RECORDED_DECISIONS[name]
+
+
+BULK_PARAMS = {"dip": {"bip_every": 5}, "bip": {"bip_every": 5}}
+
+
+@pytest.mark.parametrize("name", [n for n in policy_names() if not get_policy_class(n).offline])
+def test_bulk_calls_leave_a_policy_as_one_call_per_key_would(name):
+    """`insert_all` and `touch_all` (vLLM's adapter hands a policy its inserts and a request's
+    touches in one call each) decide exactly as `insert` and `touch` key by key: touch lists
+    with absent and repeated keys, pinned blocks, protected keys, one-in-`bip_every` inserts."""
+    rng = random.Random(11)
+    params = BULK_PARAMS.get(name, {})
+    one, bulk = (make_policy(name, 48, **params) for _ in range(2))
+    next_key, resident = 0, []
+    for step in range(60):
+        batch_meta = meta(step % 7, pinned=rng.random() < 0.1)
+        keys = list(range(next_key, next_key + rng.randint(0, 12)))
+        next_key += len(keys)
+        room = len(one) + len(keys) - 48
+        if room > 0:
+            protected = set(rng.sample(resident, min(len(resident), 5)))
+            victims = one.evict(room, protected)
+            assert victims == bulk.evict(room, protected)
+            if victims is None:
+                continue
+            resident = [k for k in resident if k not in set(victims)]
+        for key in keys:
+            one.insert(key, batch_meta)
+        bulk.insert_all(keys, batch_meta)
+        resident += keys
+        touched = [*rng.sample(resident, min(len(resident), 9)), next_key + 100]  # one absent
+        touched += touched[:2]  # repeated keys
+        rng.shuffle(touched)
+        for key in touched:
+            one.touch(key)
+        bulk.touch_all(touched)
+        assert list(one) == list(bulk)
+    for _ in range(len(one) + 1):
+        assert one.evict(1, frozenset()) == bulk.evict(1, frozenset())

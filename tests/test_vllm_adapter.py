@@ -104,6 +104,32 @@ def test_evict_is_exactly_n_or_nothing(policy):
     assert [k for k, _ in p.evict(1, set())] == [key(0)]
 
 
+@pytest.mark.parametrize("policy", ["lru", "bip", "modality_aware"])
+def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(policy):
+    """vLLM's `insert` is the chunk dictionary's own `__setitem__`; the policy hears of the new
+    chunks at its next call, and a chunk still written, or read since, is not evictable."""
+    p = adapter.policy_class(f"hkv_{policy}")(cache_capacity=4)
+    assert p.insert == p.chunks.__setitem__  # the installed vLLM inserts without a context
+    chunks = [ChunkStatus(i) for i in range(4)]  # ref_cnt -1: being written
+    for i, chunk in enumerate(chunks):
+        p.insert(key(i), chunk)
+    assert len(p.policy) == 0 and p.get(key(3)) is chunks[3]
+    for i in (0, 1, 3):  # stores of 0, 1 and 3 complete; 3 is then read, 2 is still written
+        chunks[i].ref_cnt = 0
+        p.mark_evictable(key(i))
+    chunks[3].ref_cnt = 1
+    p.mark_non_evictable(key(3))
+    assert p.evict(3, set()) is None  # only 0 and 1 may go
+    assert len(p.policy) == 4 and p.busy == {key(2), key(3)}
+    assert sorted(k for k, _ in p.evict(2, set())) == [key(0), key(1)]
+    p.insert(key(4), ChunkStatus(4))
+    p.remove(key(4))  # a failed store, before any decision
+    assert key(4) not in p.policy and p.get(key(4)) is None and p.synced == len(p.chunks) == 2
+    p.insert(key(5), ChunkStatus(5))
+    p.clear()
+    assert len(p.policy) == 0 and p.synced == 0 and not p.busy
+
+
 def test_unknown_or_offline_policy_fails_with_the_list_of_hkv_policies():
     with pytest.raises(AttributeError, match="set eviction_policy to one of hkv_lru, hkv_arc"):
         manager("fifo")
@@ -136,6 +162,7 @@ def test_insert_takes_position_and_modality_from_the_store_miss_context():
     for i in (1, 2):
         ctx.set_offload_key_position(key(i), 16 * i)
     store(m, [1, 2], ctx)
+    m._policy.sync()  # vLLM's inserts reach the policy at its next decision, or now
     policy = m._policy.policy
     metas = {k: e.meta for k, e in policy._entries.items()}
     assert metas[key(2)].modality is Modality.VISION and metas[key(2)].position == 16

@@ -462,6 +462,7 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
         p.touch([b"z"], OldReqContext("r3"))
         p.touch([b"a", b"b", b"c", b"d"], first)  # after a store: no second access
         p.insert(b"c", Status())
+        p.sync()  # the policy hears of inserts at its next decision, or now
         if name == "hkv_lru":  # reads no metadata: none is worked out, one meta is shared
             assert not p.pending_meta and p.policy._order[b"c"] is p.policy._order[b"a"]
             assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after

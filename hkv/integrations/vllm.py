@@ -22,6 +22,10 @@ What the adapter adds to the policy:
   and emptied by `mark_evictable` (both hooks exist in 0.26 and 0.32+; they are the set's own
   methods, so vLLM calls no Python code for them), and `evict` hands the policy `busy` plus
   vLLM's `protected` as one set: skipping a busy chunk is a set lookup, not a Python call.
+- Inserts in batches: vLLM calls `insert` for every chunk it stores; without a request context
+  (0.26 to 0.32) it is the chunk dictionary's own `__setitem__`, and the policy is told of the
+  new chunks in one `insert_all` at its next decision (`sync`), in the same order and between
+  the same decisions as one by one, so its decisions are unchanged.
 - Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
   policy declines is still stored, but outside the policy, and is the first to be evicted.
 - Block metadata: the position comes from vLLM's per-request key positions (`ReqContext`), the
@@ -50,11 +54,14 @@ block hashes already include the image hash, so equal images still share blocks.
 from __future__ import annotations
 
 import bisect
+import inspect
 import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any
 
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
@@ -100,6 +107,9 @@ class HkvCachePolicy(CachePolicy):
         self.get = self.chunks.get
         self.mark_evictable = self.busy.discard  # ref_cnt became 0: a store or the loads ended
         self.mark_non_evictable = self.busy.add  # ref_cnt left 0: a load began
+        self.synced = 0  # chunks the policy has been told of (`sync`): the first `synced`
+        if _insert_takes_no_context():
+            self.insert = self.chunks.__setitem__  # the policy learns of it at `sync`
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
         self._text_metas: list[BlockMeta] = []  # `_text_metas_to`
@@ -123,21 +133,57 @@ class HkvCachePolicy(CachePolicy):
         return self.chunks.get(key)
 
     def insert(self, key, chunk, req_context=None) -> None:
+        """vLLM with `req_context` at insert: hand the chunk over at once. Without it (0.26 to
+        0.32), `insert` is the chunk dictionary's own `__setitem__` (see `sync`)."""
+        self.sync()
         self.chunks[key] = chunk
+        self.synced += 1
         if chunk.ref_cnt:  # -1: vLLM inserts a chunk before writing it
             self.busy.add(key)
+        self._hand_over([key], req_context)
+
+    def sync(self) -> None:
+        """Tell the policy of the chunks vLLM inserted since its last decision, in order.
+
+        vLLM inserts every chunk it stores, one call each; the policy need not hear of them
+        until it next decides (`touch`, `evict`, `remove`), so `insert` costs vLLM no Python
+        and the policy gets them in one `insert_all`. It is told the same inserts in the same
+        order between the same decisions as if told one by one. New chunks are the last ones
+        of `chunks` (a dict keeps insertion order; removal leaves the others' order alone), and
+        those still being written or already being read (`ref_cnt != 0`) are busy.
+        """
+        chunks = self.chunks
+        new = len(chunks) - self.synced
+        if new <= 0:
+            return
+        keys = list(islice(reversed(chunks), new))
+        keys.reverse()
+        self.synced = len(chunks)
+        self.busy.update(compress(keys, map(_REF_CNT, map(chunks.__getitem__, keys))))
+        self._hand_over(keys, None)
+
+    def _hand_over(self, keys: list[Any], req_context) -> None:
+        """Insert new chunks into the policy (or set them aside when it declines them)."""
         meta = self.shared_meta
-        if meta is None:
-            meta = self.pending_meta.pop(key, None)
-            if meta is None or req_context is not None:
-                meta = self.meta(key, req_context)
-        if self.admits_all or self.policy.admit(key, meta):
-            self.policy.insert(key, meta)
-        else:
-            self.bypassed[key] = None
+        if meta is not None and self.admits_all:
+            self.policy.insert_all(keys, meta)
+            return
+        policy, pending = self.policy, self.pending_meta
+        for key in keys:
+            meta = self.shared_meta
+            if meta is None:
+                meta = pending.pop(key, None)
+                if meta is None or req_context is not None:
+                    meta = self.meta(key, req_context)
+            if self.admits_all or policy.admit(key, meta):
+                policy.insert(key, meta)
+            else:
+                self.bypassed[key] = None
 
     def remove(self, key) -> None:
-        self.chunks.pop(key, None)
+        self.sync()
+        if self.chunks.pop(key, None) is not None:
+            self.synced -= 1
         self.busy.discard(key)
         self.bypassed.pop(key, None)
         self.policy.remove(key)
@@ -146,6 +192,7 @@ class HkvCachePolicy(CachePolicy):
         if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
             self._touch_request(keys if isinstance(keys, list | tuple) else list(keys), req_context)
             return
+        self.sync()
         self.policy.touch_all(keys)
 
     def _touch_request(self, keys: Sequence[Any], req_context) -> None:
@@ -185,8 +232,9 @@ class HkvCachePolicy(CachePolicy):
                 metas = self._text_metas_to(len(keys))
                 pending.update([(keys[i], metas[i]) for i in absent])
         if seen is None:  # the first touch is the request's one access
-            resident = [key for key in keys if key in chunks]
+            resident = list(filter(chunks.__contains__, keys))
             if resident:
+                self.sync()
                 policy = self.policy
                 policy.touch_all(resident[::-1] if policy.touches_tail_first else resident)
 
@@ -240,6 +288,7 @@ class HkvCachePolicy(CachePolicy):
             return []
         # `protected` joins `busy` for this call only: O(len(protected)), where a union would
         # copy `busy` (thousands of chunks in flight) on every eviction.
+        self.sync()
         busy = self.busy
         added = _as_set(protected).difference(busy) if protected else ()
         busy.update(added)
@@ -252,8 +301,9 @@ class HkvCachePolicy(CachePolicy):
             return None  # nothing changed: the policy refused and no bypassed key was taken
         for key in first:
             del self.bypassed[key]
-        pop = self.chunks.pop
-        return [(key, pop(key)) for key in first] + [(key, pop(key)) for key in rest]
+        victims = first + rest if first else rest
+        self.synced -= len(victims)
+        return list(zip(victims, map(self.chunks.pop, victims), strict=True))
 
     def _bypassed_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
         """Up to `n` evictable blocks that the policy declined, oldest first."""
@@ -266,6 +316,7 @@ class HkvCachePolicy(CachePolicy):
         return victims
 
     def clear(self) -> None:
+        self.synced = 0
         self.chunks.clear()
         self.busy.clear()
         self.bypassed.clear()
@@ -288,6 +339,19 @@ class HkvCachePolicy(CachePolicy):
             modality=modality_at(params.get(MODALITY_PARAM), start, end),
             tier=Tier.HOST,
         )
+
+
+_REF_CNT = attrgetter("ref_cnt")
+
+
+@cache
+def _insert_takes_no_context() -> bool:
+    """Whether the running vLLM calls `CachePolicy.insert(key, chunk)` (0.26 to 0.32)."""
+    try:
+        parameters = inspect.signature(CachePolicy.insert).parameters
+    except (TypeError, ValueError):
+        return False
+    return len(parameters) == 3  # self, key, chunk
 
 
 def _as_set(keys: Iterable[Any]) -> set[Any] | frozenset[Any]:

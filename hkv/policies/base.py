@@ -24,8 +24,10 @@ import heapq
 import importlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, islice
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from hkv.blocks import BlockMeta
@@ -33,6 +35,23 @@ from hkv.errors import HkvError
 
 Key = Hashable
 EMPTY: frozenset[Key] = frozenset()
+
+
+_PINNED = attrgetter("pinned")
+
+
+def unprotected(keys: Iterable[Key], n: int, protected: Collection[Key]) -> list[Key]:
+    """The first `n` (or fewer) of `keys` not in `protected`, in order.
+
+    The skipping runs in C (`filterfalse` over the collection's own `__contains__`): a caller
+    such as vLLM's adapter protects every chunk in flight, often the first thousands of keys
+    in eviction order, and each skipped key must cost a hash lookup and no Python bytecode."""
+    return list(islice(filterfalse(protected.__contains__, keys), n))
+
+
+def any_pinned(queue: dict[Key, BlockMeta], keys: Iterable[Key]) -> bool:
+    """Whether the meta of any of `keys` in `queue` (key -> meta) is pinned (in C)."""
+    return any(map(_PINNED, map(queue.__getitem__, keys)))
 
 
 def check_int(owner: str, field: str, value: Any, low: int, high: int | None = None) -> int:
@@ -108,6 +127,14 @@ class EvictionPolicy(ABC):
         touch = self.touch
         for key in keys:
             touch(key)
+
+    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+        """`insert` each key in order, all with `meta`: vLLM's adapter hands a policy the
+        chunks stored since its last decision in one call. Policies on vLLM's hot path
+        override it with the containers' bulk operations."""
+        insert = self.insert
+        for key in keys:
+            insert(key, meta)
 
     @property
     def admits_everything(self) -> bool:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key
+from hkv.policies.base import EMPTY, EvictionPolicy, Key, any_pinned, unprotected
 
 _PSEL_MAX = 1023
 
@@ -115,6 +116,31 @@ class DIPPolicy(EvictionPolicy):
         else:
             warm_queue[key] = meta
 
+    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+        """Same placement as `insert` key by key; for a pinned mode, in runs of the containers'
+        bulk `update` between the one-in-`bip_every` inserts that go to the recent end."""
+        cold, warm = self._cold, self._warm
+        if (
+            self.mode == "adaptive"  # each insert asks the duel
+            or len(cold) + len(warm) + len(keys) > self.capacity_blocks
+            or not cold.keys().isdisjoint(keys)
+            or not warm.keys().isdisjoint(keys)
+        ):
+            super().insert_all(keys, meta)  # raises at the first key that does not fit
+            return
+        every, done = self.bip_every, self._inserts
+        self._inserts = done + len(keys)
+        main = cold if self.mode == "bip" else warm
+        if not every:
+            main.update(zip(keys, repeat(meta)))
+            return
+        start = 0
+        for recent in range(-(done + 1) % every, len(keys), every):  # insert number % every == 0
+            main.update(zip(keys[start:recent], repeat(meta)))
+            warm[keys[recent]] = meta
+            start = recent + 1
+        main.update(zip(keys[start:], repeat(meta)))
+
     def _uses_bip(self) -> bool:
         if self.mode != "adaptive":
             return self.mode == "bip"
@@ -134,17 +160,17 @@ class DIPPolicy(EvictionPolicy):
         except KeyError:
             pass
 
-    def touch_all(self, keys) -> None:
-        cold_pop, warm, move = self._cold.pop, self._warm, self._warm.move_to_end
-        for key in keys:
-            meta = cold_pop(key, None)
-            if meta is not None:
-                warm[key] = meta
-                continue
-            try:  # noqa: SIM105
-                move(key)
-            except KeyError:
-                pass
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        """Each key's `touch`, in order, as three passes in C: cold keys join the warm queue,
+        then every resident key moves to the recent end in the given order, which leaves the
+        warm queue as touching them one by one would."""
+        cold, warm = self._cold, self._warm
+        if not isinstance(keys, list | tuple):
+            keys = list(keys)
+        if cold:
+            moved = list(dict.fromkeys(filter(cold.__contains__, keys)))
+            warm.update(zip(moved, map(cold.pop, moved), strict=True))
+        deque(map(warm.move_to_end, filter(warm.__contains__, keys)), maxlen=0)
 
     def remove(self, key) -> None:
         if self._cold.pop(key, None) is None:
@@ -153,10 +179,23 @@ class DIPPolicy(EvictionPolicy):
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:
             return []
+        cold, warm = self._cold, self._warm
+        # keys only, skipped in C: vLLM's adapter protects the chunks in flight, the newest
+        # cold ones, and a skipped key should cost one set lookup and nothing more
+        from_cold = unprotected(reversed(cold), n, protected)
+        from_warm = unprotected(warm, n - len(from_cold), protected) if len(from_cold) < n else []
+        if len(from_cold) + len(from_warm) < n:
+            return None
+        if any_pinned(cold, from_cold) or any_pinned(warm, from_warm):
+            return self._evict_unpinned(n, protected)
+        deque(map(cold.__delitem__, from_cold), maxlen=0)
+        deque(map(warm.__delitem__, from_warm), maxlen=0)
+        return from_cold + from_warm
+
+    def _evict_unpinned(self, n: int, protected: Collection[Key]) -> list[Key] | None:
+        """`evict` when a candidate is pinned (the block manager pins; vLLM never does)."""
         victims: list[Key] = []
         cold, warm = self._cold, self._warm
-        # keys only: a caller such as vLLM's adapter protects the chunks in flight, the newest
-        # cold ones, and a skipped key should cost one set lookup and nothing more
         for queue, order in ((cold, reversed(cold)), (warm, warm)):
             for key in order:
                 if key not in protected and not queue[key].pinned:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from hkv.blocks import BlockMeta
-from hkv.policies.base import EMPTY, EvictionPolicy, Key
+from hkv.policies.base import EMPTY, EvictionPolicy, Key, any_pinned, unprotected
 
 
 @dataclass(eq=False)
@@ -31,6 +32,13 @@ class LRUPolicy(EvictionPolicy):
         self._check_insert(key, len(self._order), key in self._order)
         self._order[key] = meta
 
+    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+        order = self._order
+        if len(order) + len(keys) > self.capacity_blocks or not order.keys().isdisjoint(keys):
+            super().insert_all(keys, meta)  # raises at the first key that does not fit
+            return
+        order.update(zip(keys, repeat(meta)))
+
     def touch(self, key: Key) -> None:
         # try/except costs nothing when no exception is raised; contextlib.suppress would add a
         # context manager to every reference on the simulator's hot path.
@@ -40,12 +48,8 @@ class LRUPolicy(EvictionPolicy):
             pass
 
     def touch_all(self, keys: Iterable[Key]) -> None:
-        move = self._order.move_to_end
-        for key in keys:
-            try:  # noqa: SIM105
-                move(key)
-            except KeyError:
-                pass
+        order = self._order  # the resident keys, each moved to the end in order (in C)
+        deque(map(order.move_to_end, filter(order.__contains__, keys)), maxlen=0)
 
     def remove(self, key: Key) -> None:
         self._order.pop(key, None)
@@ -53,6 +57,17 @@ class LRUPolicy(EvictionPolicy):
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:
             return []
+        order = self._order
+        victims = unprotected(order, n, protected)
+        if len(victims) < n:
+            return None
+        if any_pinned(order, victims):
+            return self._evict_unpinned(n, protected)
+        deque(map(order.__delitem__, victims), maxlen=0)
+        return victims
+
+    def _evict_unpinned(self, n: int, protected: Collection[Key]) -> list[Key] | None:
+        """`evict` when a candidate is pinned (the block manager pins; vLLM never does)."""
         victims = []
         for key, meta in self._order.items():
             if key not in protected and not meta.pinned:
