@@ -56,7 +56,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RIG = ROOT.parent / "shared" / "gpu-vllm"
 VLLM_POLICIES = ("lru", "arc")
-"""vLLM's own policies; every other name is `hkv_<online policy>`."""
+"""vLLM's own policies; every other name is `hkv_<online policy>` or `oracle`."""
+ORACLE, ORACLE_PARAM = "oracle", "hkv_oracle"
+"""bench/vllm_oracle.py: eviction that knows the workload's future (a yardstick, vLLM 0.26)."""
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 150000
 """Workload token ids (the anchor's range); warm-up prompts use ids above it."""
@@ -407,8 +409,9 @@ def warm_up(llm, sampling) -> None:
     llm.generate([prompt(2000 + 37 * i) for i in range(4)], sampling, use_tqdm=False)
 
 
-def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
-    """One pass of the workload; per-request rows and the run's summary."""
+def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False) -> dict:
+    """One pass of the workload; per-request rows and the run's summary. `tag`: every request
+    tells the policy its session and turn (the `oracle` yardstick reads them)."""
     from vllm import SamplingParams
 
     policy_timer, step_timer, manager_counter, block_bytes = counters
@@ -433,7 +436,10 @@ def run_workload(llm, w: Workload, sessions, waves, counters) -> dict:
             length = sessions[session].prompt_lens[turn]
             prompts.append({"prompt_token_ids": sessions[session].tokens[:length]})
             spans = [[a, min(b, length), m] for a, b, m in sessions[session].spans if a < length]
-            extra = {"kv_transfer_params": {"hkv_modalities": spans}} if spans else None
+            transfer = {"hkv_modalities": spans} if spans else {}
+            if tag:
+                transfer[ORACLE_PARAM] = [session, turn]
+            extra = {"kv_transfer_params": transfer} if transfer else None
             params.append(
                 SamplingParams(
                     max_tokens=w.max_tokens,
@@ -601,10 +607,13 @@ def run_config(args, result: dict) -> None:
     import vllm
     from vllm import LLM, SamplingParams
 
-    if any(split_policy(p)[0] not in VLLM_POLICIES for p in policies):
+    if any(split_policy(p)[0] not in (*VLLM_POLICIES, ORACLE) for p in policies):
         from hkv.integrations.vllm import register
 
         register()  # vLLM 0.26: into the manager's built-in dictionary; 0.32+: the factory
+    sessions, waves = build_sessions(w)
+    if ORACLE in policies:
+        oracle_module().install([request for wave in waves for request in wave])
     result["vllm_version"] = vllm.__version__
     result["t_import_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -624,7 +633,6 @@ def run_config(args, result: dict) -> None:
     t2 = time.perf_counter()
     warm_up(llm, sampling)
     result["t_warmup_s"] = time.perf_counter() - t2
-    sessions, waves = build_sessions(w)
     result["policy_info"], result["repeats"] = {}, []
     for repeat in range(args.repeats):
         for name in policies:
@@ -632,7 +640,8 @@ def run_config(args, result: dict) -> None:
             result["policy_info"][name] = policy_info(policy)
             timer = PolicyTimer(policy)
             timer.overhead = overhead
-            one = run_workload(llm, w, sessions, waves, (timer, steps, stores, block_bytes))
+            counters = (timer, steps, stores, block_bytes)
+            one = run_workload(llm, w, sessions, waves, counters, tag=name == ORACLE)
             one["policy"], one["repeat"] = name, repeat
             one["summary"]["caches_reset"] = reset_ok
             result["repeats"].append(one)
@@ -642,6 +651,16 @@ def run_config(args, result: dict) -> None:
             write_json(args.out, result)
     result["status"] = "done"
     write_json(args.out, result)
+
+
+def oracle_module():
+    """bench/vllm_oracle.py, imported from this script's folder (bench/ is not a package)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.append(here)
+    import vllm_oracle
+
+    return vllm_oracle
 
 
 def policy_list(text: str) -> list[str]:

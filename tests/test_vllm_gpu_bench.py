@@ -592,3 +592,39 @@ def test_engine_arguments_carry_the_tensor_parallel_size():
     assert extra["cpu_bytes_to_use"] == 8 << 30  # the total over ranks, as vLLM reads it
     del args.tp  # an older caller: one GPU
     assert bench.engine_kwargs(args, "lru")["tensor_parallel_size"] == 1
+
+
+def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls():
+    """bench/vllm_oracle.py, the yardstick that knows the request order: driven as vLLM 0.26
+    drives a policy, it loads at least as many blocks as any online policy at two tier sizes,
+    and it gives up the tail of the session whose next request is furthest away."""
+    pytest.importorskip("vllm")
+    overhead, oracle = load("adapter_overhead"), load("vllm_oracle")
+    _, sequence = bench.request_sequence(MEDIUM_MM)
+    requests = overhead.prompts(MEDIUM_MM)
+    for prompt, r in zip(requests, sequence, strict=True):
+        prompt.ctx.kv_transfer_params = {**(prompt.ctx.kv_transfer_params or {}),
+                                         oracle.PARAM: [r.session, r.turn]}  # fmt: skip
+    oracle.SessionOracle.schedule = [(r.session, r.turn) for r in sequence]
+    for capacity in (150, 60):
+        manager = overhead.Manager026(oracle.SessionOracle(capacity), capacity, 8)
+        for prompt in requests:
+            manager.request(prompt)
+        manager.finish()
+        assert manager.refused == 0 and manager.stored - len(manager.evictions) <= capacity
+        online = {p: overhead.replay(f"hkv_{p}", requests, capacity, False, store_blocks=8)
+                  for p in ("lru", "bip", "dip", "arc", "s3fifo", "cost_aware")}  # fmt: skip
+        best = max(run["loaded_blocks"] for run in online.values())
+        assert manager.loaded >= best > 0, (manager.loaded, best)
+
+    first = OldReqContext("a", {oracle.PARAM: [0, 0]})
+    second = OldReqContext("b", {oracle.PARAM: [1, 0]})
+    oracle.SessionOracle.schedule = [(0, 0), (1, 0), (1, 1), (0, 1)]
+    policy = oracle.SessionOracle(cache_capacity=8)
+    policy.touch([b"a0", b"a1", b"a2"], first)
+    policy.touch([b"b0", b"b1"], second)
+    for key in (b"a0", b"a1", b"a2", b"b0", b"b1", b"out"):
+        policy.insert(key, Status())
+    policy.get(b"a2").ref_cnt = -1  # still being written
+    victims = [k for k, _ in policy.evict(3, {b"b1"})]
+    assert victims == [b"out", b"a1", b"a0"]  # untagged first, then session 0 (next used last)
