@@ -156,11 +156,12 @@ class HkvCachePolicy(CachePolicy):
         new = len(chunks) - self.synced
         if new <= 0:
             return
-        keys = list(islice(reversed(chunks), new))
-        keys.reverse()
+        newest_first = list(islice(reversed(chunks), new))
         self.synced = len(chunks)
-        self.busy.update(compress(keys, map(_REF_CNT, map(chunks.__getitem__, keys))))
-        self._hand_over(keys, None)
+        refs = map(_REF_CNT, islice(reversed(chunks.values()), new))
+        self.busy.update(compress(newest_first, refs))
+        newest_first.reverse()
+        self._hand_over(newest_first, None)
 
     def _hand_over(self, keys: list[Any], req_context) -> None:
         """Insert new chunks into the policy (or set them aside when it declines them)."""
@@ -286,11 +287,11 @@ class HkvCachePolicy(CachePolicy):
     def evict(self, n: int, protected):
         if n <= 0:
             return []
-        # `protected` joins `busy` for this call only: O(len(protected)), where a union would
-        # copy `busy` (thousands of chunks in flight) on every eviction.
+        # The resident ones of `protected` join `busy` for this call only: O(len(protected)),
+        # where a union would copy `busy` (thousands of chunks in flight) on every eviction.
         self.sync()
         busy = self.busy
-        added = _as_set(protected).difference(busy) if protected else ()
+        added = (self.chunks.keys() & _as_set(protected)) - busy if protected else ()
         busy.update(added)
         try:
             first = self._bypassed_victims(n, busy) if self.bypassed else []
