@@ -36,6 +36,7 @@ policy's own time per scheduler step (every `CachePolicy` method timed, over eve
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import math
@@ -640,6 +641,7 @@ def run_config(args, result: dict) -> None:
             result["policy_info"][name] = policy_info(policy)
             timer = PolicyTimer(policy)
             timer.overhead = overhead
+            gc.collect()  # the last run's garbage (its policy, in cycles with its timer) now
             counters = (timer, steps, stores, block_bytes)
             one = run_workload(llm, w, sessions, waves, counters, tag=name == ORACLE)
             one["policy"], one["repeat"] = name, repeat
