@@ -287,6 +287,13 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     head = gpu["head_to_head_8gib"]
     assert {row["engine"] for row in head} >= {"e1", "e2", "e4"}
     assert all(row["wall cut vs better of lru/arc"] > 0 for row in head)
+    ceiling = gpu["oracle_8gib"]  # eviction that knows the future, in the same engine
+    assert [row["engine"] for row in ceiling] == ["e6"]
+    for row in ceiling:
+        assert row["its cached"] < row["oracle cached"] < 0.5 and 0 < row["oracle wall cut"] < 1
+    full = {row["engine"]: row for row in gpu["full_tier_vs_lru"]}
+    assert set(full) >= {"e3", "e8", "e9"} and all(r["widest spread"] > 0 for r in full.values())
+    assert set(gpu["full_tier_pooled_vs_lru"]) == {"hkv_bip", "hkv_bip+tail_first"}
     tp2 = gpu["tp2"]
     assert abs(tp2["gpu_kv_error_frac"]) <= 0.02 and tp2["cpu_exact"] is True
     assert all(abs(d) <= 2 for d in tp2["cached_share_diff_points"].values())
