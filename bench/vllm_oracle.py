@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any, ClassVar
 
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
@@ -86,20 +87,19 @@ class SessionOracle(CachePolicy):
     def evict(self, n: int, protected) -> list[tuple[Any, Any]] | None:
         if n <= 0:
             return []
-        victims = []
-        chunks = self.chunks
-        by_next_use = sorted(self.blocks, key=lambda s: self.next_use.get(s, math.inf))
-        for session in reversed(by_next_use):  # furthest next use first
-            blocks = self.blocks[session]
-            for index in sorted(blocks, reverse=True):  # the tail of the chain first
-                key = blocks[index]
-                if key not in protected and chunks[key].ref_cnt == 0:
-                    victims.append(key)
-                    if len(victims) == n:
-                        break
-            if len(victims) == n:
-                break
-        else:
+        chunks, blocks = self.chunks, self.blocks
+
+        def candidates():
+            by_next_use = sorted(blocks, key=lambda s: self.next_use.get(s, math.inf))
+            for session in reversed(by_next_use):  # furthest next use first
+                keys = blocks[session]
+                for index in sorted(keys, reverse=True):  # the tail of the chain first
+                    key = keys[index]
+                    if key not in protected and chunks[key].ref_cnt == 0:
+                        yield key
+
+        victims = list(islice(candidates(), n))
+        if len(victims) < n:
             return None
         out = [(key, chunks[key]) for key in victims]
         for key in victims:

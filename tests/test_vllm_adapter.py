@@ -130,6 +130,20 @@ def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(pol
     assert len(p.policy) == 0 and p.synced == 0 and not p.busy
 
 
+def test_an_insert_with_a_request_context_reaches_the_policy_at_once():
+    """A vLLM whose `insert` passes the request (the adapter's Python `insert`, not the dict's):
+    earlier inserts are handed over first, then the chunk, with its position and modality."""
+    p = adapter.policy_class("hkv_modality_aware")(cache_capacity=4)
+    p.insert(key(0), ChunkStatus(0))  # the dict's own __setitem__: not handed over yet
+    del p.insert  # the class's method, as with a vLLM whose insert takes a context
+    ctx = ReqContext(req_id="r", kv_transfer_params={"hkv_modalities": [[16, 32, "vision"]]})
+    ctx.set_offload_key_position(key(1), 32)
+    p.insert(key(1), ChunkStatus(1), ctx)
+    assert list(p.policy) == [key(0), key(1)] and p.synced == 2 and p.busy == {key(0), key(1)}
+    meta = p.policy._entries[key(1)].meta
+    assert (meta.position, meta.modality) == (16, Modality.VISION)
+
+
 def test_unknown_or_offline_policy_fails_with_the_list_of_hkv_policies():
     with pytest.raises(AttributeError, match="set eviction_policy to one of hkv_lru, hkv_arc"):
         manager("fifo")
