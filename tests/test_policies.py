@@ -565,3 +565,10 @@ def test_bulk_calls_leave_a_policy_as_one_call_per_key_would(name):
         assert list(one) == list(bulk)
     for _ in range(len(one) + 1):
         assert one.evict(1, frozenset()) == bulk.evict(1, frozenset())
+    fresh = make_policy(name, 4, **params)
+    with pytest.raises(KeyError):
+        fresh.insert_all([1, 2, 1], meta())  # a key twice raises, as `insert` would
+    with pytest.raises(KeyError, match="already resident"):
+        fresh.insert_all([next(iter(fresh))], meta())
+    with pytest.raises(RuntimeError, match="full"):
+        fresh.insert_all([7, 8, 9], meta())

@@ -130,18 +130,18 @@ class DIPPolicy(EvictionPolicy):
         ):
             super().insert_all(keys, meta)  # raises at the first key that does not fit
             return
-        every, done = self.bip_every, self._inserts
+        every, done, size = self.bip_every, self._inserts, len(cold) + len(warm)
         self._inserts = done + len(keys)
         main = cold if self.mode == "bip" else warm
-        if not every:
-            main.update(zip(keys, repeat(meta)))
-            return
         start = 0
-        for recent in range(-(done + 1) % every, len(keys), every):  # insert number % every == 0
-            main.update(zip(keys[start:recent], repeat(meta)))
-            warm[keys[recent]] = meta
-            start = recent + 1
+        if every:
+            for recent in range(-(done + 1) % every, len(keys), every):  # insert count % every == 0
+                main.update(zip(keys[start:recent], repeat(meta)))
+                warm[keys[recent]] = meta
+                start = recent + 1
         main.update(zip(keys[start:], repeat(meta)))
+        if len(cold) + len(warm) != size + len(keys):
+            raise KeyError(f"{self.name}: insert_all got a key twice")
 
     def _uses_bip(self) -> bool:
         if self.mode != "adaptive":

@@ -37,7 +37,10 @@ class LRUPolicy(EvictionPolicy):
         if len(order) + len(keys) > self.capacity_blocks or not order.keys().isdisjoint(keys):
             super().insert_all(keys, meta)  # raises at the first key that does not fit
             return
+        size = len(order)
         order.update(zip(keys, repeat(meta)))
+        if len(order) != size + len(keys):
+            raise KeyError(f"{self.name}: insert_all got a key twice")
 
     def touch(self, key: Key) -> None:
         # try/except costs nothing when no exception is raised; contextlib.suppress would add a
