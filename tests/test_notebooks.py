@@ -291,6 +291,12 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     assert [row["engine"] for row in ceiling] == ["e6"]
     for row in ceiling:
         assert row["its cached"] < row["oracle cached"] < 0.5 and 0 < row["oracle wall cut"] < 1
+    split = gpu["policy_time_split_8gib"]  # the lower bound, per block and per request
+    for policy in ("lru", "hkv_bip"):
+        parts = split[policy]
+        assert parts["per-block calls"] > 0 and parts["per-request calls"] > 0, policy
+        total = parts["per-block calls"] + parts["per-request calls"]
+        assert parts["both (lower bound)"] == pytest.approx(total), policy
     full = {row["engine"]: row for row in gpu["full_tier_vs_lru"]}
     assert set(full) >= {"e3", "e8", "e9"} and all(r["widest spread"] > 0 for r in full.values())
     assert set(gpu["full_tier_pooled_vs_lru"]) == {"hkv_bip", "hkv_bip+tail_first"}
