@@ -594,7 +594,7 @@ def test_engine_arguments_carry_the_tensor_parallel_size():
     assert bench.engine_kwargs(args, "lru")["tensor_parallel_size"] == 1
 
 
-def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls():
+def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls(monkeypatch):
     """bench/vllm_oracle.py, the yardstick that knows the request order: driven as vLLM 0.26
     drives a policy, it loads at least as many blocks as any online policy at two tier sizes,
     and it gives up the tail of the session whose next request is furthest away."""
@@ -605,7 +605,7 @@ def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls():
     for prompt, r in zip(requests, sequence, strict=True):
         prompt.ctx.kv_transfer_params = {**(prompt.ctx.kv_transfer_params or {}),
                                          oracle.PARAM: [r.session, r.turn]}  # fmt: skip
-    oracle.SessionOracle.schedule = [(r.session, r.turn) for r in sequence]
+    monkeypatch.setattr(oracle.SessionOracle, "schedule", [(r.session, r.turn) for r in sequence])
     for capacity in (150, 60):
         manager = overhead.Manager026(oracle.SessionOracle(capacity), capacity, 8)
         for prompt in requests:
@@ -619,7 +619,7 @@ def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls():
 
     first = OldReqContext("a", {oracle.PARAM: [0, 0]})
     second = OldReqContext("b", {oracle.PARAM: [1, 0]})
-    oracle.SessionOracle.schedule = [(0, 0), (1, 0), (1, 1), (0, 1)]
+    monkeypatch.setattr(oracle.SessionOracle, "schedule", [(0, 0), (1, 0), (1, 1), (0, 1)])
     policy = oracle.SessionOracle(cache_capacity=8)
     policy.touch([b"a0", b"a1", b"a2"], first)
     policy.touch([b"b0", b"b1"], second)
