@@ -165,13 +165,13 @@ class HkvCachePolicy(CachePolicy):
 
     def _hand_over(self, keys: list[Any], req_context) -> None:
         """Insert new chunks into the policy (or set them aside when it declines them)."""
-        meta = self.shared_meta
-        if meta is not None and self.admits_all:
-            self.policy.insert_all(keys, meta)
+        shared = self.shared_meta
+        if shared is not None and self.admits_all:
+            self.policy.insert_all(keys, shared)
             return
         policy, pending = self.policy, self.pending_meta
         for key in keys:
-            meta = self.shared_meta
+            meta = shared
             if meta is None:
                 meta = pending.pop(key, None)
                 if meta is None or req_context is not None:
