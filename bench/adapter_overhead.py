@@ -258,7 +258,7 @@ def make_cache_policy(name: str, capacity: int):
         from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
 
         return ARCCachePolicy(cache_capacity=capacity)
-    from hkv.integrations.vllm import policy_class
+    from hkv.integrations.vllm.policy import policy_class
 
     return policy_class(name)(cache_capacity=capacity, block_tokens=16)
 

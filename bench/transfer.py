@@ -41,10 +41,11 @@ import numpy as np
 import torch
 
 import hkv
-from hkv.disk import CHECKSUMS, DEFAULT_CHECKSUM, DiskTier
-from hkv.quant import codec
-from hkv.tiers import BlockLayout, GpuTier, HostTier
-from hkv.transfer import TransferEngine
+from hkv.storage.disk import CHECKSUMS, DEFAULT_CHECKSUM, DiskTier
+from hkv.storage.quant import codec
+from hkv.storage.layout import BlockLayout
+from hkv.storage.tiers import GpuTier, HostTier
+from hkv.storage.transfer import TransferEngine
 
 BLOCK_TOKENS = (16, 32, 64, 512)
 MINIMAX = {"kv_heads": 8, "head_dim": 128}  # one layer of MiniMax-M2.5 (DESIGN §3)

@@ -1008,9 +1008,9 @@ def plan_check(capacity: dict, log: str) -> dict:
     """
     import re
 
-    from hkv.model_spec import ModelSpec
-    from hkv.plan import GIB, PlanInputs
-    from hkv.plan import plan as hkv_plan
+    from hkv.planning.model_spec import ModelSpec
+    from hkv.planning.plan import GIB, PlanInputs
+    from hkv.planning.plan import plan as hkv_plan
 
     tp = capacity["tp"]
     spec = ModelSpec.load(capacity.get("model", RIG / "minimax_m2_8l"))  # a folder or a name

@@ -2,7 +2,7 @@
 
 A block is `block_tokens` consecutive tokens of one sequence's KV, across all layers of one layer
 group. Policies, the simulator, the block manager and the vLLM adapter all describe blocks with
-`BlockMeta`; the bytes themselves live in a tier (`hkv.tiers`).
+`BlockMeta`; the bytes themselves live in a tier (`hkv.storage.tiers`).
 """
 
 from __future__ import annotations

@@ -32,38 +32,13 @@ import numpy as np
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
+from hkv.storage.formats import cold_bits_per_value
 
 if TYPE_CHECKING:
-    from hkv.model_spec import ModelSpec
+    from hkv.planning.model_spec import ModelSpec
 
 LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
 """Link names of a profile: where a block's bytes sit, seen from the GPU."""
-
-CODE_BITS = {"q8": 8, "q6": 6, "q4": 4}
-"""Bits of one quantized code in each lossy cold format (`hkv.quant` packs them)."""
-KEY_GROUP_TOKENS = 64
-"""Tokens that share one key minimum and scale per channel (fewer in a shorter block)."""
-COLD_FORMAT_NAMES = ("auto", "fp16", "bf16", *CODE_BITS)
-
-
-def cold_bits_per_value(fmt: str, block_tokens: int, head_dim: int) -> float | None:
-    """Stored bits per KV value of a `block_tokens`-token block in cold format `fmt`.
-
-    `None` for `auto` (the KV cache's own dtype). The q* formats are counted exactly as
-    `hkv.quant` stores them (KIVI-style): b-bit codes, plus a 16-bit minimum and scale per key
-    channel per group of gcd(block_tokens, 64) tokens, plus a 16-bit minimum and scale per value
-    token and head; i.e. b + 16 / group + 16 / head_dim bits (8.375 for q8 at 512 tokens and
-    head_dim 128).
-    """
-    if fmt not in COLD_FORMAT_NAMES:
-        raise HkvError(f"cold format: got {fmt!r}; expected one of {', '.join(COLD_FORMAT_NAMES)}")
-    if fmt == "auto":
-        return None
-    if fmt in ("fp16", "bf16"):
-        return 16.0
-    group = math.gcd(block_tokens, KEY_GROUP_TOKENS)
-    return CODE_BITS[fmt] + 16 / group + 16 / head_dim
-
 
 @dataclass(frozen=True)
 class LinkSpec:
@@ -225,7 +200,7 @@ class CostModel:
     @classmethod
     def default(cls, model: str = "minimax-m2.5", **kwargs: Any) -> CostModel:
         """MiniMax-M2.5 (or `model`: a shipped name or config.json) on the default H200."""
-        from hkv.model_spec import ModelSpec
+        from hkv.planning.model_spec import ModelSpec
 
         return cls(ModelSpec.load(model), **kwargs)
 
@@ -303,7 +278,7 @@ class CostModel:
 
 def _attention_groups(spec: ModelSpec) -> list[tuple[float, int | None]]:
     """(FLOPs per token per context token, window) for each attention layer group."""
-    from hkv.model_spec import LayerKind
+    from hkv.planning.model_spec import LayerKind
 
     raw = spec.raw.get("text_config", spec.raw)
     heads = spec.num_attention_heads

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hkv import HybridKVCacheConfig
-from hkv.config import ModalityConfig
+from hkv.planning.config import ModalityConfig
 from hkv.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hkv.errors import FlagConflict, HkvError
-from hkv.flags import parse_size, translate
+from hkv.planning.flags import parse_size, translate
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTICLE_FILE = str(ROOT / "data" / "configs" / "custom_hybrid_config.py")
@@ -175,7 +175,7 @@ def test_bad_size_names_the_flag():
 @pytest.mark.slow
 def test_installed_vllm_parser_accepts_the_translation():
     pytest.importorskip("vllm")
-    from hkv.integrations.vllm_args import parse_vllm_args
+    from hkv.integrations.vllm.args import parse_vllm_args
 
     t = translate(shlex.split(ARTICLE_LINE), cpu_ram_gib=128)
     parsed = parse_vllm_args(t.vllm_args)

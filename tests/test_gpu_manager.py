@@ -13,10 +13,11 @@ import torch
 
 from hkv import HybridKVCacheConfig
 from hkv.blocks import Modality, Tier
-from hkv.manager import HybridKVCacheManager
-from hkv.quant import quantization_error
-from hkv.tiers import BlockLayout, GpuTier, HostTier
-from hkv.transfer import LOAD_CHUNK_BYTES, TransferEngine
+from hkv.storage.manager import HybridKVCacheManager
+from hkv.storage.quant import quantization_error
+from hkv.storage.layout import BlockLayout
+from hkv.storage.tiers import GpuTier, HostTier
+from hkv.storage.transfer import LOAD_CHUNK_BYTES, TransferEngine
 
 pytestmark = pytest.mark.gpu
 

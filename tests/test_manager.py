@@ -13,10 +13,10 @@ from hkv import HybridKVCacheConfig
 from hkv.blocks import Modality, Tier
 from hkv.cost import CostModel, HardwareProfile, LinkSpec
 from hkv.errors import HkvError
-from hkv.manager import HybridKVCacheManager
+from hkv.storage.manager import HybridKVCacheManager
 from hkv.policies import policy_names
-from hkv.quant import quantization_error
-from hkv.tiers import BlockLayout
+from hkv.storage.quant import quantization_error
+from hkv.storage.layout import BlockLayout
 
 LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)
 LOSSLESS = HybridKVCacheConfig(

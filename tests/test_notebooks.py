@@ -235,7 +235,7 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     lossy = [errors[fmt]["attention_rel_l2"] for fmt in ("q8", "q6", "q4")]
     assert 0.0 < lossy[0] < lossy[1] < lossy[2]
     for row in r["quant_round_trip"]:  # the cost model counts the bytes the codec stores
-        stored, counted = row["bytes per block, hkv.quant"], row["bytes per block, cost model"]
+        stored, counted = row["bytes per block, hkv.storage.quant"], row["bytes per block, cost model"]
         assert 0 <= stored - counted <= 5 * 8 * 62
     assert all(Path(figure).is_file() for figure in r["figures"])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hkv.errors import HkvError
-from hkv.model_spec import ModelSpec
-from hkv.plan import GIB, PlanInputs, plan, weights_bytes
+from hkv.planning.model_spec import ModelSpec
+from hkv.planning.plan import GIB, PlanInputs, plan, weights_bytes
 
 MINIMAX = ModelSpec.load("minimax-m2.5")
 

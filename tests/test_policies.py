@@ -388,7 +388,7 @@ def test_modality_aware_sends_the_eager_modality_first():
 
 
 def test_modality_aware_enforces_max_keep_blocks_at_eviction():
-    from hkv.config import HybridKVCacheConfig
+    from hkv.planning.config import HybridKVCacheConfig
 
     config = HybridKVCacheConfig(
         modality_configs={"vision": {"offload_priority": 0.0, "max_keep_blocks": 1}}

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hkv.errors import HkvError
-from hkv.quant import BITS, _pack, _unpack, codec, quantization_error
-from hkv.tiers import BlockLayout
+from hkv.storage.quant import BITS, _pack, _unpack, codec, quantization_error
+from hkv.storage.layout import BlockLayout
 
 # Stated bounds (relative L2) for KV drawn from a standard normal with outlier key channels;
 # measured values are about two thirds of these (see test_error_bounds).
@@ -114,7 +114,7 @@ def test_unknown_format_is_a_user_error() -> None:
 def test_cost_model_counts_the_bytes_the_codec_stores(fmt, block_tokens):
     from hkv.blocks import BlockMeta
     from hkv.cost import CostModel
-    from hkv.model_spec import ModelSpec
+    from hkv.planning.model_spec import ModelSpec
 
     spec = ModelSpec.load("minimax-m2.5")
     layout = BlockLayout.from_spec(spec, block_tokens)

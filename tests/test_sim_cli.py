@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from hkv.cli_sim import add_calibrate_parser, add_simulate_parser, add_workload_parser
+from hkv.cli.sim import add_calibrate_parser, add_simulate_parser, add_workload_parser
 from hkv.errors import HkvError
 from hkv.policies import policy_names
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from hkv import tiers
-from hkv.disk import CHECKSUMS, HEADER_BYTES, DiskTier
+from hkv.storage import tiers
+from hkv.storage.disk import CHECKSUMS, HEADER_BYTES, DiskTier
 from hkv.errors import HkvError
-from hkv.model_spec import ModelSpec
-from hkv.tiers import BlockLayout, GpuTier, HostTier, PinnedMemoryWarning
+from hkv.planning.model_spec import ModelSpec
+from hkv.storage.layout import BlockLayout
+from hkv.storage.tiers import GpuTier, HostTier, PinnedMemoryWarning
 
 LAYOUT = BlockLayout(block_tokens=4, kv_heads=2, head_dim=8, num_layers=2)
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from hkv import transfer
-from hkv.quant import codec
-from hkv.tiers import BlockLayout, GpuTier, HostTier
-from hkv.transfer import TransferEngine, copy_runs, split_runs
+from hkv.storage import transfer
+from hkv.storage.quant import codec
+from hkv.storage.layout import BlockLayout
+from hkv.storage.tiers import GpuTier, HostTier
+from hkv.storage.transfer import TransferEngine, copy_runs, split_runs
 
 LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)  # 8 KiB blocks
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer.py"

@@ -21,6 +21,7 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
 from hkv.blocks import Modality
 from hkv.integrations import vllm as adapter
+from hkv.integrations.vllm.policy import policy_class
 from hkv.policies import policy_names
 
 ONLINE = policy_names(online_only=True)
@@ -85,7 +86,7 @@ def test_policy_inside_vllms_manager(policy):
 
 @pytest.mark.parametrize("policy", ONLINE)
 def test_evict_is_exactly_n_or_nothing(policy):
-    p = adapter.policy_class(f"hkv_{policy}")(cache_capacity=3)
+    p = policy_class(f"hkv_{policy}")(cache_capacity=3)
     for i in range(3):
         chunk = ChunkStatus(i)
         chunk.ref_cnt = 0
@@ -108,7 +109,7 @@ def test_evict_is_exactly_n_or_nothing(policy):
 def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(policy):
     """vLLM's `insert` is the chunk dictionary's own `__setitem__`; the policy hears of the new
     chunks at its next call, and a chunk still written, or read since, is not evictable."""
-    p = adapter.policy_class(f"hkv_{policy}")(cache_capacity=4)
+    p = policy_class(f"hkv_{policy}")(cache_capacity=4)
     assert p.insert == p.chunks.__setitem__  # the installed vLLM inserts without a context
     chunks = [ChunkStatus(i) for i in range(4)]  # ref_cnt -1: being written
     for i, chunk in enumerate(chunks):
@@ -133,7 +134,7 @@ def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(pol
 def test_an_insert_with_a_request_context_reaches_the_policy_at_once():
     """A vLLM whose `insert` passes the request (the adapter's Python `insert`, not the dict's):
     earlier inserts are handed over first, then the chunk, with its position and modality."""
-    p = adapter.policy_class("hkv_modality_aware")(cache_capacity=4)
+    p = policy_class("hkv_modality_aware")(cache_capacity=4)
     p.insert(key(0), ChunkStatus(0))  # the dict's own __setitem__: not handed over yet
     del p.insert  # the class's method, as with a vLLM whose insert takes a context
     ctx = ReqContext(req_id="r", kv_transfer_params={"hkv_modalities": [[16, 32, "vision"]]})
@@ -160,7 +161,7 @@ def test_register_makes_hkv_names_resolvable_without_a_module_path():
 
 
 def test_modality_and_position_come_from_the_request():
-    p = adapter.policy_class("hkv_modality_aware")(cache_capacity=8, block_tokens=16)
+    p = policy_class("hkv_modality_aware")(cache_capacity=8, block_tokens=16)
     ctx = ReqContext(req_id="mm", kv_transfer_params={"hkv_modalities": [[16, 600, "vision"]]})
     ctx.set_offload_key_position(key(1), 16)
     ctx.set_offload_key_position(key(2), 32)

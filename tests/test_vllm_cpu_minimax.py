@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("vllm")
 
 from hkv.errors import HkvError
-from hkv.integrations.vllm_cpu_minimax import apply_minimax_router_fix, generate_vllm, register
+from hkv.integrations.vllm.cpu_minimax import apply_minimax_router_fix, generate_vllm, register
 from hkv.tiny_model import BUILD_RECORD, build_tiny_minimax, generate_transformers
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ def test_vllm_cpu_tokens_equal_transformers(tiny_model, tmp_path, monkeypatch) -
 
 def test_importing_the_modules_does_not_import_torch() -> None:
     code = (
-        "import sys, hkv, hkv.tiny_model, hkv.integrations.vllm_cpu_minimax; "
+        "import sys, hkv, hkv.tiny_model, hkv.integrations.vllm.cpu_minimax; "
         "print(sorted({'torch', 'transformers', 'vllm', 'tokenizers'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

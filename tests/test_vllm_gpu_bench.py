@@ -326,7 +326,7 @@ def test_drive_runs_configurations_side_by_side_and_resumes(tmp_path, monkeypatc
 
 
 def test_plan_check_compares_vllms_tiers_with_hkv_plan():
-    from hkv.plan import GIB
+    from hkv.planning.plan import GIB
 
     capacity = {
         "tp": 2, "cpu_gib": 8.0, "gpu_memory_utilization": 0.9, "block_tokens": 16,
@@ -450,7 +450,7 @@ class Status:
 
 
 def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
-    adapter = pytest.importorskip("hkv.integrations.vllm")
+    adapter = pytest.importorskip("hkv.integrations.vllm.policy")
     from hkv.blocks import Modality
 
     for name in ("hkv_lru", "hkv_modality_aware"):
@@ -475,7 +475,7 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
 
 
 def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
-    adapter = pytest.importorskip("hkv.integrations.vllm")
+    adapter = pytest.importorskip("hkv.integrations.vllm.policy")
     monkeypatch.setenv("HKV_POLICY_PARAMS", '{"tail_first": true, "bip_every": 0}')
     p = adapter.policy_class("hkv_bip")(cache_capacity=8, block_tokens=16)
     assert p.policy.tail_first and p.policy.hyperparameters()["tail_first"] is True
@@ -495,7 +495,9 @@ def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
 
 
 def test_vllm_026_registry_gets_the_online_policies(monkeypatch):
-    adapter = pytest.importorskip("hkv.integrations.vllm")
+    pytest.importorskip("hkv.integrations.vllm.policy")
+    from hkv.integrations import vllm as adapter
+
     import vllm.v1.kv_offload.cpu.manager as manager
 
     monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu.policies.factory", None)

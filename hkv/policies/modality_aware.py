@@ -22,7 +22,7 @@ class ModalityAwarePolicy(PrefixValuePolicy):
       `1 - offload_priority`, so at equal recency and cost the eager modality goes first, and a
       modality at 1 always goes before any other;
     - `quantization`: the block's format in cold tiers; its worth is what a hit saves when the
-      block is loaded in that format (q8/q6/q4 move fewer bytes, `hkv.cost.cold_bits_per_value`);
+      block is loaded in that format (q8/q6/q4 move fewer bytes, `hkv.storage.formats.cold_bits_per_value`);
     - `max_keep_blocks`: when this tier must give up blocks, a modality holding more than its
       cap gives first (enforced at eviction time: a policy never evicts on its own; the block
       manager may call `excess_blocks()` to demote early).
@@ -39,7 +39,7 @@ class ModalityAwarePolicy(PrefixValuePolicy):
 
     def validate(self) -> None:
         super().validate()
-        from hkv.config import HybridKVCacheConfig
+        from hkv.planning.config import HybridKVCacheConfig
 
         if self.config is None:
             self.config = HybridKVCacheConfig.article_example()

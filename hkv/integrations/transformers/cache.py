@@ -57,7 +57,7 @@ from transformers.cache_utils import Cache
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
-from hkv.integrations.kv_blocks import (
+from hkv.integrations.transformers.kv_blocks import (
     KEYS,
     LOSSLESS,
     TOUCH_EVERY,
@@ -66,8 +66,8 @@ from hkv.integrations.kv_blocks import (
     hot_blocks_for,
     new_manager,
 )
-from hkv.integrations.kv_layer import HkvLayer
-from hkv.manager import HybridKVCacheManager
+from hkv.integrations.transformers.kv_layer import HkvLayer
+from hkv.storage.manager import HybridKVCacheManager
 
 __all__ = [
     "LOSSLESS",

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hkv.blocks import Modality, Tier
-from hkv.config import HybridKVCacheConfig
 from hkv.errors import HkvError
-from hkv.manager import AccessResult, HybridKVCacheManager
-from hkv.tiers import BlockLayout
+from hkv.planning.config import HybridKVCacheConfig
+from hkv.storage.layout import BlockLayout
+from hkv.storage.manager import AccessResult, HybridKVCacheManager
 
 if TYPE_CHECKING:
-    from hkv.integrations.kv_layer import HkvLayer
+    from hkv.integrations.transformers.kv_layer import HkvLayer
 
 TOUCH_EVERY = 16
 """Updates between the policy's touches of a layer whose blocks all stay on the GPU: recency at

@@ -53,7 +53,7 @@ def data_dir() -> Path:
     """The project's `data/` folder (override with the `HKV_DATA_DIR` environment variable)."""
     if env := os.environ.get("HKV_DATA_DIR"):
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "data"
+    return Path(__file__).resolve().parents[2] / "data"
 
 
 def shipped_models() -> list[str]:

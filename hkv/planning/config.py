@@ -2,7 +2,7 @@
 
 The article imports `HybridKVCacheConfig` from vLLM; no vLLM release has it. hkv provides it with
 the same fields, validates every value, and translates it into what vLLM really accepts
-(`hkv.flags`). The article's example is accepted verbatim: its field names and structure (the
+(`hkv.planning.flags`). The article's example is accepted verbatim: its field names and structure (the
 article itself is not part of this repository, so the numbers below are hkv's own):
 
     from hkv import HybridKVCacheConfig
@@ -43,11 +43,7 @@ from typing import Any
 
 from hkv.blocks import Modality
 from hkv.errors import ConfigError, HkvError
-
-COLD_FORMATS = ("fp16", "bf16", "q8", "q6", "q4")
-"""Cold-tier block formats: two lossless passthroughs and three quantized ones."""
-
-LOSSLESS_FORMATS = ("fp16", "bf16")
+from hkv.storage.formats import COLD_FORMATS, LOSSLESS_FORMATS
 
 
 def known_policies() -> tuple[str, ...]:

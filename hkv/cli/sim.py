@@ -77,7 +77,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.cost import CostModel, HardwareProfile
-    from hkv.model_spec import ModelSpec
+    from hkv.planning.model_spec import ModelSpec
     from hkv.policies import get_policy_class
     from hkv.sim import load_trace, simulate
 
@@ -97,7 +97,7 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     config = None
     if args.config:
-        from hkv.config import HybridKVCacheConfig
+        from hkv.planning.config import HybridKVCacheConfig
 
         config = HybridKVCacheConfig.from_file(args.config)
     results = simulate(

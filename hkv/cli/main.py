@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hkv import cli_sim
+from hkv.cli import sim as cli_sim
 from hkv.errors import HkvError
 
 GIB = 1 << 30
@@ -49,8 +49,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_plan(args: argparse.Namespace) -> None:
-    from hkv.model_spec import ModelSpec
-    from hkv.plan import DEFAULT_GPU_MEM_GIB, DEFAULT_RESERVE_GIB, PlanInputs, plan
+    from hkv.planning.model_spec import ModelSpec
+    from hkv.planning.plan import DEFAULT_GPU_MEM_GIB, DEFAULT_RESERVE_GIB, PlanInputs, plan
 
     spec = ModelSpec.load(args.model)
     inputs = PlanInputs(
@@ -72,7 +72,7 @@ def _run_plan(args: argparse.Namespace) -> None:
 
 def render_plan(p: dict[str, Any]) -> str:
     """A plan as a few lines a person reads."""
-    from hkv.flags import serve_command
+    from hkv.planning.flags import serve_command
 
     lines = [
         f"{p['model']} on {p['gpus']} x {p['gpu_mem_gib']:g} GiB GPU(s), {p['cpu_ram_gib']:g} GiB "
@@ -109,7 +109,7 @@ def add_flags_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_flags(args: argparse.Namespace) -> None:
-    from hkv.flags import translate
+    from hkv.planning.flags import translate
 
     argv = list(args.seed_flags)
     if argv[:1] == ["--"]:
@@ -164,6 +164,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from hkv.config import COLD_FORMATS, LOSSLESS_FORMATS
-from hkv.cost import CODE_BITS, KEY_GROUP_TOKENS
 from hkv.errors import HkvError
-from hkv.tiers import BlockLayout
+from hkv.storage.formats import CODE_BITS, COLD_FORMATS, KEY_GROUP_TOKENS, LOSSLESS_FORMATS
+from hkv.storage.layout import BlockLayout
 
 BITS = CODE_BITS  # one definition of the formats: the cost model counts these bytes too
 
@@ -133,7 +132,7 @@ class Codec:
 
 @functools.cache
 def codec(layout: BlockLayout, fmt: str) -> Codec:
-    """The codec of cold format `fmt` (one of `hkv.config.COLD_FORMATS`) for `layout`."""
+    """The codec of cold format `fmt` (one of `hkv.storage.formats.COLD_FORMATS`) for `layout`."""
     if fmt not in COLD_FORMATS:
         raise HkvError(f"cold format: got {fmt!r}; expected one of {', '.join(COLD_FORMATS)}")
     return Codec(layout, fmt)

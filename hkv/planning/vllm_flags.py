@@ -1,6 +1,6 @@
 """The real vLLM flags in an article-style command: which are known, and their checks.
 
-`hkv.flags` translates the article's hybrid flags; the flags vLLM really has go through this
+`hkv.planning.flags` translates the article's hybrid flags; the flags vLLM really has go through this
 module's `RealFlagChecks` (a mixin of the translator): copied as given (unknown ones with a
 warning), legacy ones dropped with the reason, and contradictions raised as `FlagConflict`.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hkv.config import HybridKVCacheConfig
 from hkv.errors import FlagConflict
+from hkv.planning.config import HybridKVCacheConfig
 
 BACKEND_BLOCK_RULES: dict[str, tuple[str, Any]] = {
     "FLASH_ATTN": ("a multiple of 16", lambda b: b % 16 == 0),

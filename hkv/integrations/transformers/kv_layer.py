@@ -9,7 +9,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from hkv.errors import HkvError
-from hkv.integrations.kv_blocks import KEYS, TOUCH_EVERY, BlockStore
+from hkv.integrations.transformers.kv_blocks import KEYS, TOUCH_EVERY, BlockStore
 
 
 class HkvLayer(DynamicLayer):

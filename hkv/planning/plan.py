@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.model_spec import ModelSpec
+from hkv.planning.model_spec import ModelSpec
 
 GIB = 1 << 30
 HOST_RAM_FRACTION = 0.7

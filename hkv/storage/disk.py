@@ -3,7 +3,7 @@
 Each slot is a header (magic, version, format, key, payload length, checksum) and the payload; its
 valid flag (in a table of flags) is set last, after header and payload are on disk, so an
 interrupted write never leaves a slot that reads as valid, and a torn, corrupted or truncated slot
-is reported lost, never returned. The GPU and host tiers are in `hkv.tiers`.
+is reported lost, never returned. The GPU and host tiers are in `hkv.storage.tiers`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from hkv.config import COLD_FORMATS
 from hkv.errors import HkvError
-from hkv.tiers import _check_count, _SlotPool, _SlotTier
+from hkv.storage.formats import COLD_FORMATS
+from hkv.storage.layout import SlotPool, SlotTier, check_count
 
 try:  # xxh3 checksums at memory speed where xxhash is installed; zlib's crc32 otherwise
     import xxhash
@@ -66,7 +66,7 @@ _MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 102
 """Buffers one `pwritev` may take (the kernel's limit)."""
 
 
-class DiskTier(_SlotTier):
+class DiskTier(SlotTier):
     """`num_slots` slots of up to `slot_bytes` payload in one memory-mapped file at `path`.
 
     File: a superblock page; a table of one valid-flag byte per slot; then the slots, each a
@@ -85,8 +85,8 @@ class DiskTier(_SlotTier):
     """
 
     def __init__(self, path: str | os.PathLike[str], num_slots: int, slot_bytes: int):
-        _check_count("DiskTier", "num_slots", num_slots)
-        _check_count("DiskTier", "slot_bytes", slot_bytes)
+        check_count("DiskTier", "num_slots", num_slots)
+        check_count("DiskTier", "slot_bytes", slot_bytes)
         path = Path(path)
         if not path.parent.is_dir():
             raise HkvError(f"DiskTier.path: folder {str(path.parent)!r} does not exist")
@@ -126,7 +126,7 @@ class DiskTier(_SlotTier):
         self.slot_bytes, self.stride = slot_bytes, stride
         self._table_at, self._data_at = table_at, data_at
         self._map = mmap.mmap(fd, data_at + num_slots * stride, prot=mmap.PROT_READ)
-        self._slots = _SlotPool(num_slots)
+        self._slots = SlotPool(num_slots)
         self._flags = bytearray(num_slots)  # what this process last made durable
         self.checksum_kind = DEFAULT_CHECKSUM
 

@@ -1,5 +1,5 @@
 """How blocks move between the manager's tiers: room on the GPU, demotions down to host and disk,
-loads back up, per-modality caps, and forgetting. The manager (`hkv.manager`) inherits these;
+loads back up, per-modality caps, and forgetting. The manager (`hkv.storage.manager`) inherits these;
 they read and change its tiers, policies, transfer engine, block records and counters."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 
 from hkv.blocks import Tier
 from hkv.errors import HkvError
-from hkv.quant import codec
-from hkv.records import BlockRecord, Link
-from hkv.tiers import HostTier
+from hkv.storage.quant import codec
+from hkv.storage.records import BlockRecord, Link
+from hkv.storage.tiers import HostTier
 
 
 class Placement:

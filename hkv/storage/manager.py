@@ -40,13 +40,14 @@ from typing import Any
 import torch
 
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
-from hkv.config import HybridKVCacheConfig
-from hkv.disk import DiskTier
 from hkv.errors import HkvError
-from hkv.placement import Placement
+from hkv.planning.config import HybridKVCacheConfig
 from hkv.policies import make_policy
-from hkv.quant import codec
-from hkv.records import (
+from hkv.storage.disk import DiskTier
+from hkv.storage.layout import BlockLayout
+from hkv.storage.mover import Placement
+from hkv.storage.quant import codec
+from hkv.storage.records import (
     AccessResult,
     Admission,
     BlockRecord,
@@ -55,8 +56,8 @@ from hkv.records import (
     PendingAccess,
     zero_counts,
 )
-from hkv.tiers import BlockLayout, GpuTier, HostTier
-from hkv.transfer import TransferEngine
+from hkv.storage.tiers import GpuTier, HostTier
+from hkv.storage.transfer import TransferEngine
 
 __all__ = ["AccessResult", "Admission", "HybridKVCacheManager", "Link", "ManagerStats"]
 

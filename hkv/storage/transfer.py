@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hkv.quant import codec
-from hkv.tiers import GpuTier, HostTier
+from hkv.storage.quant import codec
+from hkv.storage.tiers import GpuTier, HostTier
 
 GPU_TO_HOST = "gpu_to_host"
 HOST_TO_GPU = "host_to_gpu"

@@ -11,7 +11,7 @@ returns the vLLM 0.33 arguments that do what they meant:
 - contradictory flags raise `FlagConflict`, naming both flags.
 
 The checks of the real vLLM flags in the same command (block size per attention backend,
-tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.vllm_flags`.
+tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.planning.vllm_flags`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hkv.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.errors import ConfigError, FlagConflict, HkvError
-from hkv.model_spec import ModelSpec
-from hkv.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
+from hkv.planning.model_spec import ModelSpec
+from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+from hkv.planning.vllm_flags import BOOLEAN_FLAGS, HYBRID_FLAGS, RealFlagChecks
 from hkv.policies import get_policy_class
-from hkv.vllm_flags import BOOLEAN_FLAGS, HYBRID_FLAGS, RealFlagChecks
 
 VLLM_NATIVE_POLICIES = ("lru", "arc")
 """Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
@@ -405,7 +405,7 @@ class _Translator(RealFlagChecks):
                     "flag": "modality_configs[*].quantization",
                     "reason": f"cold-tier quantization ({', '.join(lossy)}) has no vLLM "
                     "counterpart: vLLM's CPU tier stores blocks unchanged; hkv's own manager "
-                    "(hkv.manager) applies it",
+                    "(hkv.storage.manager) applies it",
                 }
             )
 

@@ -8,142 +8,36 @@
   its cold format needs (q4 about a quarter of bf16), so quantization saves host memory, and a
   batch is placed in one run when it can be, so it moves in one copy. Without pinned memory
   (no CUDA, or the allocation fails) it falls back to pageable memory with one warning.
-- `DiskTier` is in `hkv.disk`: one memory-mapped file of fixed-size slots, bounded,
+- `DiskTier` is in `hkv.storage.disk`: one memory-mapped file of fixed-size slots, bounded,
   checksummed, never returning a torn slot.
 
-Tiers only hold bytes; which block sits in which slot is the manager's (`hkv.manager`).
+Tiers only hold bytes; which block sits in which slot is the manager's (`hkv.storage.manager`).
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from hkv.errors import HkvError
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+from hkv.storage.layout import BlockLayout, SlotPool, SlotTier, check_count
 
 
 class PinnedMemoryWarning(UserWarning):
     """Pinned host memory was asked for and is unavailable; pageable memory is used instead."""
 
 
-def _check_count(owner: str, name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise HkvError(f"{owner}.{name}: got {value!r}; expected an integer >= {low}")
-    return value
-
-
-@dataclass(frozen=True)
-class BlockLayout:
-    """Shape of one KV block: `[num_layers, 2, block_tokens, kv_heads, head_dim]` in `dtype`."""
-
-    block_tokens: int
-    kv_heads: int
-    head_dim: int
-    num_layers: int = 1
-    dtype: str = "bfloat16"
-
-    def __post_init__(self) -> None:
-        for name in ("block_tokens", "kv_heads", "head_dim", "num_layers"):
-            _check_count("BlockLayout", name, getattr(self, name))
-        if self.dtype not in DTYPES:
-            raise HkvError(
-                f"BlockLayout.dtype: got {self.dtype!r}; expected one of {', '.join(DTYPES)}"
-            )
-
-    @classmethod
-    def from_spec(cls, spec: Any, block_tokens: int, *, dtype: str = "bfloat16") -> BlockLayout:
-        """The layout of `spec`'s (a `ModelSpec`) largest attention layer group."""
-        groups = [g for g in spec.layer_groups if g.kv_heads]
-        if not groups:
-            raise HkvError(f"{spec.name}: no GQA/MHA layer group to lay blocks out for")
-        group = max(groups, key=lambda g: g.num_layers)
-        return cls(block_tokens, group.kv_heads, spec.head_dim, group.num_layers, dtype)
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        return (self.num_layers, 2, self.block_tokens, self.kv_heads, self.head_dim)
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of one block in its own dtype (what a passthrough cold copy takes)."""
-        return self.numel * self.torch_dtype.itemsize
-
-
-class _SlotPool:
-    """Free slot numbers, lowest first, so a fresh batch gets consecutive slots."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._free = list(range(capacity))
-        self._used = np.zeros(capacity, dtype=bool)
-
-    def allocate(self, n: int) -> list[int] | None:
-        if n > len(self._free):
-            return None
-        slots = [heapq.heappop(self._free) for _ in range(n)]
-        self._used[slots] = True
-        return slots
-
-    def free(self, slots: Iterable[int]) -> None:
-        for slot in slots:
-            if not self._used[slot]:
-                raise RuntimeError(f"slot {slot} freed twice")
-            self._used[slot] = False
-            heapq.heappush(self._free, slot)
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-
-class _SlotTier:
-    """Slot accounting shared by the tiers that hold fixed-size blocks (`self._slots`)."""
-
-    _slots: _SlotPool
-
-    @property
-    def capacity_blocks(self) -> int:
-        return self._slots.capacity
-
-    @property
-    def num_free(self) -> int:
-        return self._slots.num_free
-
-    def allocate(self, n: int) -> list[int] | None:
-        """`n` free slots, or None (and nothing taken) when fewer are free: a full tier
-        refuses, it never overwrites."""
-        return self._slots.allocate(n)
-
-    def free(self, slots: Iterable[int]) -> None:
-        self._slots.free(slots)
-
-
-class GpuTier(_SlotTier):
+class GpuTier(SlotTier):
     """The hot pool: `kv` is `[num_blocks, num_layers, 2, block_tokens, kv_heads, head_dim]`."""
 
     def __init__(self, layout: BlockLayout, num_blocks: int, device: str | torch.device = "cuda"):
-        _check_count("GpuTier", "num_blocks", num_blocks)
+        check_count("GpuTier", "num_blocks", num_blocks)
         self.layout = layout
         self.device = torch.device(device)
         self.kv = torch.zeros((num_blocks, *layout.shape), dtype=layout.torch_dtype, device=device)
-        self._slots = _SlotPool(num_blocks)
+        self._slots = SlotPool(num_blocks)
 
     def block(self, slot: int) -> torch.Tensor:
         """Slot `slot` as a `[num_layers, 2, block_tokens, kv_heads, head_dim]` view."""
@@ -184,8 +78,8 @@ class HostTier:
     """
 
     def __init__(self, capacity_bytes: int, page_bytes: int = 4096, pin_memory: bool | None = None):
-        _check_count("HostTier", "page_bytes", page_bytes)
-        _check_count("HostTier", "capacity_bytes", capacity_bytes, page_bytes)
+        check_count("HostTier", "page_bytes", page_bytes)
+        check_count("HostTier", "capacity_bytes", capacity_bytes, page_bytes)
         self.page_bytes = page_bytes
         self.num_pages = capacity_bytes // page_bytes
         self.buf, self.pinned = host_buffer(self.num_pages * page_bytes, pin_memory)
@@ -197,7 +91,7 @@ class HostTier:
         cls, layout: BlockLayout, num_blocks: int, pin_memory: bool | None = None
     ) -> HostTier:
         """Room for `num_blocks` blocks in their own dtype; quantized blocks take less."""
-        _check_count("HostTier", "num_blocks", num_blocks)
+        check_count("HostTier", "num_blocks", num_blocks)
         page = max(512, -(-layout.nbytes // 16 // 512) * 512)
         return cls(num_blocks * (-(-layout.nbytes // page)) * page, page, pin_memory)
 

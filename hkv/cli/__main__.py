@@ -1,0 +1,3 @@
+from hkv.cli.main import main
+
+raise SystemExit(main())

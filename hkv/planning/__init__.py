@@ -1,0 +1,30 @@
+"""Planning: from a model's `config.json` and a machine to a memory plan and real vLLM flags.
+
+- `config`: `HybridKVCacheConfig`, the article's configuration object, loaded from .py/.json/.yaml
+- `model_spec`: `ModelSpec` from a Hugging Face config: layer groups, KV bytes, parameter counts
+- `plan`: `plan()` -> `MemoryPlan`: weights, GPU KV budget, sequences, offload, vLLM arguments
+- `flags`: the article's flags translated into real vLLM arguments (`translate`)
+- `vllm_flags`: the real vLLM flags in such a command and the checks they need
+
+Only the standard library and numpy are imported.
+"""
+
+from hkv.planning.config import CostModelParams, HybridKVCacheConfig, ModalityConfig
+from hkv.planning.flags import Translation, translate, try_translate
+from hkv.planning.model_spec import LayerGroup, LayerKind, ModelSpec
+from hkv.planning.plan import MemoryPlan, PlanInputs, plan
+
+__all__ = [
+    "CostModelParams",
+    "HybridKVCacheConfig",
+    "LayerGroup",
+    "LayerKind",
+    "MemoryPlan",
+    "ModalityConfig",
+    "ModelSpec",
+    "PlanInputs",
+    "Translation",
+    "plan",
+    "translate",
+    "try_translate",
+]
