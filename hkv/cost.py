@@ -129,7 +129,7 @@ class HardwareProfile:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise HkvError(
-                f"--profile {source}: not a calibration profile ({type(exc).__name__}: {exc}); "
+                f"profile {source}: not a calibration profile ({type(exc).__name__}: {exc}); "
                 "write one with `hkv calibrate --out FILE`"
             ) from None
 
@@ -140,13 +140,13 @@ class HardwareProfile:
             return cls.default()
         path = Path(path)
         if not path.is_file():
-            raise HkvError(f"--profile: no such file {str(path)!r}")
+            raise HkvError(f"profile: no such file {str(path)!r}")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
-            raise HkvError(f"--profile {path}: not valid JSON ({exc.msg})") from None
+            raise HkvError(f"profile {path}: not valid JSON ({exc.msg})") from None
         if not isinstance(data, dict):
-            raise HkvError(f"--profile {path}: expected a JSON object")
+            raise HkvError(f"profile {path}: expected a JSON object")
         return cls.from_dict(data, source=str(path))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -316,15 +316,15 @@ def calibrate(
     from the device. Takes a few seconds at the default size.
     """
     if isinstance(size_mib, bool) or not isinstance(size_mib, int) or size_mib < 1:
-        raise HkvError(f"--size-mib: got {size_mib!r}; expected an integer >= 1")
+        raise HkvError(f"size_mib: got {size_mib!r}; expected an integer >= 1")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise HkvError(f"--repeats: got {repeats!r}; expected an integer >= 1")
+        raise HkvError(f"repeats: got {repeats!r}; expected an integer >= 1")
     base = HardwareProfile.default()
     nbytes = size_mib * 2**20
     memcpy = _measure_memcpy(nbytes, repeats)
     disk_dir = Path(disk_dir) if disk_dir is not None else Path(tempfile.gettempdir())
     if not disk_dir.is_dir():
-        raise HkvError(f"--disk-dir: no such directory {str(disk_dir)!r}")
+        raise HkvError(f"disk_dir: no such directory {str(disk_dir)!r}")
     disk_write, disk_read = _measure_disk(disk_dir, nbytes)
     links = dict(base.links)
     links["disk"] = replace(links["disk"], to_gpu_gbps=disk_read, from_gpu_gbps=disk_write)

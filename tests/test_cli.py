@@ -106,3 +106,41 @@ def test_doctor_reports_this_machine():
     assert out["packages"]["hkv"] == "0.1.0"
     assert out["host_total_gib"] > 0
     assert isinstance(out["gpus"], list)
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["plan", "--model", "minimax-m2.5", "--max-num-seqs", "0"], "--max-num-seqs: got 0"),
+        (["plan", "--model", "minimax-m2.5", "--gpu-mem", "-1"], "--gpu-mem: got -1.0"),
+        (["plan", "--model", "minimax-m2.5", "--block-size", "0"], "--block-size: got 0"),
+        (["plan", "--model", "no-such-model"], "--model: 'no-such-model' is neither"),
+        (
+            [
+                "simulate",
+                "--trace",
+                "/nonexistent.jsonl",
+                "--policy",
+                "lru",
+                "--capacity-blocks",
+                "4",
+            ],
+            "--trace: no such file",
+        ),  # fmt: skip
+    ],
+)
+def test_library_fields_are_reported_as_the_flags_that_set_them(argv, line):
+    result = hkv(*argv)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and line in result.stderr, result.stderr
+
+
+def test_python_m_hkv_is_the_hkv_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "hkv", "plan", "--model", "minimax-m2.5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["kv_bytes_per_token"] == 253_952

@@ -80,7 +80,7 @@ def test_profile_round_trips_through_json(tmp_path):
 
 
 def test_bad_profiles_are_user_errors(tmp_path):
-    with pytest.raises(HkvError, match="--profile: no such file"):
+    with pytest.raises(HkvError, match="profile: no such file"):
         HardwareProfile.load(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(HkvError, match="not valid JSON"):
@@ -101,7 +101,7 @@ def test_calibrate_measures_host_and_disk(tmp_path):
 
 
 def test_calibrate_rejects_bad_arguments(tmp_path):
-    with pytest.raises(HkvError, match="--size-mib"):
+    with pytest.raises(HkvError, match="size_mib"):
         calibrate(size_mib=0)
-    with pytest.raises(HkvError, match="--disk-dir"):
+    with pytest.raises(HkvError, match="disk_dir"):
         calibrate(disk_dir=tmp_path / "nope", size_mib=1)

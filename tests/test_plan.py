@@ -89,13 +89,13 @@ def test_context_above_the_model_limit_warns():
     ("overrides", "message"),
     [
         ({"gpus": 5}, "48 attention heads, which 5 tensor-parallel ranks cannot split"),
-        ({"gpus": 0}, "--gpus: got 0"),
-        ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization: got 1.5"),
-        ({"offload_percent": 2}, "--offload-percent: got 2"),
-        ({"weights_dtype": "int3"}, "--weights-dtype: got 'int3'; use one of bf16, fp8, int4"),
+        ({"gpus": 0}, "gpus: got 0"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: got 1.5"),
+        ({"offload_percent": 2}, "offload_percent: got 2"),
+        ({"weights_dtype": "int3"}, "weights_dtype: got 'int3'; use one of bf16, fp8, int4"),
     ],
 )
-def test_bad_inputs_name_the_flag(overrides, message):
+def test_bad_inputs_name_the_field(overrides, message):
     with pytest.raises(HkvError, match=message):
         plan(MINIMAX, cpu_ram_gib=64, **overrides)
 
@@ -110,5 +110,5 @@ def test_blocks_follow_vllms_rounding_per_gpu_and_over_ranks():
     # vLLM's CPU tier: whole blocks of every rank's share, so a little under 4 GiB a rank
     assert p.offload_blocks == (8 << 30) // (2 * block_per_gpu) == 2114
     assert p.offload_bytes_per_rank == 2114 * block_per_gpu < 4 << 30
-    with pytest.raises(HkvError, match="--block-size"):
+    with pytest.raises(HkvError, match="block_tokens"):
         plan(spec, block_tokens=0)

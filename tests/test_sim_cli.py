@@ -73,7 +73,7 @@ def test_simulate_table_without_json(trace_file):
     [
         (["--policy", "lfu", "--capacity-blocks", "5"], "unknown policy 'lfu'; valid:"),
         (["--capacity-blocks", "0"], "--capacity-blocks: got 0"),
-        (["--capacity-blocks", "5", "--profile", "/nonexistent.json"], "--profile: no such file"),
+        (["--capacity-blocks", "5", "--profile", "/nonexistent.json"], "profile: no such file"),
     ],
 )
 def test_simulate_user_mistakes_raise_hkv_error(trace_file, argv, message):

@@ -100,7 +100,7 @@ def test_simulate_refuses_bad_input_before_working():
     with pytest.raises(HkvError, match="unknown policy 'nope'; valid: lru"):
         simulate(trace, ["lru", "nope"], 4)
     for capacity in (0, -1):
-        with pytest.raises(HkvError, match="--capacity-blocks: got"):
+        with pytest.raises(HkvError, match="capacity_blocks: got"):
             simulate(trace, "lru", capacity)
 
 

@@ -61,12 +61,12 @@ def test_a_malformed_line_is_named(tmp_path, bad, message):
 
 
 def test_missing_and_empty_files(tmp_path):
-    with pytest.raises(HkvError, match="--trace: no such file"):
+    with pytest.raises(HkvError, match="trace: no such file"):
         load_trace(tmp_path / "none.jsonl")
     with pytest.raises(HkvError, match="holds no requests"):
         load_trace(write(tmp_path, ""))
 
 
 def test_block_tokens_must_be_positive(tmp_path):
-    with pytest.raises(HkvError, match="--block-tokens"):
+    with pytest.raises(HkvError, match="block_tokens"):
         load_trace(write(tmp_path, line()), block_tokens=0)

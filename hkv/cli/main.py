@@ -154,12 +154,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Library errors name fields (`max_model_len: got 0; ...`); the CLI says which flag set the
+# field. A field is the flag's own dest (`--max-model-len`) or one of these.
+FIELD_ALIASES = {
+    "gpu_mem_gib": "gpu_mem",
+    "cpu_ram_gib": "cpu_ram",
+    "offload_gib": "offload_size",
+    "block_tokens": ("block_size", "block_tokens"),
+    "num_sessions": "sessions",
+    "config file": "hybrid_kv_cache_config",
+}
+
+
+def flag_for(parser: argparse.ArgumentParser, field: str) -> str | None:
+    """The option of `parser` that sets library field `field`, if it has one."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    alias = FIELD_ALIASES.get(field, field)
+    for dest in alias if isinstance(alias, tuple) else (alias,):
+        if dest in flags:
+            return flags[dest]
+    return None
+
+
+def user_message(parser: argparse.ArgumentParser, exc: HkvError) -> str:
+    """`exc`'s one line, its leading field replaced by the flag that set it."""
+    message = " ".join(str(exc).split())
+    field, sep, rest = message.partition(": ")
+    flag = flag_for(parser, field) if sep else None
+    return f"{flag}: {rest}" if flag else message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return args.handler(args) or 0
     except HkvError as exc:
-        sys.stderr.write(f"hkv {args.command}: error: {exc}\n")
+        command = parser._subparsers._group_actions[0].choices[args.command]
+        sys.stderr.write(f"hkv {args.command}: error: {user_message(command, exc)}\n")
         return 2
     except BrokenPipeError:
         return 0

@@ -233,11 +233,11 @@ class HybridKVCacheConfig:
         """Load from `.py` (defines `config`), `.json` or `.yaml`/`.yml`; errors name the file."""
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"--hybrid-kv-cache-config: no such file {str(path)!r}")
+            raise ConfigError(f"config file: no such file {str(path)!r}")
         loader = _LOADERS.get(path.suffix.lower())
         if loader is None:
             raise ConfigError(
-                f"--hybrid-kv-cache-config: {path.name} has suffix {path.suffix!r}; "
+                f"config file: {path.name} has suffix {path.suffix!r}; "
                 "use .py (defining `config`), .json or .yaml"
             )
         try:

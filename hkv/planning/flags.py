@@ -27,7 +27,7 @@ from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
 from hkv.planning.vllm_flags import BOOLEAN_FLAGS, HYBRID_FLAGS, RealFlagChecks
-from hkv.policies import get_policy_class
+from hkv.policies import online_policy_class
 
 VLLM_NATIVE_POLICIES = ("lru", "arc")
 """Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
@@ -257,12 +257,10 @@ class _Translator(RealFlagChecks):
                 f"valid: {', '.join(valid)}"
             )
         for name in {flag_policy, config.offload_strategy} - {None}:
-            if get_policy_class(name).offline:
-                raise HkvError(
-                    f"--hybrid-kv-cache-policy: {name!r} is an offline yardstick that needs the "
-                    "future requests; a server cannot run it. Use an online policy such as "
-                    "cost_aware"
-                )
+            try:
+                online_policy_class(name, runner="a server")
+            except HkvError as exc:
+                raise HkvError(f"--hybrid-kv-cache-policy: {exc}") from None
         from_file = "--hybrid-kv-cache-config" in self.flags
         if flag_policy and from_file and flag_policy != config.offload_strategy:
             raise FlagConflict(

@@ -146,7 +146,7 @@ class ModelSpec:
             shipped = _shipped_config(str(name_or_path))
             if shipped is None:
                 raise HkvError(
-                    f"--model: {str(name_or_path)!r} is neither a config.json, a folder holding "
+                    f"model: {str(name_or_path)!r} is neither a config.json, a folder holding "
                     f"one, nor a shipped model; shipped models: {', '.join(shipped_models())}"
                 )
             path = shipped
@@ -189,7 +189,7 @@ class ModelSpec:
             return 2
         if kv_cache_dtype.startswith("fp8"):
             return 1
-        return dtype_bytes(kv_cache_dtype, field_name="--kv-cache-dtype")
+        return dtype_bytes(kv_cache_dtype, field_name="kv_cache_dtype")
 
     def kv_shard_fraction(self, tensor_parallel: int) -> float:
         """Share of each token's KV one GPU holds under tensor parallelism `tensor_parallel`.

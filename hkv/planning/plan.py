@@ -51,7 +51,7 @@ def weights_bytes(spec: ModelSpec, weights_dtype: str) -> int:
     """Bytes of the model's weights; embeddings and the output head stay in bf16 when quantized."""
     if weights_dtype not in WEIGHT_BYTES_PER_PARAM:
         valid = ", ".join(WEIGHT_BYTES_PER_PARAM)
-        raise HkvError(f"--weights-dtype: got {weights_dtype!r}; use one of {valid}")
+        raise HkvError(f"weights_dtype: got {weights_dtype!r}; use one of {valid}")
     body = spec.total_params - spec.embedding_params
     per_param = WEIGHT_BYTES_PER_PARAM[weights_dtype]
     return int(body * per_param + spec.embedding_params * WEIGHT_BYTES_PER_PARAM["bf16"])
@@ -85,26 +85,26 @@ class PlanInputs:
     block_tokens: int = VLLM_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
-        _positive_int("--gpus", self.gpus)
-        _positive_int("--block-size", self.block_tokens)
-        _positive_int("--max-num-seqs", self.max_num_seqs)
+        _positive_int("gpus", self.gpus)
+        _positive_int("block_tokens", self.block_tokens)
+        _positive_int("max_num_seqs", self.max_num_seqs)
         if self.max_model_len is not None:
-            _positive_int("--max-model-len", self.max_model_len)
-        _positive_number("--gpu-mem", self.gpu_mem_gib)
+            _positive_int("max_model_len", self.max_model_len)
+        _positive_number("gpu_mem_gib", self.gpu_mem_gib)
         if self.cpu_ram_gib is not None:
-            _positive_number("--cpu-ram", self.cpu_ram_gib)
+            _positive_number("cpu_ram_gib", self.cpu_ram_gib)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise HkvError(
-                f"--gpu-memory-utilization: got {self.gpu_memory_utilization}; expected (0, 1]"
+                f"gpu_memory_utilization: got {self.gpu_memory_utilization}; expected (0, 1]"
             )
         if self.offload_percent is not None and not 0 <= self.offload_percent <= 1:
             raise HkvError(
-                f"--offload-percent: got {self.offload_percent}; expected a fraction in [0, 1]"
+                f"offload_percent: got {self.offload_percent}; expected a fraction in [0, 1]"
             )
         if self.offload_gib is not None and self.offload_gib < 0:
-            raise HkvError(f"--offload-size: got {self.offload_gib}; expected GiB >= 0")
+            raise HkvError(f"offload_gib: got {self.offload_gib}; expected GiB >= 0")
         if self.reserve_gib < 0:
-            raise HkvError(f"--reserve-gib: got {self.reserve_gib}; expected GiB >= 0")
+            raise HkvError(f"reserve_gib: got {self.reserve_gib}; expected GiB >= 0")
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def plan(
     inputs = _resolve(spec, inputs or PlanInputs(**overrides))
     if inputs.gpus > 1 and not valid_tensor_parallel(spec, inputs.gpus):
         raise HkvError(
-            f"--gpus: {spec.name} has {spec.num_attention_heads} attention heads, which "
+            f"gpus: {spec.name} has {spec.num_attention_heads} attention heads, which "
             f"{inputs.gpus} tensor-parallel ranks cannot split evenly; use a divisor of "
             f"{spec.num_attention_heads}"
         )

@@ -3,15 +3,23 @@
     from hkv.policies import make_policy, policy_names
     policy = make_policy("s3fifo", capacity_blocks=1024)
 
+- `base`: the interface and the contracts every policy keeps
+- `queue`: `QueuePolicy`, the base of policies kept in ordered queues (lru, arc, dip/bip)
+- `priority`: `PriorityPolicy`, the one heap evictor of priority-function policies
+  (gdsf, cost_aware, modality_aware through `prefix`)
+- `registry`: names -> classes, `make_policy`, the online/offline check
+- one module per policy; `admission` wraps any policy with vLLM's `store_threshold`
+
 Each policy lives in its own module and is imported on first use. `make_policy` offers run
 context (`cost_model=`, `config=`, `future=`) to every policy; each takes what it declares.
 """
 
-from hkv.policies.base import (
-    EvictionPolicy,
-    PriorityPolicy,
+from hkv.policies.base import EvictionPolicy
+from hkv.policies.priority import PriorityPolicy
+from hkv.policies.registry import (
     get_policy_class,
     make_policy,
+    online_policy_class,
     policy_names,
     register_policy,
 )
@@ -21,6 +29,7 @@ __all__ = [
     "PriorityPolicy",
     "get_policy_class",
     "make_policy",
+    "online_policy_class",
     "policy_names",
     "register_policy",
 ]

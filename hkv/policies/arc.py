@@ -7,11 +7,12 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
-from hkv.policies.base import EMPTY, EvictionPolicy, Key
+from hkv.policies.base import EMPTY, Key
+from hkv.policies.queue import QueuePolicy
 
 
 @dataclass(eq=False)
-class ARCPolicy(EvictionPolicy):
+class ARCPolicy(QueuePolicy):
     """Balances recency (T1: seen once) and frequency (T2: seen again) with ghost lists B1/B2.
 
     Megiddo & Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST 2003; written to
@@ -31,6 +32,7 @@ class ARCPolicy(EvictionPolicy):
         self._t2: OrderedDict[Key, BlockMeta] = OrderedDict()
         self._b1: OrderedDict[Key, None] = OrderedDict()
         self._b2: OrderedDict[Key, None] = OrderedDict()
+        self._queues = (self._t1, self._t2)
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Adapt the T1 target on a ghost hit; always admit."""
@@ -57,10 +59,6 @@ class ARCPolicy(EvictionPolicy):
             self._t2[key] = meta
         elif key in self._t2:
             self._t2.move_to_end(key)
-
-    def remove(self, key: Key) -> None:
-        if self._t1.pop(key, None) is None:
-            self._t2.pop(key, None)
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:
@@ -95,16 +93,6 @@ class ARCPolicy(EvictionPolicy):
             while len(ghost) > self.capacity_blocks:
                 ghost.popitem(last=False)
         return [key for key, _ in chosen]
-
-    def __len__(self) -> int:
-        return len(self._t1) + len(self._t2)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._t1 or key in self._t2
-
-    def __iter__(self) -> Iterator[Key]:
-        yield from self._t1
-        yield from self._t2
 
 
 def _evictable(queue: OrderedDict[Key, BlockMeta], protected: Collection[Key]) -> Iterator[Key]:

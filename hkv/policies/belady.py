@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key, pop_first
+from hkv.policies.base import EMPTY, EvictionPolicy, Key
+from hkv.policies.priority import pop_first
 
 NEVER = math.inf
 

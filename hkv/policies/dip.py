@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key, any_pinned, unprotected
+from hkv.policies.base import Key
+from hkv.policies.queue import QueuePolicy
 
 _PSEL_MAX = 1023
 
 
 @dataclass(eq=False)
-class DIPPolicy(EvictionPolicy):
+class DIPPolicy(QueuePolicy):
     """LRU that switches to bimodal insertion (BIP) when the workload thrashes LRU.
 
     Qureshi, Jaleel, Patt, Yen, Steely, Emer, "Adaptive Insertion Policies for High Performance
     Caching", ISCA 2007. Under LRU, blocks that come back cyclically but together exceed the
     cache miss every time: each is evicted just before its reuse. Multi-turn sessions that all
-    return once per round are exactly that (vLLM's LRU keeps 15 % of prompt tokens where 43 %
-    was possible, `data/results/vllm_h200.json`). BIP inserts a new block at the eviction end,
+    return once per round are exactly that. BIP inserts a new block at the eviction end,
     so blocks already cached stay until they are reused and the cache keeps a stable share of
     the sessions whole; one insert in `bip_every` still goes to the recently-used end, so the
     kept set turns over. BIP loses where recency works (Mooncake's trace), so the policy duels:
@@ -78,6 +78,7 @@ class DIPPolicy(EvictionPolicy):
         # costs half an OrderedDict's insert; only the warm queue needs `move_to_end`
         self._cold: dict[Key, BlockMeta] = {}
         self._warm: OrderedDict[Key, BlockMeta] = OrderedDict()  # least recently used first
+        self._queues = (self._cold, self._warm)
         self._inserts = self._requests = 0
         self._last_position = -1
         self._psel = _PSEL_MAX // 2  # above the middle: LRU's leaders miss more -> BIP
@@ -122,12 +123,7 @@ class DIPPolicy(EvictionPolicy):
         """Same placement as `insert` key by key; for a pinned mode, in runs of the containers'
         bulk `update` between the one-in-`bip_every` inserts that go to the recent end."""
         cold, warm = self._cold, self._warm
-        if (
-            self.mode == "adaptive"  # each insert asks the duel
-            or len(cold) + len(warm) + len(keys) > self.capacity_blocks
-            or not cold.keys().isdisjoint(keys)
-            or not warm.keys().isdisjoint(keys)
-        ):
+        if self.mode == "adaptive" or not self._bulk_fits(keys):  # adaptive: each asks the duel
             super().insert_all(keys, meta)  # raises at the first key that does not fit
             return
         every, done, size = self.bip_every, self._inserts, len(cold) + len(warm)
@@ -140,8 +136,7 @@ class DIPPolicy(EvictionPolicy):
                 warm[keys[recent]] = meta
                 start = recent + 1
         main.update(zip(keys[start:], repeat(meta)))
-        if len(cold) + len(warm) != size + len(keys):
-            raise KeyError(f"{self.name}: insert_all got a key twice")
+        self._check_bulk(size, keys)
 
     def _uses_bip(self) -> bool:
         if self.mode != "adaptive":
@@ -177,54 +172,10 @@ class DIPPolicy(EvictionPolicy):
         except KeyError:  # moving them all again in order leaves the same order
             deque(map(warm.move_to_end, filter(warm.__contains__, keys)), maxlen=0)
 
-    def remove(self, key) -> None:
-        if self._cold.pop(key, None) is None:
-            self._warm.pop(key, None)
-
-    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
-        if n <= 0:
-            return []
-        cold, warm = self._cold, self._warm
-        # keys only, skipped in C: vLLM's adapter protects the chunks in flight, the newest
-        # cold ones, and a skipped key should cost one set lookup and nothing more
-        from_cold = unprotected(reversed(cold), n, protected)
-        from_warm = unprotected(warm, n - len(from_cold), protected) if len(from_cold) < n else []
-        if len(from_cold) + len(from_warm) < n:
-            return None
-        if any_pinned(cold, from_cold) or any_pinned(warm, from_warm):
-            return self._evict_unpinned(n, protected)
-        deque(map(cold.__delitem__, from_cold), maxlen=0)
-        deque(map(warm.__delitem__, from_warm), maxlen=0)
-        return from_cold + from_warm
-
-    def _evict_unpinned(self, n: int, protected: Collection[Key]) -> list[Key] | None:
-        """`evict` when a candidate is pinned (the block manager pins; vLLM never does)."""
-        victims: list[Key] = []
-        cold, warm = self._cold, self._warm
-        for queue, order in ((cold, reversed(cold)), (warm, warm)):
-            for key in order:
-                if key not in protected and not queue[key].pinned:
-                    victims.append(key)
-                    if len(victims) == n:
-                        break
-            if len(victims) == n:
-                break
-        else:
-            return None
-        for key in victims:
-            if cold.pop(key, None) is None:
-                del warm[key]
-        return victims
-
-    def __len__(self) -> int:
-        return len(self._cold) + len(self._warm)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._cold or key in self._warm
-
-    def __iter__(self) -> Iterator[Key]:
-        yield from self._cold
-        yield from self._warm
+    def _eviction_order(self):
+        """Cold blocks newest first (inserted at the eviction end, never referenced since),
+        then warm ones from the least recently used."""
+        return ((self._cold, reversed(self._cold)), (self._warm, self._warm))
 
 
 @dataclass(eq=False)

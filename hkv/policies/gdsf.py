@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.policies.base import PriorityPolicy, _Entry
+from hkv.policies.priority import PriorityEntry, PriorityPolicy
 
 
 @dataclass(eq=False)
@@ -38,10 +38,10 @@ class GDSFPolicy(PriorityPolicy):
         super().reset()
         self.inflation = 0.0
 
-    def priority(self, entry: _Entry) -> float:
+    def priority(self, entry: PriorityEntry) -> float:
         meta = entry.meta
         value = 1.0 if self.cost == "unit" else self.cost_model.decide(meta).saved_s
         return self.inflation + (entry.hits + 1) * value / max(meta.tokens, 1)
 
-    def _on_evict(self, entry: _Entry) -> None:
+    def _on_evict(self, entry: PriorityEntry) -> None:
         self.inflation = max(self.inflation, entry.priority)

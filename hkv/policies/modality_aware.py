@@ -9,8 +9,9 @@ from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, Key, _Entry
+from hkv.policies.base import EMPTY, Key
 from hkv.policies.prefix import PrefixValuePolicy
+from hkv.policies.priority import PriorityEntry
 
 
 @dataclass(eq=False)
@@ -22,7 +23,8 @@ class ModalityAwarePolicy(PrefixValuePolicy):
       `1 - offload_priority`, so at equal recency and cost the eager modality goes first, and a
       modality at 1 always goes before any other;
     - `quantization`: the block's format in cold tiers; its worth is what a hit saves when the
-      block is loaded in that format (q8/q6/q4 move fewer bytes, `hkv.storage.formats.cold_bits_per_value`);
+      block is loaded in that format (q8/q6/q4 move fewer bytes,
+      `hkv.storage.formats.cold_bits_per_value`);
     - `max_keep_blocks`: when this tier must give up blocks, a modality holding more than its
       cap gives first (enforced at eviction time: a policy never evicts on its own; the block
       manager may call `excess_blocks()` to demote early).
@@ -90,7 +92,7 @@ class ModalityAwarePolicy(PrefixValuePolicy):
             self._resident_by_modality[entry.meta.modality] -= 1
         super().remove(key)
 
-    def _on_evict(self, entry: _Entry) -> None:
+    def _on_evict(self, entry: PriorityEntry) -> None:
         super()._on_evict(entry)
         self._resident_by_modality[entry.meta.modality] -= 1
 
@@ -114,7 +116,7 @@ class ModalityAwarePolicy(PrefixValuePolicy):
         """Up to `n` evictable entries from over-cap modalities (fewer if not enough exist)."""
         budget = dict(excess)
 
-        def accept(entry: _Entry) -> bool:
+        def accept(entry: PriorityEntry) -> bool:
             left = budget.get(entry.meta.modality, 0)
             if left <= 0:
                 return False

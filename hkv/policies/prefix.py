@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import Key, PriorityPolicy, _Entry, check_float
+from hkv.policies.base import Key, check_float
+from hkv.policies.priority import PriorityEntry, PriorityPolicy
 
 POSITION_TIE_BREAK = 1e-12
 """Priority given up per token of position: at equal worth, the deeper block goes first."""
@@ -87,10 +88,10 @@ class PrefixValuePolicy(PriorityPolicy):
         self._refs_until_halving = self._history_refs()
         self._counts = {k: c >> 1 for k, c in self._counts.items() if c > 1}
 
-    def priority(self, entry: _Entry) -> float:
+    def priority(self, entry: PriorityEntry) -> float:
         return entry.priority  # set by _observe before each push
 
-    def _push_with(self, key: Key, entry: _Entry, priority: float) -> None:
+    def _push_with(self, key: Key, entry: PriorityEntry, priority: float) -> None:
         self._seq = seq = self._seq + 1
         entry.seq = seq
         entry.priority = priority
@@ -137,7 +138,7 @@ class PrefixValuePolicy(PriorityPolicy):
             count, priority = self._observe(key, meta)  # inserted without an admit() first
         else:
             count, priority = pending
-        entry = entries[key] = _Entry(meta, count, 0, priority)
+        entry = entries[key] = PriorityEntry(meta, count, 0, priority)
         self._push_with(key, entry, priority)
 
     def touch(self, key: Key) -> None:
@@ -146,5 +147,5 @@ class PrefixValuePolicy(PriorityPolicy):
             entry.hits, priority = self._observe(key, entry.meta)
             self._push_with(key, entry, priority)
 
-    def _on_evict(self, entry: _Entry) -> None:
+    def _on_evict(self, entry: PriorityEntry) -> None:
         self.inflation = max(self.inflation, entry.priority)

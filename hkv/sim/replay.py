@@ -91,9 +91,9 @@ def replay(
     """
     loops = {"per_block": _replay_loop, "per_request": _replay_loop_per_request}
     if store not in loops:
-        raise HkvError(f"--store: got {store!r}; expected per_block or per_request")
+        raise HkvError(f"store: got {store!r}; expected per_block or per_request")
     if store == "per_request" and type(policy).offline:
-        raise HkvError(f"{policy.name}: an offline policy needs --store per_block")
+        raise HkvError(f"store: {policy.name!r} is an offline policy; it needs store per_block")
     costs = _BlockCosts(cost_model, tier, cold_format)
     counts = loops[store](trace, policy, tier, costs)
     elapsed_s = counts.pop("elapsed_s")
@@ -134,46 +134,86 @@ class _BlockCosts:
         return (decision.recompute_s, decision.load_s, nbytes, 0)
 
 
-def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
-    """The hot loop: plain locals and no per-reference allocation beyond first-seen metas."""
-    touch, admit, insert, evict = policy.touch, policy.admit, policy.insert, policy.evict
-    capacity = policy.capacity_blocks
-    block_tokens = trace.block_tokens
-    resident: set[Hashable] = set(policy) if len(policy) else set()
-    block_cost: dict[Hashable, tuple[float, float, int, int]] = {}
-    metas: dict[Hashable, BlockMeta] = {}
-    refs = hits = inserts = evictions = declined = failed = recomputed = 0
-    hit_tokens = input_tokens = bytes_loaded = 0
-    saved_s = load_s = 0.0
-    start = time.perf_counter()
-    for request in trace.requests:
-        ids = request.hash_ids
+class _Tally:
+    """What a replay sums over its requests: references, hits and what the hits saved and cost.
+
+    `resident` is the keys held; `metas` and `block_cost` are filled as blocks are first seen
+    (a block keeps the label of its first appearance)."""
+
+    def __init__(self, trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts):
+        self.block_tokens, self.tier, self.costs = trace.block_tokens, tier, costs
+        self.resident: set[Hashable] = set(policy)
+        self.metas: dict[Hashable, BlockMeta] = {}
+        self.block_cost: dict[Hashable, tuple[float, float, int, int]] = {}
+        self.refs = self.hits = self.hit_tokens = self.input_tokens = 0
+        self.bytes_loaded = self.recomputed = 0
+        self.saved_s = self.load_s = 0.0
+        self.start = time.perf_counter()
+
+    def meta(self, request, index: int, key: Hashable) -> BlockMeta:
+        """The block's meta (made and priced on first sight)."""
+        meta = self.metas.get(key)
+        if meta is None:
+            meta = self.metas[key] = request.block_meta(index, self.block_tokens, self.tier)
+            self.block_cost[key] = self.costs.of(meta)
+        return meta
+
+    def lookup(self, request) -> int:
+        """Count the request's hits (its longest resident prefix) and their costs."""
+        ids, resident = request.hash_ids, self.resident
         num_hit = 0
-        for index, key in enumerate(ids):
-            if key not in resident:
-                break
+        while num_hit < len(ids) and ids[num_hit] in resident:
             num_hit += 1
+        block_cost, saved_s, load_s = self.block_cost, 0.0, 0.0
+        for index in range(num_hit):
+            key = ids[index]
             cost = block_cost.get(key)
             if cost is None:  # resident before this replay began
-                meta = metas[key] = request.block_meta(index, block_tokens, tier)
-                cost = block_cost[key] = costs.of(meta)
+                self.meta(request, index, key)
+                cost = block_cost[key]
             saved_s += cost[0]
             load_s += cost[1]
-            bytes_loaded += cost[2]
-            recomputed += cost[3]
-        refs += len(ids)
-        hits += num_hit
-        input_tokens += request.input_length
-        hit_tokens += min(num_hit * block_tokens, request.input_length)
+            self.bytes_loaded += cost[2]
+            self.recomputed += cost[3]
+        self.saved_s += saved_s
+        self.load_s += load_s
+        self.refs += len(ids)
+        self.hits += num_hit
+        self.input_tokens += request.input_length
+        self.hit_tokens += min(num_hit * self.block_tokens, request.input_length)
+        return num_hit
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "elapsed_s": time.perf_counter() - self.start,
+            "block_refs": self.refs,
+            "block_hits": self.hits,
+            "prefix_token_hit_frac": (
+                self.hit_tokens / self.input_tokens if self.input_tokens else 0.0
+            ),
+            "recompute_s_saved": self.saved_s,
+            "load_s": self.load_s,
+            "bytes_loaded": self.bytes_loaded,
+            "hits_recomputed": self.recomputed,
+        }
+
+
+def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
+    """DESIGN §2: after the lookup, each block in order is touched or stored (one eviction at a
+    time, never of a block of the request being stored). Plain locals on the hot path."""
+    tally = _Tally(trace, policy, tier, costs)
+    touch, admit, insert, evict = policy.touch, policy.admit, policy.insert, policy.evict
+    capacity, resident, meta_of = policy.capacity_blocks, tally.resident, tally.meta
+    inserts = evictions = declined = failed = 0
+    for request in trace.requests:
+        tally.lookup(request)
+        ids = request.hash_ids
         protected = None
         for index, key in enumerate(ids):
             if key in resident:
                 touch(key)
                 continue
-            meta = metas.get(key)
-            if meta is None:
-                meta = metas[key] = request.block_meta(index, block_tokens, tier)
-                block_cost[key] = costs.of(meta)
+            meta = meta_of(request, index, key)
             if not admit(key, meta):
                 declined += 1
                 continue
@@ -184,89 +224,56 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 if victims is None:
                     failed += 1
                     continue
-                for victim in victims:
-                    resident.discard(victim)
+                resident.difference_update(victims)
                 evictions += len(victims)
             insert(key, meta)
             resident.add(key)
             inserts += 1
-    return {
-        "elapsed_s": time.perf_counter() - start,
-        "block_refs": refs,
-        "block_hits": hits,
-        "prefix_token_hit_frac": hit_tokens / input_tokens if input_tokens else 0.0,
-        "recompute_s_saved": saved_s,
-        "load_s": load_s,
-        "bytes_loaded": bytes_loaded,
-        "evictions": evictions,
-        "inserts": inserts,
-        "declined": declined,
-        "store_failed": failed,
-        "hits_recomputed": recomputed,
-    }
+    counts = {"evictions": evictions, "inserts": inserts, "declined": declined}
+    return tally.totals() | counts | {"store_failed": failed}
 
 
 def _replay_loop_per_request(
     trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts
 ) -> dict:
     """`store="per_request"`: one all-or-nothing eviction per request, touches at its end."""
-    capacity = policy.capacity_blocks
-    block_tokens = trace.block_tokens
-    resident: set[Hashable] = set(policy)
-    metas: dict[Hashable, BlockMeta] = {}
-    totals = dict.fromkeys(("block_refs", "block_hits", "evictions", "inserts", "declined"), 0)
-    totals |= {"store_failed": 0, "hits_recomputed": 0, "bytes_loaded": 0}
-    saved_s = load_s = 0.0
-    hit_tokens = input_tokens = 0
-    start = time.perf_counter()
+    tally = _Tally(trace, policy, tier, costs)
+    totals = dict.fromkeys(("evictions", "inserts", "declined", "store_failed"), 0)
     for request in trace.requests:
-        ids = request.hash_ids
-        num_hit = 0
-        while num_hit < len(ids) and ids[num_hit] in resident:
-            num_hit += 1
-        for index, key in enumerate(ids[:num_hit]):
-            if key not in metas:  # resident before this replay began
-                metas[key] = request.block_meta(index, block_tokens, tier)
-            cost = costs.of(metas[key])
-            saved_s, load_s = saved_s + cost[0], load_s + cost[1]
-            totals["bytes_loaded"] += cost[2]
-            totals["hits_recomputed"] += cost[3]
-        totals["block_refs"] += len(ids)
-        totals["block_hits"] += num_hit
-        input_tokens += request.input_length
-        hit_tokens += min(num_hit * block_tokens, request.input_length)
-        reused = [key for key in ids if key in resident]
-        to_store = []
-        for index, key in enumerate(ids):
-            if key in resident or key in to_store:
-                continue
-            meta = metas.get(key) or request.block_meta(index, block_tokens, tier)
-            metas[key] = meta
-            if policy.admit(key, meta):
-                to_store.append(key)
-            else:
-                totals["declined"] += 1
-        need = len(resident) + len(to_store) - capacity
-        if need > 0:
-            victims = policy.evict(need, frozenset(ids))
-            if victims is None:
-                totals["store_failed"] += len(to_store)
-                to_store = []
-            else:
-                resident.difference_update(victims)
-                totals["evictions"] += len(victims)
-        for key in to_store:
-            policy.insert(key, metas[key])
-            resident.add(key)
-        totals["inserts"] += len(to_store)
-        for key in reversed(reused) if policy.touches_tail_first else reused:
-            policy.touch(key)
-    return totals | {
-        "elapsed_s": time.perf_counter() - start,
-        "prefix_token_hit_frac": hit_tokens / input_tokens if input_tokens else 0.0,
-        "recompute_s_saved": saved_s,
-        "load_s": load_s,
-    }
+        tally.lookup(request)
+        _store_request(request, policy, tally, totals)
+    return tally.totals() | totals
+
+
+def _store_request(request, policy: EvictionPolicy, tally: _Tally, totals: dict) -> None:
+    """vLLM's tier after a request: store its absent blocks the policy admits (evicting all
+    room needed at once, or storing none), then touch the blocks it reused."""
+    ids, resident = request.hash_ids, tally.resident
+    reused = [key for key in ids if key in resident]
+    to_store: dict[Hashable, BlockMeta] = {}
+    for index, key in enumerate(ids):
+        if key in resident or key in to_store:
+            continue
+        meta = tally.meta(request, index, key)
+        if policy.admit(key, meta):
+            to_store[key] = meta
+        else:
+            totals["declined"] += 1
+    need = len(resident) + len(to_store) - policy.capacity_blocks
+    if need > 0:
+        victims = policy.evict(need, frozenset(ids))
+        if victims is None:
+            totals["store_failed"] += len(to_store)
+            to_store = {}
+        else:
+            resident.difference_update(victims)
+            totals["evictions"] += len(victims)
+    for key, meta in to_store.items():
+        policy.insert(key, meta)
+        resident.add(key)
+    totals["inserts"] += len(to_store)
+    for key in reversed(reused) if policy.touches_tail_first else reused:
+        policy.touch(key)
 
 
 def simulate(
@@ -297,8 +304,9 @@ def simulate(
         get_policy_class(name)  # unknown names fail before any work, listing the valid ones
     bad = isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int)
     if bad or capacity_blocks < 1:
-        raise HkvError(f"--capacity-blocks: got {capacity_blocks!r}; expected an integer >= 1")
-    future = trace.reference_stream() if "belady" in names else None
+        raise HkvError(f"capacity_blocks: got {capacity_blocks!r}; expected an integer >= 1")
+    needs_future = any(get_policy_class(name).offline for name in names)
+    future = trace.reference_stream() if needs_future else None
     results = []
     for name in names:
         params = (hyperparameters or {}).get(name, {})

@@ -41,7 +41,8 @@ from hkv.blocks import BlockMeta, Tier
 from hkv.integrations.vllm.compat026 import touch_request
 from hkv.integrations.vllm.request import block_meta, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
-from hkv.policies import get_policy_class, make_policy, policy_names
+from hkv.errors import HkvError
+from hkv.policies import make_policy, online_policy_class, policy_names
 
 PREFIX = "hkv_"
 PACKAGE = "hkv.integrations.vllm"  # where vLLM looks the classes up (`cache_policy_module_path`)
@@ -260,10 +261,9 @@ def policy_class(name: str) -> type[HkvCachePolicy]:
             f"hkv has no vLLM eviction policy {name!r}; set eviction_policy to one of {valid} "
             f"with cache_policy_module_path {PACKAGE!r}"
         )
-    if get_policy_class(bare).offline:
-        raise AttributeError(
-            f"{name!r} is an offline yardstick that needs the future requests; vLLM cannot "
-            "run it. Use an online policy such as hkv_cost_aware"
-        )
+    try:
+        online_policy_class(bare, runner="vLLM")
+    except HkvError as exc:
+        raise AttributeError(f"eviction_policy {name!r}: {exc}") from None
     return type(PREFIX + bare, (HkvCachePolicy,), {"hkv_policy": bare, "__module__": PACKAGE})
 
