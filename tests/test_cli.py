@@ -126,7 +126,7 @@ def test_doctor_reports_this_machine():
                 "4",
             ],
             "--trace: no such file",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_library_fields_are_reported_as_the_flags_that_set_them(argv, line):

@@ -2,8 +2,9 @@
 
 The article imports `HybridKVCacheConfig` from vLLM; no vLLM release has it. hkv provides it with
 the same fields, validates every value, and translates it into what vLLM really accepts
-(`hkv.planning.flags`). The article's example is accepted verbatim: its field names and structure (the
-article itself is not part of this repository, so the numbers below are hkv's own):
+(`hkv.planning.flags`). The article's example is accepted verbatim: its field names and
+structure (the article itself is not part of this repository, so the numbers below are hkv's
+own):
 
     from hkv import HybridKVCacheConfig
 

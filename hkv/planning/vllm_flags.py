@@ -1,8 +1,9 @@
 """The real vLLM flags in an article-style command: which are known, and their checks.
 
-`hkv.planning.flags` translates the article's hybrid flags; the flags vLLM really has go through this
-module's `RealFlagChecks` (a mixin of the translator): copied as given (unknown ones with a
-warning), legacy ones dropped with the reason, and contradictions raised as `FlagConflict`.
+`hkv.planning.flags` translates the article's hybrid flags; the flags vLLM really has go
+through this module's `RealFlagChecks` (a mixin of the translator): copied as given (unknown
+ones with a warning), legacy ones dropped with the reason, and contradictions raised as
+`FlagConflict`.
 
 Block-size rule (read from the attention backends' `get_supported_kernel_block_sizes` in vLLM
 0.32): FlashAttention and Triton take any multiple of 16, FlashInfer 16, 32 or 64, FlashMLA

@@ -54,7 +54,9 @@ def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
 def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any) -> None:
     chunks, pending = adapter.chunks, adapter.pending_meta
     new_keys = keys[start:] if start else keys
-    absent = [i for i, key in enumerate(new_keys, start) if key not in chunks and key not in pending]
+    absent = [
+        i for i, key in enumerate(new_keys, start) if key not in chunks and key not in pending
+    ]
     if not absent:
         return
     spans = request_spans(req_context)

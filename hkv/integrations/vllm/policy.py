@@ -38,10 +38,10 @@ from typing import Any
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 from hkv.blocks import BlockMeta, Tier
+from hkv.errors import HkvError
 from hkv.integrations.vllm.compat026 import touch_request
 from hkv.integrations.vllm.request import block_meta, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
-from hkv.errors import HkvError
 from hkv.policies import make_policy, online_policy_class, policy_names
 
 PREFIX = "hkv_"
