@@ -7,7 +7,8 @@ import json
 import pytest
 
 from hkv.blocks import BlockMeta, Modality, Tier
-from hkv.cost import CostModel, HardwareProfile, _context_sum, calibrate
+from hkv.calibrate import calibrate
+from hkv.cost import CostModel, HardwareProfile, _context_sum
 from hkv.errors import HkvError
 
 

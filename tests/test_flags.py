@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hkv.errors import FlagConflict, HkvError
-from hkv.planning.flags import parse_size, translate
+from hkv.planning.flags import translate
+from hkv.planning.sizes import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTICLE_FILE = str(ROOT / "data" / "configs" / "custom_hybrid_config.py")

@@ -14,8 +14,7 @@ from typing import Any
 
 from hkv.cli import sim as cli_sim
 from hkv.errors import HkvError
-
-GIB = 1 << 30
+from hkv.planning.sizes import GIB
 
 
 def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
@@ -72,7 +71,7 @@ def _run_plan(args: argparse.Namespace) -> None:
 
 def render_plan(p: dict[str, Any]) -> str:
     """A plan as a few lines a person reads."""
-    from hkv.planning.flags import serve_command
+    from hkv.planning.vllm_flags import serve_command
 
     lines = [
         f"{p['model']} on {p['gpus']} x {p['gpu_mem_gib']:g} GiB GPU(s), {p['cpu_ram_gib']:g} GiB "
@@ -195,4 +194,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-

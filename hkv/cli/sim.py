@@ -153,7 +153,7 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from hkv.cost import calibrate
+    from hkv.calibrate import calibrate
 
     out = out or sys.stdout
     profile = calibrate(disk_dir=args.disk_dir, size_mib=args.size_mib, repeats=args.repeats)

@@ -44,13 +44,12 @@ from typing import Any
 
 from hkv.blocks import Modality
 from hkv.errors import ConfigError, HkvError
+from hkv.policies.registry import policy_names
 from hkv.storage.formats import COLD_FORMATS, LOSSLESS_FORMATS
 
 
 def known_policies() -> tuple[str, ...]:
     """Every policy name hkv's registry knows (`hkv.policies`)."""
-    from hkv.policies import policy_names
-
     return tuple(policy_names())
 
 

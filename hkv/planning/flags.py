@@ -17,8 +17,6 @@ tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.p
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +24,14 @@ from hkv.errors import ConfigError, FlagConflict, HkvError
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
-from hkv.planning.vllm_flags import BOOLEAN_FLAGS, HYBRID_FLAGS, RealFlagChecks
+from hkv.planning.sizes import parse_size
+from hkv.planning.vllm_flags import (
+    BOOLEAN_FLAGS,
+    HYBRID_FLAGS,
+    RealFlagChecks,
+    serve_command,
+    split_flags,
+)
 from hkv.policies import online_policy_class
 
 VLLM_NATIVE_POLICIES = ("lru", "arc")
@@ -41,45 +46,6 @@ ADAPTER_MODULE = "hkv.integrations.vllm"
 def adapter_class_name(policy: str) -> str:
     """The class name vLLM's `eviction_policy` must hold to load hkv policy `policy`."""
     return f"hkv_{policy}"
-
-
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {
-    "B": 1,
-    "KB": 1e3,
-    "MB": 1e6,
-    "GB": 1e9,
-    "TB": 1e12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-    "K": 2**10,
-    "M": 2**20,
-    "G": 2**30,
-    "T": 2**40,
-}
-
-
-def parse_size(text: str, *, flag: str) -> tuple[int, str | None]:
-    """Bytes in `text` ("16GB", "16GiB", "16"); a bare number is GiB, vLLM's unit.
-
-    Returns the bytes and, for decimal units, a note on how they were read.
-    """
-    match = _SIZE.match(str(text))
-    if not match:
-        raise HkvError(f"{flag}: cannot read size {text!r}; write e.g. 16GiB, 16GB or 16 (GiB)")
-    number, unit = float(match.group(1)), (match.group(2) or "GiB").upper()
-    if unit not in _UNITS:
-        raise HkvError(f"{flag}: unknown unit in {text!r}; use B, KB, MB, GB, TB or KiB ... TiB")
-    nbytes = int(number * _UNITS[unit])
-    note = None
-    if unit in ("KB", "MB", "GB", "TB"):
-        note = (
-            f"{flag} {text}: read as decimal units = {nbytes / GIB:.2f} GiB; "
-            f"write {match.group(1)}GiB for binary gibibytes"
-        )
-    return nbytes, note
 
 
 @dataclass
@@ -103,54 +69,12 @@ class Translation:
         return out
 
 
-def serve_command(vllm_args: list[str]) -> str:
-    """`vllm serve MODEL ...` from engine arguments that hold `--model MODEL`."""
-    args = list(vllm_args)
-    model: list[str] = []
-    if "--model" in args:
-        at = args.index("--model")
-        model = args[at + 1 : at + 2]
-        del args[at : at + 2]
-    return shlex.join(["vllm", "serve", *model, *args])
-
-
 def try_translate(argv: list[str], **kwargs: Any) -> Translation | HkvError:
     """`translate`, returning the error instead of raising it (for tables of cases)."""
     try:
         return translate(argv, **kwargs)
     except HkvError as exc:
         return exc
-
-
-def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | None]:
-    """`(flag, value)` pairs in order, and a positional model if the line had one.
-
-    Accepts a whole `vllm serve MODEL ...` line as well as bare flags.
-    """
-    args = list(argv)
-    if args[:2] == ["vllm", "serve"]:
-        args = args[2:]
-    positional = None
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--"):
-            if positional is None and not pairs:
-                positional = token
-                i += 1
-                continue
-            raise HkvError(f"unexpected argument {token!r}: flags take the form --name value")
-        if "=" in token:
-            name, value = token.split("=", 1)
-            pairs.append((name, value))
-        elif token in BOOLEAN_FLAGS or i + 1 == len(args) or args[i + 1].startswith("--"):
-            pairs.append((token, None))
-        else:
-            pairs.append((token, args[i + 1]))
-            i += 1
-        i += 1
-    return pairs, positional
 
 
 class _Translator(RealFlagChecks):

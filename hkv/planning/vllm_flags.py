@@ -18,9 +18,10 @@ tier must use a passthrough format (`fp16`/`bf16`), which then stores the fp8 by
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from hkv.errors import FlagConflict
+from hkv.errors import FlagConflict, HkvError
 from hkv.planning.config import HybridKVCacheConfig
 
 BACKEND_BLOCK_RULES: dict[str, tuple[str, Any]] = {
@@ -165,3 +166,45 @@ class RealFlagChecks:
             f"fp8 KV blocks would be quantized a second time in the cold tier ({lossy}); use "
             "quantization fp16/bf16 (passthrough) with fp8 KV, or --kv-cache-dtype auto",
         )
+
+
+def serve_command(vllm_args: list[str]) -> str:
+    """`vllm serve MODEL ...` from engine arguments that hold `--model MODEL`."""
+    args = list(vllm_args)
+    model: list[str] = []
+    if "--model" in args:
+        at = args.index("--model")
+        model = args[at + 1 : at + 2]
+        del args[at : at + 2]
+    return shlex.join(["vllm", "serve", *model, *args])
+
+
+def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | None]:
+    """`(flag, value)` pairs in order, and a positional model if the line had one.
+
+    Accepts a whole `vllm serve MODEL ...` line as well as bare flags.
+    """
+    args = list(argv)
+    if args[:2] == ["vllm", "serve"]:
+        args = args[2:]
+    positional = None
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            if positional is None and not pairs:
+                positional = token
+                i += 1
+                continue
+            raise HkvError(f"unexpected argument {token!r}: flags take the form --name value")
+        if "=" in token:
+            name, value = token.split("=", 1)
+            pairs.append((name, value))
+        elif token in BOOLEAN_FLAGS or i + 1 == len(args) or args[i + 1].startswith("--"):
+            pairs.append((token, None))
+        else:
+            pairs.append((token, args[i + 1]))
+            i += 1
+        i += 1
+    return pairs, positional

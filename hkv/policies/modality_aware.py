@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.cost import CostModel
 from hkv.errors import HkvError
+from hkv.planning.config import HybridKVCacheConfig
 from hkv.policies.base import EMPTY, Key
 from hkv.policies.prefix import PrefixValuePolicy
 from hkv.policies.priority import PriorityEntry
@@ -41,8 +43,6 @@ class ModalityAwarePolicy(PrefixValuePolicy):
 
     def validate(self) -> None:
         super().validate()
-        from hkv.planning.config import HybridKVCacheConfig
-
         if self.config is None:
             self.config = HybridKVCacheConfig.article_example()
         if not isinstance(self.config, HybridKVCacheConfig):
@@ -51,8 +51,6 @@ class ModalityAwarePolicy(PrefixValuePolicy):
                 "expected a HybridKVCacheConfig"
             )
         if self.cost_model is None:
-            from hkv.cost import CostModel
-
             self.cost_model = CostModel.default()
         self._settings = {m: self.config.modality(m) for m in Modality}
         self._caps = {m: s.max_keep_blocks for m, s in self._settings.items()}

@@ -1,0 +1,106 @@
+"""What a memory plan is computed from (`PlanInputs`), with the constants and rules it rests on:
+the host-RAM ceiling, vLLM's reserve and block size, weight bytes per dtype, valid
+tensor-parallel sizes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from hkv.errors import HkvError
+from hkv.planning.model_spec import ModelSpec
+from hkv.planning.sizes import GIB
+
+HOST_RAM_FRACTION = 0.7
+"""The article's ceiling on the CPU tier: at most 70 % of host RAM."""
+
+DEFAULT_RESERVE_GIB = 2.0
+"""Per-GPU memory for everything but weights and KV. Stated, not guessed: CUDA context (~0.5 GiB),
+the activation peak of vLLM's profiling forward at its default 8,192 batched tokens (~1 GiB for
+hidden sizes up to ~7K) and CUDA graph pools. Pass `reserve_gib` to use a value from your logs."""
+
+VLLM_BLOCK_TOKENS = 16
+"""vLLM's default KV block size on CUDA (`--block-size`); its offloading tier uses the same."""
+
+DEFAULT_GPU_MEM_GIB = 140.0
+"""One H200 (nvidia-smi reports 143,771 MiB = 140.4 GiB)."""
+
+INT4_GROUP = 128
+"""AWQ/GPTQ group size: one fp16 scale and one 4-bit zero point per 128 weights."""
+
+WEIGHT_BYTES_PER_PARAM = {
+    "bf16": 2.0,
+    "fp8": 1.0 + 4 / (128 * 128),  # fp32 scale per 128 x 128 block
+    "int4": 0.5 + 2.5 / INT4_GROUP,
+}
+
+
+def weights_bytes(spec: ModelSpec, weights_dtype: str) -> int:
+    """Bytes of the model's weights; embeddings and the output head stay in bf16 when quantized."""
+    if weights_dtype not in WEIGHT_BYTES_PER_PARAM:
+        valid = ", ".join(WEIGHT_BYTES_PER_PARAM)
+        raise HkvError(f"weights_dtype: got {weights_dtype!r}; use one of {valid}")
+    body = spec.total_params - spec.embedding_params
+    per_param = WEIGHT_BYTES_PER_PARAM[weights_dtype]
+    return int(body * per_param + spec.embedding_params * WEIGHT_BYTES_PER_PARAM["bf16"])
+
+
+def detected_host_ram_gib() -> float:
+    """This machine's physical memory in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+
+
+def valid_tensor_parallel(spec: ModelSpec, gpus: int) -> bool:
+    """vLLM needs the query heads to divide evenly across tensor-parallel ranks."""
+    return gpus >= 1 and spec.num_attention_heads % gpus == 0
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is computed from; `cpu_ram_gib=None` means this machine's RAM."""
+
+    gpus: int = 1
+    gpu_mem_gib: float = DEFAULT_GPU_MEM_GIB
+    cpu_ram_gib: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int = 16
+    weights_dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    offload_percent: float | None = None
+    offload_gib: float | None = None
+    reserve_gib: float = DEFAULT_RESERVE_GIB
+    block_tokens: int = VLLM_BLOCK_TOKENS
+
+    def __post_init__(self) -> None:
+        _positive_int("gpus", self.gpus)
+        _positive_int("block_tokens", self.block_tokens)
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        if self.max_model_len is not None:
+            _positive_int("max_model_len", self.max_model_len)
+        _positive_number("gpu_mem_gib", self.gpu_mem_gib)
+        if self.cpu_ram_gib is not None:
+            _positive_number("cpu_ram_gib", self.cpu_ram_gib)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise HkvError(
+                f"gpu_memory_utilization: got {self.gpu_memory_utilization}; expected (0, 1]"
+            )
+        if self.offload_percent is not None and not 0 <= self.offload_percent <= 1:
+            raise HkvError(
+                f"offload_percent: got {self.offload_percent}; expected a fraction in [0, 1]"
+            )
+        if self.offload_gib is not None and self.offload_gib < 0:
+            raise HkvError(f"offload_gib: got {self.offload_gib}; expected GiB >= 0")
+        if self.reserve_gib < 0:
+            raise HkvError(f"reserve_gib: got {self.reserve_gib}; expected GiB >= 0")
+
+
+def _positive_int(flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HkvError(f"{flag}: got {value!r}; expected an integer >= 1")
+
+
+def _positive_number(flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise HkvError(f"{flag}: got {value!r}; expected a number > 0")
