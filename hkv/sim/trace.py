@@ -85,17 +85,17 @@ class Trace:
 def load_trace(path: str | os.PathLike[str], *, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     """Read a Mooncake-format JSONL file; `HkvError` names the line of any malformed request."""
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
-        raise HkvError(f"--block-tokens: got {block_tokens!r}; expected an integer >= 1")
+        raise HkvError(f"block_tokens: got {block_tokens!r}; expected an integer >= 1")
     path = Path(path)
     if not path.is_file():
-        raise HkvError(f"--trace: no such file {str(path)!r}")
+        raise HkvError(f"trace: no such file {str(path)!r}")
     requests = []
     with path.open(encoding="utf-8") as lines:
         for lineno, line in enumerate(lines, start=1):
             if line.strip():
                 requests.append(parse_request(line, block_tokens, where=f"{path}:{lineno}"))
     if not requests:
-        raise HkvError(f"--trace: {str(path)!r} holds no requests (one JSON object per line)")
+        raise HkvError(f"trace: {str(path)!r} holds no requests (one JSON object per line)")
     return Trace(tuple(requests), block_tokens, str(path))
 
 

@@ -91,7 +91,7 @@ class WorkloadSpec:
     def preset(cls, name: str, **overrides: Any) -> WorkloadSpec:
         """A named starting point (`PRESETS`), with `overrides` applied on top."""
         if name not in PRESETS:
-            raise HkvError(f"--workload: unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+            raise HkvError(f"preset: unknown preset {name!r}; valid: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     @classmethod
