@@ -6,7 +6,14 @@ import pytest
 
 from hkv.errors import HkvError
 from hkv.planning.model_spec import ModelSpec
-from hkv.planning.plan import GIB, PlanInputs, plan, weights_bytes
+from hkv.planning.plan import (
+    GIB,
+    PlanInputs,
+    plan,
+    tensor_parallel_problem,
+    tensor_parallel_sizes,
+    weights_bytes,
+)
 
 MINIMAX = ModelSpec.load("minimax-m2.5")
 
@@ -88,7 +95,8 @@ def test_context_above_the_model_limit_warns():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"gpus": 5}, "48 attention heads, which 5 tensor-parallel ranks cannot split"),
+        ({"gpus": 5}, "48 attention heads, which 5 ranks cannot split evenly; use one of 1, 2, 4"),
+        ({"gpus": 3}, "8 KV heads, which 3 ranks cannot split evenly; use one of 1, 2, 4, 8, 16"),
         ({"gpus": 0}, "gpus: got 0"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: got 1.5"),
         ({"offload_percent": 2}, "offload_percent: got 2"),
@@ -112,3 +120,19 @@ def test_blocks_follow_vllms_rounding_per_gpu_and_over_ranks():
     assert p.offload_bytes_per_rank == 2114 * block_per_gpu < 4 << 30
     with pytest.raises(HkvError, match="block_tokens"):
         plan(spec, block_tokens=0)
+
+
+@pytest.mark.parametrize(
+    ("model", "accepted", "refused"),
+    [
+        # GQA: 48 query heads, 8 KV heads: split the KV heads (1-8) or replicate them (16)
+        ("minimax-m2.5", [1, 2, 4, 8, 16], [3, 5, 6, 12, 32]),
+        # MLA: one latent per token on every rank; only the 128 query heads must split
+        ("deepseek-v3", [1, 2, 4, 8, 16], [3, 6, 12]),
+    ],
+)
+def test_tensor_parallel_sizes_follow_vllms_rules_per_attention_type(model, accepted, refused):
+    spec = ModelSpec.load(model)
+    assert all(tensor_parallel_problem(spec, tp) is None for tp in accepted)
+    assert all(tensor_parallel_problem(spec, tp) for tp in refused)
+    assert tensor_parallel_sizes(spec) == accepted

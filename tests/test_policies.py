@@ -80,10 +80,20 @@ def test_unknown_hyperparameter_names_the_valid_ones():
         make_policy("s3fifo", 4, ghost=2)
 
 
-@pytest.mark.parametrize("capacity", [0, -3, 2.5, True])
-def test_non_positive_capacity_is_refused(capacity):
-    with pytest.raises(HkvError, match=r"lru.capacity_blocks: got .*expected an integer >= 1"):
+@pytest.mark.parametrize("capacity", [-3, 2.5, True])
+def test_negative_or_non_integer_capacity_is_refused(capacity):
+    with pytest.raises(HkvError, match=r"lru.capacity_blocks: got .*expected an integer >= 0"):
         make_policy("lru", capacity)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_capacity_zero_holds_nothing_and_refuses_every_insert(name):
+    """A tier too small for one block (vLLM sizes its tier from bytes) is not an error."""
+    policy = make_policy(name, 0, future=[[1]])
+    assert len(policy) == 0 and 1 not in policy and list(policy) == []
+    assert policy.evict(1) is None and policy.evict(0) == []
+    with pytest.raises(RuntimeError, match="full policy"):
+        policy.insert(1, BlockMeta(tokens=16))
 
 
 def test_bad_hyperparameter_names_field_value_and_range():

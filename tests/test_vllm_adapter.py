@@ -244,3 +244,17 @@ they were before their hot paths were optimised: a faster adapter must decide ex
 def test_decisions_inside_vllms_manager_match_the_recorded_reference(policy):
     logs = [manager_evictions(policy, chunks) for chunks in (40, 16)]
     assert hashlib.sha256(repr(logs).encode()).hexdigest() == RECORDED_MANAGER_EVICTIONS[policy]
+
+
+@pytest.mark.parametrize("policy", ONLINE)
+def test_a_tier_too_small_for_one_chunk_refuses_stores_as_vllms_lru_does(policy):
+    """vLLM sizes its CPU tier from bytes: `cpu_bytes_to_use` below one chunk gives 0 chunks,
+    which its own lru accepts. An hkv policy must start there too and refuse every store."""
+    native = CPUOffloadingManager(num_chunks=0, cache_policy="lru")
+    ours = manager(policy, chunks=0)
+    for m in (native, ours):
+        ctx = ReqContext(req_id="r1")
+        m.on_new_request(ctx)
+        assert store(m, [1, 2], ctx) is None
+        m.on_request_finished(ctx)
+        assert resident(m, [1, 2]) == []

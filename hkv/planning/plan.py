@@ -28,6 +28,8 @@ from hkv.planning.plan_inputs import (
     WEIGHT_BYTES_PER_PARAM,
     PlanInputs,
     detected_host_ram_gib,
+    tensor_parallel_problem,
+    tensor_parallel_sizes,
     valid_tensor_parallel,
     weights_bytes,
 )
@@ -44,6 +46,8 @@ __all__ = [  # the plan's inputs and constants are re-exported: callers read the
     "PlanInputs",
     "detected_host_ram_gib",
     "plan",
+    "tensor_parallel_problem",
+    "tensor_parallel_sizes",
     "valid_tensor_parallel",
     "weights_bytes",
 ]
@@ -104,12 +108,10 @@ def plan(
     `plan(spec, gpus=2, gpu_mem_gib=48)` is shorthand for `plan(spec, PlanInputs(gpus=2, ...))`.
     """
     inputs = _resolve(spec, inputs or PlanInputs(**overrides))
-    if inputs.gpus > 1 and not valid_tensor_parallel(spec, inputs.gpus):
-        raise HkvError(
-            f"gpus: {spec.name} has {spec.num_attention_heads} attention heads, which "
-            f"{inputs.gpus} tensor-parallel ranks cannot split evenly; use a divisor of "
-            f"{spec.num_attention_heads}"
-        )
+    problem = tensor_parallel_problem(spec, inputs.gpus)
+    if problem:
+        sizes = ", ".join(map(str, tensor_parallel_sizes(spec)))
+        raise HkvError(f"gpus: {problem}; use one of {sizes}")
     return _Planner(spec, inputs, suggest).build()
 
 

@@ -51,9 +51,43 @@ def detected_host_ram_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
 
 
+def tensor_parallel_problem(spec: ModelSpec, tp: int) -> str | None:
+    """Why vLLM would refuse to run `spec` on `tp` tensor-parallel ranks, or None.
+
+    The rules of vLLM's model code (0.32; e.g. `minimax_m2.py`, `llama.py`, `deepseek_v2.py`):
+    - every attention type: the query heads split evenly over the ranks
+      (`num_attention_heads % tp == 0`, also checked by `ModelConfig`);
+    - GQA/MHA, full or sliding-window: the KV heads split evenly when there are at least `tp`
+      of them (`kv_heads % tp == 0`), else each rank keeps a replica (`tp % kv_heads == 0`);
+    - MLA: one latent per token, replicated on every rank: no KV-head rule;
+    - linear-attention (mamba / gated delta-net) layers have head counts of their own that
+      this does not check.
+    """
+    if tp < 1:
+        return f"got {tp} ranks; expected at least 1"
+    heads, kv_heads = spec.num_attention_heads, spec.num_kv_heads
+    if heads % tp:
+        return f"{spec.name} has {heads} attention heads, which {tp} ranks cannot split evenly"
+    if spec.is_mla or not kv_heads:
+        return None
+    if kv_heads >= tp and kv_heads % tp:
+        return f"{spec.name} has {kv_heads} KV heads, which {tp} ranks cannot split evenly"
+    if kv_heads < tp and tp % kv_heads:
+        return (
+            f"{spec.name} has {kv_heads} KV heads: {tp} ranks must be a multiple of them, so that "
+            "each rank keeps whole replicas"
+        )
+    return None
+
+
 def valid_tensor_parallel(spec: ModelSpec, gpus: int) -> bool:
-    """vLLM needs the query heads to divide evenly across tensor-parallel ranks."""
-    return gpus >= 1 and spec.num_attention_heads % gpus == 0
+    """Whether vLLM accepts `gpus` tensor-parallel ranks for `spec` (`tensor_parallel_problem`)."""
+    return tensor_parallel_problem(spec, gpus) is None
+
+
+def tensor_parallel_sizes(spec: ModelSpec, up_to: int = 16) -> list[int]:
+    """The tensor-parallel sizes up to `up_to` that vLLM accepts for `spec`."""
+    return [tp for tp in range(1, up_to + 1) if valid_tensor_parallel(spec, tp)]
 
 
 @dataclass(frozen=True)

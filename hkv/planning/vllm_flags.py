@@ -23,6 +23,7 @@ from typing import Any
 
 from hkv.errors import FlagConflict, HkvError
 from hkv.planning.config import HybridKVCacheConfig
+from hkv.planning.plan_inputs import tensor_parallel_problem, tensor_parallel_sizes
 
 BACKEND_BLOCK_RULES: dict[str, tuple[str, Any]] = {
     "FLASH_ATTN": ("a multiple of 16", lambda b: b % 16 == 0),
@@ -145,12 +146,11 @@ class RealFlagChecks:
         spec = self.spec()
         if tp is None or spec is None:
             return
-        if tp < 1 or spec.num_attention_heads % tp:
+        problem = tensor_parallel_problem(spec, tp)
+        if problem:
+            sizes = ", ".join(map(str, tensor_parallel_sizes(spec)))
             raise FlagConflict(
-                "--tensor-parallel-size",
-                "--model",
-                f"{spec.name} has {spec.num_attention_heads} attention heads, which {tp} ranks "
-                "cannot split evenly",
+                "--tensor-parallel-size", "--model", f"{problem}; use one of {sizes}"
             )
 
     def check_fp8_with_cold_quantization(self, config: HybridKVCacheConfig | None) -> None:

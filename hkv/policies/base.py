@@ -93,7 +93,9 @@ class EvictionPolicy(ABC):
     name: ClassVar[str] = "?"
 
     def __post_init__(self) -> None:
-        check_int(self.name, "capacity_blocks", self.capacity_blocks, 1)
+        # 0 is a tier too small for one block, as vLLM sizes its CPU tier from bytes: it holds
+        # nothing and refuses every store (vLLM's own policies accept it the same way)
+        check_int(self.name, "capacity_blocks", self.capacity_blocks, 0)
         self.validate()
         self.reset()
 
