@@ -13,10 +13,10 @@ from hkv import HybridKVCacheConfig
 from hkv.blocks import Modality, Tier
 from hkv.cost import CostModel, HardwareProfile, LinkSpec
 from hkv.errors import HkvError
-from hkv.storage.manager import HybridKVCacheManager
 from hkv.policies import policy_names
-from hkv.storage.quant import quantization_error
 from hkv.storage.layout import BlockLayout
+from hkv.storage.manager import HybridKVCacheManager
+from hkv.storage.quant import quantization_error
 
 LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)
 LOSSLESS = HybridKVCacheConfig(
@@ -152,7 +152,7 @@ def test_host_full_demotes_to_disk_and_full_disk_drops(tmp_path) -> None:
 def test_corrupted_disk_block_is_reported_lost_never_served(tmp_path) -> None:
     m = manager(tmp_path)
     fill(m, range(12))
-    block = m._blocks[1]
+    block = m.table.records[1]
     with open(m.disk.path, "r+b") as f:
         f.seek(m.disk._offset(block.disk_slot) + 64 + 10)
         f.write(b"\x00\x01\x02")
@@ -166,7 +166,7 @@ def test_corrupted_disk_block_is_reported_lost_never_served(tmp_path) -> None:
 def test_truncated_disk_file_loses_only_the_cut_blocks(tmp_path) -> None:
     m = manager(tmp_path)
     fill(m, range(12))
-    slots = {k: m._blocks[k].disk_slot for k in range(4)}
+    slots = {k: m.table.records[k].disk_slot for k in range(4)}
     cut = max(slots.values())
     os.truncate(m.disk.path, m.disk._offset(cut) + 10)
     result = m.access(range(4))
@@ -215,7 +215,7 @@ def test_access_pin_and_usage_mistakes(tmp_path) -> None:
     m = manager(tmp_path, disk=0)
     fill(m, range(6))
     result = m.access([0, 5], pin=True)
-    assert m._blocks[0].pins == 1 and m._blocks[5].pins == 1
+    assert m.table.records[0].pins == 1 and m.table.records[5].pins == 1
     assert result.hits == {"host": 1, "gpu": 1}
     with pytest.raises(HkvError, match="in the host tier.*access"):
         m.pin([1])
@@ -257,7 +257,8 @@ def test_every_policy_keeps_the_invariants(tmp_path, name: str) -> None:
             m.unpin([pinned.pop()])
         assert m.gpu.num_free >= 0 and len(m.policies[Tier.GPU]) <= 6
         assert all(m.where(k) is Tier.GPU for k in pinned), step
-    for key in list(m._blocks):
+    m.unpin(pinned)  # a GPU full of pinned blocks would refuse the loads below
+    for key in list(m.table.records):
         if m.where(key) is not Tier.GPU:
             assert m.access([key]).ok
         if key in m:
@@ -330,3 +331,98 @@ def test_without_a_host_tier_evicted_blocks_are_dropped(tmp_path) -> None:
     fill(m, range(4))
     assert m.stats.dropped == 2 and len(m) == 2
     assert m.access([0]).missing == (0,)
+
+
+# ---- cold bytes are encoded once (issue 20) ------------------------------------------------
+
+BOUNDS = {"q8": 0.01, "q6": 0.04, "q4": 0.15}  # tests/test_quant.py: one encoding's rel. L2
+
+
+def outlier_kv(seed: int) -> torch.Tensor:
+    """KV with a few large-offset key channels, as in tests/test_quant.py."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(LAYOUT.shape, generator=gen)
+    x[:, 0, :, :, :: LAYOUT.head_dim // 4] += 6.0
+    return x.to(LAYOUT.torch_dtype)
+
+
+def quantized(fmt: str) -> HybridKVCacheConfig:
+    return HybridKVCacheConfig(
+        offload_strategy="lru", modality_configs={m.value: {"quantization": fmt} for m in Modality}
+    )
+
+
+def cycle(m, keys, times: int) -> list[torch.Tensor]:
+    """Demote `keys` and bring them back `times` times; their GPU values after the first."""
+    first = None
+    for step in range(times):
+        m.demote(keys)
+        assert all(m.where(k) is not Tier.GPU for k in keys)
+        result = m.access(keys)
+        assert result.ok and not result.to_compute
+        if step == 0:
+            first = [m.gpu_view(k).clone() for k in keys]
+    return first
+
+
+def rel_errors(m, key: int, fmt: str, original: torch.Tensor) -> tuple[float, float]:
+    error = quantization_error(original[None], fmt, LAYOUT, restored=m.gpu_view(key)[None])
+    return error.key_rel_l2, error.value_rel_l2
+
+
+@pytest.mark.parametrize("fmt", sorted(BOUNDS))
+@pytest.mark.parametrize("route", ["host", "disk", "both"])
+def test_quantized_blocks_do_not_drift_over_100_cycles(tmp_path, fmt: str, route: str) -> None:
+    host, disk = {"host": (4, 0), "disk": (1, 8), "both": (1, 4)}[route]
+    m = manager(tmp_path, gpu=2, host=host, disk=disk, config=quantized(fmt))
+    keys = [0, 1] if route == "both" else [0]
+    for key in keys:
+        assert m.admit(key, outlier_kv(key)).ok
+    if route == "disk":  # fill host RAM behind 0: it cycles between the GPU and the disk
+        m.demote([0])
+        for key in range(1, 6):
+            assert m.admit(key, outlier_kv(key)).ok
+            m.demote([key])
+        assert m.where(0) is Tier.DISK and m.access([0]).ok
+    first = cycle(m, keys, 100)
+    for key, values in zip(keys, first, strict=True):
+        assert torch.equal(m.gpu_view(key), values), key  # the bytes of the first encoding
+        key_err, value_err = rel_errors(m, key, fmt, outlier_kv(key))
+        assert key_err <= BOUNDS[fmt] and value_err <= BOUNDS[fmt], (key_err, value_err)
+    assert m.stats.requantized == 0 and m.stats.demoted_clean >= 99
+    if route == "disk":
+        assert m.stats.hits["disk"] >= 100
+
+
+@pytest.mark.parametrize("how", ["write", "gpu_view", "mark_dirty"])
+def test_a_written_block_is_encoded_again_from_its_new_values(tmp_path, how: str) -> None:
+    m = manager(tmp_path, gpu=2, host=4, disk=0, config=quantized("q8"))
+    assert m.admit(0, outlier_kv(0)).ok
+    cycle(m, [0], 3)
+    new = outlier_kv(50)
+    if how == "write":
+        m.write(0, new)
+    elif how == "gpu_view":
+        m.gpu_view(0, write=True).copy_(new)
+    else:
+        m.mark_dirty([0])
+        m.gpu.kv[m.gpu_slots_of([0])[0]].copy_(new)
+    copied = m.stats.bytes_moved["gpu_to_host"]
+    cycle(m, [0], 20)
+    assert m.stats.bytes_moved["gpu_to_host"] > copied  # encoded once more, then reused
+    key_err, value_err = rel_errors(m, 0, "q8", new)
+    assert key_err <= BOUNDS["q8"] and value_err <= BOUNDS["q8"]
+    with pytest.raises(HkvError, match="not on the GPU"):
+        m.demote([0])
+        m.mark_dirty([0])
+
+
+def test_without_kept_copies_quantized_blocks_drift(tmp_path) -> None:
+    """The behaviour issue 20 reported, kept as the control: one encoding per round trip."""
+    m = manager(tmp_path, gpu=2, host=4, disk=0, config=quantized("q8"), retain_host_copies=False)
+    assert m.admit(0, outlier_kv(0)).ok
+    cycle(m, [0], 1)
+    once = rel_errors(m, 0, "q8", outlier_kv(0))
+    cycle(m, [0], 19)
+    assert rel_errors(m, 0, "q8", outlier_kv(0))[1] > once[1]
+    assert m.stats.requantized == 19

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from hkv.storage import tiers
-from hkv.storage.disk import CHECKSUMS, HEADER_BYTES, DiskTier
 from hkv.errors import HkvError
 from hkv.planning.model_spec import ModelSpec
+from hkv.storage import tiers
+from hkv.storage.disk import CHECKSUMS, HEADER_BYTES, DiskTier
 from hkv.storage.layout import BlockLayout
 from hkv.storage.tiers import GpuTier, HostTier, PinnedMemoryWarning
 
@@ -184,6 +184,7 @@ def test_interrupted_write_leaves_no_valid_slot(disk, monkeypatch) -> None:
     assert disk.read(slots[1], 2, "q8") is None
     assert disk.read(slots[0], 3, "q8") is None
     assert disk.read(slots[0], 1, "q8") is None  # the old block is not served either
+    disk.close()  # the crashed process is gone (and its lock with it)
     reopened = DiskTier.open(disk.path)  # what a restart after the crash finds on disk
     assert reopened.scan() == {}
     reopened.close()

@@ -2,7 +2,7 @@
 
 - `layout`: `BlockLayout` (a block's shape and bytes) and `SlotPool` (free slots); torch-free
 - `formats`: the cold formats (fp16/bf16/q8/q6/q4) and their bits per value; torch-free
-- `disk`: `DiskTier`, checksummed slots in one memory-mapped file; torch-free
+- `disk`: `DiskTier`, checksummed slots in one locked file, read with pread; torch-free
 - `tiers`: `GpuTier` and `HostTier` (pinned, pageable fallback), bounded slot pools (torch)
 - `quant`: cold-format encode/decode and their measured error (torch)
 - `transfer`: batched gather -> bulk copy -> scatter on side streams; CPU fallback (torch)

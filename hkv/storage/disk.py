@@ -1,14 +1,17 @@
-"""The disk tier: one memory-mapped file of fixed-size slots, bounded (vLLM's file tier is not).
+"""The disk tier: one file of fixed-size slots, bounded (vLLM's file tier is not), one owner.
 
 Each slot is a header (magic, version, format, key, payload length, checksum) and the payload; its
 valid flag (in a table of flags) is set last, after header and payload are on disk, so an
 interrupted write never leaves a slot that reads as valid, and a torn, corrupted or truncated slot
-is reported lost, never returned. The GPU and host tiers are in `hkv.storage.tiers`.
+is reported lost, never returned. Reads use `pread`, never a memory map: a file truncated or
+replaced under the tier makes a read short (a lost slot), not a SIGBUS. The file has one owner at
+a time (an exclusive `flock`, its pid in the superblock). The GPU and host tiers are in
+`hkv.storage.tiers`.
 """
 
 from __future__ import annotations
 
-import mmap
+import fcntl
 import os
 import struct
 import zlib
@@ -37,11 +40,13 @@ DEFAULT_CHECKSUM = max(CHECKSUMS)
 
 _FILE_MAGIC = b"HKVD"
 _SLOT_MAGIC = b"HKVS"
-_VERSION = 1
+FILE_VERSION = 2
+"""Version of the file layout (2: the superblock names its owner's pid)."""
+_VERSION = 1  # of a slot header
 VALID = 0x5A
 """A slot's byte in the valid-flag table when its header and payload are durable."""
-_SUPER = struct.Struct("<4sHHQQQQQ")  # magic, version, header bytes, slots, slot bytes,
-#                                       stride, flag table offset, first slot's offset
+_SUPER = struct.Struct("<4sHHQQQQQQ")  # magic, file version, header bytes, slots, slot bytes,
+#                                        stride, flag table offset, first slot's offset, owner pid
 _HEADER = struct.Struct("<4sHBBQQQ")  # magic, version, format, checksum kind, key, length, sum
 HEADER_BYTES = 64
 _ALIGN = 4096
@@ -66,22 +71,62 @@ _MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 102
 """Buffers one `pwritev` may take (the kernel's limit)."""
 
 
+def _take_ownership(fd: int, path: Path) -> None:
+    """Lock `fd` exclusively (non-blocking) or close it and say who holds the file."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        head = os.pread(fd, _SUPER.size, 0)
+        fields = _SUPER.unpack(head) if len(head) == _SUPER.size else None
+        owner = f"pid {fields[-1]}" if fields and fields[0] == _FILE_MAGIC else "unknown pid"
+        os.close(fd)
+        raise HkvError(
+            f"DiskTier: {str(path)!r} is in use by another disk tier ({owner}); give each "
+            "manager its own disk_path, or close the other one first"
+        ) from None
+
+
+def _superblock(fd: int, path: Path) -> tuple:
+    """The superblock of the tier file open at `fd`, checked against the file's size."""
+    head = os.pread(fd, _SUPER.size, 0)
+    if len(head) < _SUPER.size or _SUPER.unpack(head)[0] != _FILE_MAGIC:
+        raise HkvError(f"DiskTier.open: {str(path)!r} is not an hkv disk tier file")
+    fields = _SUPER.unpack(head)
+    _, version, header_bytes, num_slots, slot_bytes, stride, _, data_at, _ = fields
+    if (version, header_bytes) != (FILE_VERSION, HEADER_BYTES):
+        raise HkvError(
+            f"DiskTier.open: {str(path)!r} has file version {version}; this hkv reads version "
+            f"{FILE_VERSION}: create a new tier file"
+        )
+    size, expected = os.fstat(fd).st_size, data_at + num_slots * stride
+    if size != expected or stride < HEADER_BYTES + slot_bytes:
+        raise HkvError(
+            f"DiskTier.open: {str(path)!r} is {size} bytes; its superblock says {expected} "
+            "(truncated or damaged): create a new tier file"
+        )
+    return fields
+
+
 class DiskTier(SlotTier):
-    """`num_slots` slots of up to `slot_bytes` payload in one memory-mapped file at `path`.
+    """`num_slots` slots of up to `slot_bytes` payload in one file at `path`, owned by this tier.
 
-    File: a superblock page; a table of one valid-flag byte per slot; then the slots, each a
-    64-byte header (magic, version, format, checksum kind, key, payload length, checksum) and
-    the payload. The flags live together rather than in each header so that marking a batch
-    valid writes a few table pages instead of one scattered page per slot (which halved write
-    throughput when measured).
+    File: a superblock page (magic, file version, geometry, owner pid); a table of one
+    valid-flag byte per slot; then the slots, each a 64-byte header (magic, version, format,
+    checksum kind, key, payload length, checksum) and the payload. The flags live together
+    rather than in each header so that marking a batch valid writes a few table pages instead
+    of one scattered page per slot (which halved write throughput when measured).
 
-    Writes (`write_many`) go through `os.pwritev` into the page cache the mapping reads (a write
-    fault per 4 KiB page of a mapping costs more than the copy), in three steps, each made durable
-    with `fdatasync` before the next: clear the flags of slots being reused; write headers and
-    payloads; set the flags. Reads (`read_many`) go through the mapping and check flag, magic,
-    version, key, format, length and checksum: a slot failing any is reported lost (and the file
-    size is checked first, so a truncated file is a lost slot, not a SIGBUS). Keys are integers,
-    compared modulo 2**64.
+    Ownership: creating or opening takes an exclusive, non-blocking `flock` on the file, held
+    until `close`; a second tier on the same path (in this process or another) gets an
+    `HkvError` naming the owner's pid, before anything is truncated or written. Creating
+    refuses to overwrite a file that is not an hkv tier file; `open` refuses a file of another
+    version or of the wrong size.
+
+    Writes (`write_many`) go through `os.pwritev`, in three steps, each made durable with
+    `fdatasync` before the next: clear the flags of slots being reused; write headers and
+    payloads; set the flags. Reads (`read_many`) go through `os.pread` / `os.preadv` and check
+    flag, magic, version, key, format, length and checksum: a slot failing any, or cut short by
+    a truncated file, is reported lost. Keys are integers, compared modulo 2**64.
     """
 
     def __init__(self, path: str | os.PathLike[str], num_slots: int, slot_bytes: int):
@@ -93,16 +138,25 @@ class DiskTier(SlotTier):
         stride = _round_up(HEADER_BYTES + slot_bytes)
         table_at = _ALIGN
         data_at = table_at + _round_up(num_slots)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        _take_ownership(fd, path)
+        head = (_FILE_MAGIC, FILE_VERSION, HEADER_BYTES, num_slots, slot_bytes, stride)
+        head = (*head, table_at, data_at, os.getpid())
         try:
-            head = (_FILE_MAGIC, _VERSION, HEADER_BYTES, num_slots, slot_bytes, stride)
-            os.pwrite(fd, _SUPER.pack(*head, table_at, data_at), 0)
+            first = os.pread(fd, 4, 0)
+            if first and first != _FILE_MAGIC:
+                raise HkvError(
+                    f"DiskTier.path: {str(path)!r} exists and is not an hkv disk tier file; "
+                    "give a new path (hkv overwrites only its own tier files)"
+                )
+            os.ftruncate(fd, 0)  # we own the file: no other tier maps or reads it
+            os.pwrite(fd, _SUPER.pack(*head), 0)
             os.ftruncate(fd, data_at + num_slots * stride)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
-        self._attach(path, fd, _SUPER.unpack(_SUPER.pack(*head, table_at, data_at)))
+        self._attach(path, fd, head)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> DiskTier:
@@ -111,21 +165,24 @@ class DiskTier(SlotTier):
         if not path.is_file():
             raise HkvError(f"DiskTier.open: no such file {str(path)!r}")
         fd = os.open(path, os.O_RDWR)
-        head = os.pread(fd, _SUPER.size, 0)
-        if len(head) < _SUPER.size or _SUPER.unpack(head)[0] != _FILE_MAGIC:
+        _take_ownership(fd, path)
+        try:
+            head = _superblock(fd, path)
+            os.pwrite(fd, struct.pack("<Q", os.getpid()), _SUPER.size - 8)
+        except BaseException:
             os.close(fd)
-            raise HkvError(f"DiskTier.open: {str(path)!r} is not an hkv disk tier file")
+            raise
         tier = cls.__new__(cls)
-        tier._attach(path, fd, _SUPER.unpack(head))
-        tier._flags[:] = tier._map[tier._table_at : tier._table_at + tier.capacity_blocks]
+        tier._attach(path, fd, head)
+        flags = os.pread(fd, tier.capacity_blocks, tier._table_at)
+        tier._flags[: len(flags)] = flags
         return tier
 
     def _attach(self, path: Path, fd: int, head: tuple) -> None:
-        _, _, _, num_slots, slot_bytes, stride, table_at, data_at = head
+        _, _, _, num_slots, slot_bytes, stride, table_at, data_at, _ = head
         self.path, self._fd = path, fd
         self.slot_bytes, self.stride = slot_bytes, stride
         self._table_at, self._data_at = table_at, data_at
-        self._map = mmap.mmap(fd, data_at + num_slots * stride, prot=mmap.PROT_READ)
         self._slots = SlotPool(num_slots)
         self._flags = bytearray(num_slots)  # what this process last made durable
         self.checksum_kind = DEFAULT_CHECKSUM
@@ -189,11 +246,17 @@ class DiskTier(SlotTier):
         Returns, per entry, None when the payload is intact, else why it is lost (the bytes at
         its offset in `out` must then not be used).
         """
+        if not entries:
+            return []
         size = os.fstat(self._fd).st_size
-        self._read_ahead([slot for slot, *_ in entries], size)
+        slots = [slot for slot, *_ in entries]
+        self._read_ahead(slots, size)
+        low = min(slots)
+        flags = os.pread(self._fd, max(slots) + 1 - low, self._table_at + low)
         problems = []
         for (slot, key, fmt), offset in zip(entries, offsets, strict=True):
-            problems.append(self._read_one(slot, key, fmt, out, int(offset), size)[0])
+            valid = slot - low < len(flags) and flags[slot - low] == VALID
+            problems.append(self._read_one(slot, key, fmt, out, int(offset), valid)[0])
         return problems
 
     def _read_ahead(self, slots: list[int], size: int) -> None:
@@ -208,46 +271,45 @@ class DiskTier(SlotTier):
     def read(self, slot: int, key: int, fmt: str) -> np.ndarray | None:
         """The verified payload of `slot`, or None when it is lost."""
         out = np.empty(self.slot_bytes, dtype=np.uint8)
-        problem, nbytes = self._read_one(slot, key, fmt, out, 0, os.fstat(self._fd).st_size)
+        valid = os.pread(self._fd, 1, self._table_at + slot) == bytes([VALID])
+        problem, nbytes = self._read_one(slot, key, fmt, out, 0, valid)
         return None if problem is not None else out[:nbytes]
 
     def _read_one(
-        self, slot: int, key: int, fmt: str, out: np.ndarray, offset: int, size: int
+        self, slot: int, key: int, fmt: str, out: np.ndarray, offset: int, valid: bool
     ) -> tuple[str | None, int]:
         """(why the slot is lost or None, payload bytes copied into `out[offset:]`)."""
-        base = self._offset(slot)
-        if base + HEADER_BYTES > size:
-            return f"file truncated to {size} bytes before slot {slot}'s header", 0
-        if self._map[self._table_at + slot] != VALID:
+        if not valid:
             return f"slot {slot} is not marked valid (never written, or an interrupted write)", 0
-        magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack_from(
-            self._map, base
-        )
+        base = self._offset(slot)
+        raw = os.pread(self._fd, _HEADER.size, base)
+        if len(raw) < _HEADER.size:
+            return f"file truncated before slot {slot}'s header", 0
+        magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack(raw)
         if (magic, version, stored_key) != (_SLOT_MAGIC, _VERSION, key & _KEY_MASK):
             return f"slot {slot}: header does not match block {key} (magic, version or key)", 0
         if fmt_code >= len(COLD_FORMATS) or COLD_FORMATS[fmt_code] != fmt:
             return f"slot {slot}: header format code {fmt_code} is not {fmt}", 0
         if nbytes > self.slot_bytes or offset + nbytes > out.size:
             return f"slot {slot}: header says {nbytes} payload bytes, more than fit", 0
-        if base + HEADER_BYTES + nbytes > size:
-            return f"file truncated inside slot {slot}'s payload", 0
         if kind not in CHECKSUMS:
             return f"slot {slot}: checksum kind {kind} unavailable here (install xxhash)", 0
         dest = out[offset : offset + nbytes]
-        dest[:] = np.frombuffer(self._map, np.uint8, nbytes, base + HEADER_BYTES)
+        if os.preadv(self._fd, [dest], base + HEADER_BYTES) < nbytes:
+            return f"file truncated inside slot {slot}'s payload", 0
         if CHECKSUMS[kind][1](dest) != checksum:
             return f"slot {slot}: checksum mismatch (corrupted payload)", 0
         return None, nbytes
 
     def scan(self) -> dict[int, SlotHeader]:
         """Headers of the slots marked valid (payload checksums are checked at read time)."""
-        size = os.fstat(self._fd).st_size
+        flags = os.pread(self._fd, self.capacity_blocks, self._table_at)
         found = {}
-        for slot in range(self.capacity_blocks):
-            base = self._offset(slot)
-            if base + HEADER_BYTES > size or self._map[self._table_at + slot] != VALID:
+        for slot, flag in enumerate(flags):
+            raw = os.pread(self._fd, _HEADER.size, self._offset(slot)) if flag == VALID else b""
+            if len(raw) < _HEADER.size:
                 continue
-            magic, _, fmt_code, kind, key, nbytes, _ = _HEADER.unpack_from(self._map, base)
+            magic, _, fmt_code, kind, key, nbytes, _ = _HEADER.unpack(raw)
             if magic == _SLOT_MAGIC and fmt_code < len(COLD_FORMATS):
                 name = CHECKSUMS.get(kind, ("unknown",))[0]
                 found[slot] = SlotHeader(key, COLD_FORMATS[fmt_code], nbytes, name)
@@ -256,16 +318,17 @@ class DiskTier(SlotTier):
     def drop_cache(self) -> None:
         """Evict this file from the page cache (benchmarks use it to time reads from the disk)."""
         os.fdatasync(self._fd)
-        if hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
-        if self._fd is not None:
-            self._map.close()
+        """Close the file and release its lock (idempotent)."""
+        if getattr(self, "_fd", None) is not None:
             os.close(self._fd)
             self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def __enter__(self) -> DiskTier:
         return self

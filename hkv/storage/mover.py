@@ -1,40 +1,99 @@
-"""How blocks move between the manager's tiers: room on the GPU, demotions down to host and disk,
-loads back up, per-modality caps, and forgetting. The manager (`hkv.storage.manager`) inherits these;
-they read and change its tiers, policies, transfer engine, block records and counters."""
+"""`Mover`: how blocks move between the manager's tiers: room on the GPU, demotions down to host
+and disk, loads back up, per-modality caps, kept cold copies, and forgetting.
+
+The manager (`hkv.storage.manager`) owns one; the mover changes the tiers' slots and extents, the
+policies and the `BlockTable`, and counts what it moved in the manager's `ManagerStats`.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from hkv.blocks import Tier
+from hkv.blocks import Modality, Tier
 from hkv.errors import HkvError
+from hkv.planning.config import HybridKVCacheConfig
+from hkv.policies import make_policy
+from hkv.storage.disk import DiskTier
+from hkv.storage.formats import LOSSLESS_FORMATS
+from hkv.storage.layout import BlockLayout
 from hkv.storage.quant import codec
-from hkv.storage.records import BlockRecord, Link
-from hkv.storage.tiers import HostTier
+from hkv.storage.records import BlockRecord, Link, ManagerStats
+from hkv.storage.table import BlockTable
+from hkv.storage.tiers import GpuTier, HostTier
+from hkv.storage.transfer import TransferEngine
 
 
-class Placement:
-    """The manager's internal moves (mixed into `HybridKVCacheManager`)."""
+def tier_policies(
+    name: str,
+    tiers: tuple[GpuTier, HostTier | None, DiskTier | None],
+    context: dict[str, Any],
+    host_stride: Callable[[str], int],
+) -> dict[Tier, Any]:
+    """One instance of policy `name` per tier, sized in blocks (the host's in blocks of its
+    smallest cold format). `context` is the config and cost model the policies may use."""
+    if name == "belady":
+        raise HkvError("policy: belady needs the future reference stream; use it in simulate")
+    gpu, host, disk = tiers
+    policies = {Tier.GPU: make_policy(name, gpu.capacity_blocks, **context)}
+    if host is not None:
+        formats = {context["config"].modality(m).quantization for m in Modality}
+        smallest = min(host_stride(fmt) for fmt in formats)
+        policies[Tier.HOST] = make_policy(name, host.capacity_bytes // smallest, **context)
+    if disk is not None:
+        policies[Tier.DISK] = make_policy(name, disk.capacity_blocks, **context)
+    return policies
 
-    def _no_room(self, needed: int, hot: list[BlockRecord]) -> str | None:
-        short = needed - self.gpu.num_free
+
+class Mover:
+    """The manager's moves between tiers (see the manager's docstring for the rules)."""
+
+    def __init__(
+        self,
+        table: BlockTable,
+        layout: BlockLayout,
+        tiers: tuple[GpuTier, HostTier | None, DiskTier | None],
+        engine: TransferEngine,
+        policies: dict[Tier, Any],
+        *,
+        config: HybridKVCacheConfig,
+        cost_model: Any,
+        stats: ManagerStats,
+        keep_copies: bool,
+    ):
+        self.table, self.layout, self.engine, self.policies = table, layout, engine, policies
+        self.gpu, self.host, self.disk = tiers
+        self.config, self.cost_model, self.stats = config, cost_model, stats
+        self.keep_copies = keep_copies
+        self.scratch: HostTier | None = None  # disk reads land here on their way to the GPU
+        self.gpu_departures = 0
+        """Times a block left its GPU slot; a map of blocks to slots stays valid while it holds."""
+
+    def host_stride(self, fmt: str) -> int:
+        return self.host.stride_bytes(codec(self.layout, fmt).payload_bytes)
+
+    # ---- room on the GPU ------------------------------------------------------------------
+
+    def no_room(self, needed: int, hot: list[BlockRecord]) -> str | None:
+        """Why `needed` blocks cannot be placed (all else pinned or used by the call), or None."""
+        gpu, num_pinned = self.gpu, self.table.num_pinned
+        short = needed - gpu.num_free
         if short <= 0:
             return None
-        in_use = self._num_pinned + sum(1 for b in hot if b.pins == 0)
-        evictable = self.gpu.capacity_blocks - self.gpu.num_free - in_use
-        if short <= evictable:
+        in_use = num_pinned + sum(1 for b in hot if b.pins == 0)
+        if short <= gpu.capacity_blocks - gpu.num_free - in_use:
             return None
         return (
-            f"GPU tier full: {needed} blocks to place, {self.gpu.num_free} free of "
-            f"{self.gpu.capacity_blocks}, {self._num_pinned} pinned and "
-            f"{in_use - self._num_pinned} used by this call; unpin blocks or raise gpu_blocks"
+            f"GPU tier full: {needed} blocks to place, {gpu.num_free} free of "
+            f"{gpu.capacity_blocks}, {num_pinned} pinned and "
+            f"{in_use - num_pinned} used by this call; unpin blocks or raise gpu_blocks"
         )
 
-    def _gpu_slots(self, n: int, protected: set[int]) -> list[int] | str:
+    def gpu_slots(self, n: int, protected: set[int]) -> list[int] | str:
         """`n` free GPU slots, demoting policy-chosen victims; a reason string if impossible."""
         short = n - self.gpu.num_free
         if short > 0:
@@ -44,57 +103,79 @@ class Placement:
                     f"GPU tier full: all {self.gpu.capacity_blocks} blocks are pinned or used by "
                     "this call; unpin blocks or raise gpu_blocks"
                 )
-            self._demote_gpu([self._blocks[k] for k in victims])
+            self.demote_gpu([self.table.records[k] for k in victims])
         return self.gpu.allocate(n)
 
-    def _to_gpu(self, block: BlockRecord, slot: int) -> None:
-        block.gpu_slot = slot
-        block.meta.tier = Tier.GPU
-        self._hot[block.meta.modality].add(block.key)
+    def place_on_gpu(self, block: BlockRecord, slot: int) -> None:
+        self.table.placed_on_gpu(block, slot)
         policy = self.policies[Tier.GPU]
         if block.key not in policy:
             policy.insert(block.key, block.meta)
 
-    def _demote_gpu(self, blocks: list[BlockRecord]) -> None:
-        """GPU -> host for blocks already out of the GPU policy, batched per cold format.
+    def leave_gpu(self, block: BlockRecord) -> None:
+        self.gpu_departures += 1
+        self.gpu.free([self.table.left_gpu(block)])
 
-        In batches the arena can take at once, so that a demotion larger than the arena flows
-        on to disk through it instead of being dropped."""
+    # ---- demotions ------------------------------------------------------------------------
+
+    def demote_gpu(self, blocks: list[BlockRecord]) -> None:
+        """GPU -> cold tiers for blocks already out of the GPU policy.
+
+        A block that kept its cold copy goes back to that copy's tier (no copy, no encoding);
+        the others are encoded to host, per cold format, in batches the arena can take at once,
+        so that a demotion larger than the arena flows on to disk through it."""
         if self.host is None:  # no cold tier: the blocks are recomputed when next needed
-            self._drop(blocks)
+            self.drop(blocks)
             return
+        self._reuse_disk_copies([b for b in blocks if b.disk_slot is not None])
         by_fmt = defaultdict(list)
         for block in blocks:
-            by_fmt[block.fmt].append(block)
+            if block.disk_slot is None:
+                by_fmt[block.fmt].append(block)
         for fmt, group in by_fmt.items():
-            step = max(1, self.host.capacity_bytes // self._stride(fmt) // 2)
+            step = max(1, self.host.capacity_bytes // self.host_stride(fmt) // 2)
             for first in range(0, len(group), step):
                 batch = group[first : first + step]
                 kept = self._admit_cold(Tier.HOST, batch)
                 kept_ids = {b.key for b in kept}
-                self._drop([b for b in batch if b.key not in kept_ids])
-                clean = [b for b in kept if b.host_offset is not None]
-                for block in clean:  # the host still has its bytes: nothing to copy
-                    del self._retained[block.key]
-                    self._leave_gpu(block)
-                    block.meta.tier = Tier.HOST
-                    self.policies[Tier.HOST].insert(block.key, block.meta)
-                self.stats.demoted["host"] += len(clean)
-                self.stats.demoted_clean += len(clean)
+                self.drop([b for b in batch if b.key not in kept_ids])
+                self._reuse_host_copies([b for b in kept if b.host_offset is not None])
                 dirty = [b for b in kept if b.host_offset is None]
                 if dirty:
                     self._copy_to_host(dirty, fmt)
 
+    def _reuse_host_copies(self, blocks: list[BlockRecord]) -> None:
+        for block in blocks:  # the host still has its bytes: nothing to copy
+            del self.table.copies[Tier.HOST][block.key]
+            self.leave_gpu(block)
+            block.meta.tier = Tier.HOST
+            self.policies[Tier.HOST].insert(block.key, block.meta)
+        self.stats.demoted["host"] += len(blocks)
+        self.stats.demoted_clean += len(blocks)
+
+    def _reuse_disk_copies(self, blocks: list[BlockRecord]) -> None:
+        """Back to the disk slot they were loaded from (its slot was never given back, so the
+        disk policy has room for them)."""
+        for block in blocks:
+            del self.table.copies[Tier.DISK][block.key]
+            self.leave_gpu(block)
+            block.meta.tier = Tier.DISK
+            self.policies[Tier.DISK].insert(block.key, block.meta)
+        self.stats.demoted["disk"] += len(blocks)
+        self.stats.demoted_clean += len(blocks)
+
     def _copy_to_host(self, kept: list[BlockRecord], fmt: str) -> None:
         offsets = self._host_room(fmt, len(kept))
         if offsets is None:
-            self._drop(kept)
+            self.drop(kept)
             return
         slots = [b.gpu_slot for b in kept]
         done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
         self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
+        if fmt not in LOSSLESS_FORMATS:
+            self.stats.requantized += sum(1 for b in kept if not b.exact)
         for block, offset in zip(kept, offsets.tolist(), strict=True):
-            self._leave_gpu(block)
+            self.leave_gpu(block)
             block.host_offset, block.meta.tier = offset, Tier.HOST
             self.policies[Tier.HOST].insert(block.key, block.meta)
         self.stats.demoted["host"] += len(kept)
@@ -106,35 +187,24 @@ class Placement:
             over = len(policy) + count - policy.capacity_blocks
             if over <= 0 and self.host.can_allocate(nbytes, count):
                 return self.host.allocate(nbytes, count)
-            if self._retained and not self.host.can_allocate(nbytes, count):
-                # copies of GPU blocks go first: the GPU has their bytes
-                block = self._blocks[next(iter(self._retained))]
-                del self._retained[block.key]
-                self.host.free([block.host_offset])
-                block.host_offset = None
+            if self.table.copies[Tier.HOST] and not self.host.can_allocate(nbytes, count):
+                self.give_up_copy(self.table.oldest_copy(Tier.HOST))  # the GPU has the values
                 continue
-            short = count * self._stride(fmt) - (self.host.capacity_bytes - self.host.used_bytes)
-            want = max(over, -(-short // self._stride("bf16")), 1)
+            short = count * self.host_stride(fmt) - (
+                self.host.capacity_bytes - self.host.used_bytes
+            )
+            want = max(over, -(-short // self.host_stride("bf16")), 1)
             victims = policy.evict(min(want, len(policy))) if len(policy) else None
             if not victims:
                 return None
-            self._demote_host([self._blocks[k] for k in victims])
+            self.demote_host([self.table.records[k] for k in victims])
 
-    def _demote_host(self, blocks: list[BlockRecord]) -> None:
+    def demote_host(self, blocks: list[BlockRecord]) -> None:
         """Host -> disk (or dropped) for blocks already out of the host policy."""
-        worth = [b for b in blocks if not self._cheaper_to_recompute(b, Tier.DISK)]
-        kept = self._admit_cold(Tier.DISK, worth)
-        policy = self.policies.get(Tier.DISK)
-        if kept:  # slots of blocks being promoted are still taken: count free slots, too
-            short = max(
-                len(policy) + len(kept) - policy.capacity_blocks, len(kept) - self.disk.num_free
-            )
-            if short > 0 and len(policy):
-                victims = policy.evict(min(short, len(policy))) or []
-                self._drop([self._blocks[k] for k in victims])
-            kept = kept[: self.disk.num_free]
+        worth = [b for b in blocks if not self.cheaper_to_recompute(b, Tier.DISK)]
+        kept = self._disk_room(self._admit_cold(Tier.DISK, worth))
         kept_ids = {b.key for b in kept}
-        self._drop([b for b in blocks if b.key not in kept_ids])
+        self.drop([b for b in blocks if b.key not in kept_ids])
         if not kept:
             return
         slots = self.disk.allocate(len(kept))
@@ -148,8 +218,24 @@ class Placement:
         for block, slot in zip(kept, slots, strict=True):
             self.host.free([block.host_offset])
             block.host_offset, block.disk_slot, block.meta.tier = None, slot, Tier.DISK
-            policy.insert(block.key, block.meta)
+            self.policies[Tier.DISK].insert(block.key, block.meta)
         self.stats.demoted["disk"] += len(kept)
+
+    def _disk_room(self, kept: list[BlockRecord]) -> list[BlockRecord]:
+        """Free slots for as many of `kept` as fit: kept copies are given up first, then the
+        disk policy's victims dropped. Slots of blocks being promoted are still taken."""
+        policy = self.policies.get(Tier.DISK)
+        if not kept:
+            return kept
+        while len(kept) > self.disk.num_free and self.table.copies[Tier.DISK]:
+            self.give_up_copy(self.table.oldest_copy(Tier.DISK))
+        short = max(
+            len(policy) + len(kept) - policy.capacity_blocks, len(kept) - self.disk.num_free
+        )
+        if short > 0 and len(policy):
+            victims = policy.evict(min(short, len(policy))) or []
+            self.drop([self.table.records[k] for k in victims])
+        return kept[: self.disk.num_free]
 
     def _admit_cold(self, tier: Tier, blocks: list[BlockRecord]) -> list[BlockRecord]:
         """The blocks `tier`'s policy admits (admission control may decline some)."""
@@ -160,7 +246,26 @@ class Placement:
             blocks = blocks[: policy.capacity_blocks]
         return [b for b in blocks if policy.admit(b.key, b.meta)]
 
-    def _read_disk(self, blocks: list[BlockRecord]) -> tuple[list[BlockRecord], dict[int, int]]:
+    def enforce_keep_limits(self, protected: set[int]) -> None:
+        """Demote each modality's GPU blocks beyond its `max_keep_blocks` (policy's choice)."""
+        records, hot = self.table.records, self.table.hot
+        for modality, keys in hot.items():
+            cap = self.config.modality(modality).max_keep_blocks
+            if cap is None or len(keys) <= cap:
+                continue
+            evictable = sum(1 for k in keys if k not in protected and not records[k].pins)
+            n = min(len(keys) - cap, evictable)
+            if n <= 0:
+                continue
+            others = set().union(*(s for m, s in hot.items() if m is not modality))
+            victims = self.policies[Tier.GPU].evict(n, others | protected)
+            if victims:
+                self.stats.capped += len(victims)
+                self.demote_gpu([records[k] for k in victims])
+
+    # ---- loads ----------------------------------------------------------------------------
+
+    def read_disk(self, blocks: list[BlockRecord]) -> tuple[list[BlockRecord], dict[int, int]]:
         """Read disk blocks into the scratch arena: (lost blocks, key -> scratch offset)."""
         if not blocks:
             return [], {}
@@ -169,41 +274,40 @@ class Placement:
         for fmt in {b.fmt for b in blocks}:
             group = [b for b in blocks if b.fmt == fmt]
             nbytes = codec(self.layout, fmt).payload_bytes
-            places = self._scratch.allocate(nbytes, len(group)).tolist()
+            places = self.scratch.allocate(nbytes, len(group)).tolist()
             offsets.update(zip((b.key for b in group), places, strict=True))
         entries = [(b.disk_slot, b.key, b.fmt) for b in blocks]
         start = time.perf_counter()
         problems = self.disk.read_many(
-            entries, self._scratch.buf.numpy(), [offsets[b.key] for b in blocks]
+            entries, self.scratch.buf.numpy(), [offsets[b.key] for b in blocks]
         )
         read_s = time.perf_counter() - start
         lost = [b for b, problem in zip(blocks, problems, strict=True) if problem is not None]
         self.stats.moved(Link.DISK_TO_GPU, 0, read_s)
         for block in lost:
-            self._scratch.free([offsets.pop(block.key)])
+            self.scratch.free([offsets.pop(block.key)])
             block.inflight = False
-            self._forget(block)
+            self.forget(block)
         self.stats.lost += len(lost)
         return lost, offsets
 
     def _ensure_scratch(self, count: int) -> None:
-        need = count * self._stride("bf16")
-        if self._scratch is None or self._scratch.capacity_bytes < need:
-            pin = self.host.pinned if self.host is not None else False
-            page = self.host.page_bytes if self.host is not None else 4096
-            self._scratch = HostTier(need, page, pin_memory=pin)
+        need = count * self.host_stride("bf16")  # a disk tier comes with a host tier
+        if self.scratch is None or self.scratch.capacity_bytes < need:
+            self.scratch = HostTier(need, self.host.page_bytes, pin_memory=self.host.pinned)
 
-    def _launch_loads(self, loads: list[BlockRecord], slots: list[int], scratch: dict[int, int]):
+    def launch_loads(self, loads: list[BlockRecord], slots: list[int], scratch: dict[int, int]):
         """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots."""
         groups = defaultdict(list)
         for block, slot in zip(loads, slots, strict=True):
-            self._pin(block)  # in flight: no eviction may pick it
-            self._to_gpu(block, slot)
+            self.table.pin(block)  # in flight: no eviction may pick it
+            self.place_on_gpu(block, slot)
+            block.exact = block.fmt in LOSSLESS_FORMATS  # else the GPU holds a decoded copy
             from_disk = block.key in scratch
             groups[(from_disk, block.fmt)].append((block, slot))
         transfers = []
         for (from_disk, fmt), group in groups.items():
-            source = self._scratch if from_disk else self.host
+            source = self.scratch if from_disk else self.host
             offsets = [scratch[b.key] if from_disk else b.host_offset for b, _ in group]
             transfer = self.engine.prepare_load(
                 source, offsets, self.gpu, [s for _, s in group], fmt
@@ -211,78 +315,45 @@ class Placement:
             transfers.append((transfer, Link.DISK_TO_GPU if from_disk else Link.HOST_TO_GPU))
         return transfers
 
-    def _enforce_keep_limits(self, protected: set[int]) -> None:
-        """Demote each modality's GPU blocks beyond its `max_keep_blocks` (policy's choice)."""
-        for modality, keys in self._hot.items():
-            cap = self.config.modality(modality).max_keep_blocks
-            if cap is None or len(keys) <= cap:
-                continue
-            evictable = sum(1 for k in keys if k not in protected and not self._blocks[k].pins)
-            n = min(len(keys) - cap, evictable)
-            if n <= 0:
-                continue
-            others = set().union(*(s for m, s in self._hot.items() if m is not modality))
-            victims = self.policies[Tier.GPU].evict(n, others | protected)
-            if victims:
-                self.stats.capped += len(victims)
-                self._demote_gpu([self._blocks[k] for k in victims])
+    def settle_load(self, block: BlockRecord) -> None:
+        """A loaded block keeps the cold copy it came from (or gives it up without
+        `keep_copies`): its next clean demotion reuses those bytes."""
+        for tier, place in ((Tier.HOST, block.host_offset), (Tier.DISK, block.disk_slot)):
+            if place is not None:
+                if self.keep_copies:
+                    self.table.copies[tier][block.key] = None
+                else:
+                    self.give_up_copy(block)
+        block.inflight = False
 
-    # ---- bookkeeping ----------------------------------------------------------------------
+    # ---- copies, drops, forgetting --------------------------------------------------------
 
-    def _cheaper_to_recompute(self, block: BlockRecord, tier: Tier) -> bool:
+    def give_up_copy(self, block: BlockRecord) -> None:
+        """Free the cold copy a GPU block kept (its GPU values are then the only ones)."""
+        if block.host_offset is not None:
+            self.host.free([block.host_offset])
+            block.host_offset = None
+        if block.disk_slot is not None:
+            self.disk.free([block.disk_slot])
+            block.disk_slot = None
+        for copies in self.table.copies.values():
+            copies.pop(block.key, None)
+
+    def cheaper_to_recompute(self, block: BlockRecord, tier: Tier) -> bool:
         if self.cost_model is None:
             return False
         return self.cost_model.decide(block.meta, tier, block.fmt).action == "recompute"
 
-    def _new_key(self, block_id: Any) -> int:
-        if isinstance(block_id, bool) or not isinstance(block_id, int | np.integer):
-            raise HkvError(f"block id: got {block_id!r}; expected an integer (a BlockId)")
-        key = int(block_id)
-        if key in self._blocks:
-            tier = self._blocks[key].meta.tier.name.lower()
-            raise HkvError(f"admit: block {key} is already held (in the {tier} tier); access() it")
-        return key
-
-    def _held(self, block_id: Any, action: str) -> BlockRecord:
-        block = self._blocks.get(int(block_id))
-        if block is None:
-            raise HkvError(f"{action}: block {block_id!r} is not held by this manager")
-        return block
-
-    def _pin(self, block: BlockRecord) -> None:
-        block.pins += 1
-        if block.pins == 1:
-            self._num_pinned += 1
-            block.meta.pinned = True
-
-    def _unpin(self, block: BlockRecord) -> None:
-        block.pins -= 1
-        if block.pins == 0:
-            self._num_pinned -= 1
-            block.meta.pinned = False
-
-    def _leave_gpu(self, block: BlockRecord) -> None:
-        self.gpu_departures += 1
-        self.gpu.free([block.gpu_slot])
-        block.gpu_slot = None
-        self._hot[block.meta.modality].discard(block.key)
-
-    def _drop(self, blocks: list[BlockRecord]) -> None:
+    def drop(self, blocks: list[BlockRecord]) -> None:
         """Blocks no cold tier keeps: forgotten (they are recomputed when next needed)."""
         for block in blocks:
-            self._forget(block)
+            self.forget(block)
         self.stats.dropped += len(blocks)
 
-    def _forget(self, block: BlockRecord) -> None:
+    def forget(self, block: BlockRecord) -> None:
         for policy in self.policies.values():
             policy.remove(block.key)
         if block.gpu_slot is not None:
-            self._leave_gpu(block)
-        if block.host_offset is not None:
-            self.host.free([block.host_offset])
-            self._retained.pop(block.key, None)
-        if block.disk_slot is not None:
-            self.disk.free([block.disk_slot])
-        if block.pins:
-            self._num_pinned -= 1
-        self._blocks.pop(block.key, None)
+            self.leave_gpu(block)
+        self.give_up_copy(block)
+        self.table.remove(block)

@@ -66,7 +66,8 @@ class ManagerStats:
     refused: int = 0
     demoted: dict[str, int] = field(default_factory=lambda: zero_counts(("host", "disk")))
     capped: int = 0  # of the demotions from the GPU: over a modality's max_keep_blocks
-    demoted_clean: int = 0  # of the demotions to host: the host had kept a copy, none was made
+    demoted_clean: int = 0  # of the demotions: the cold tier had kept a copy, none was made
+    requantized: int = 0  # lossy encodings of a decoded copy (its cold copy had been given up)
     dropped: int = 0
     bytes_moved: dict[str, int] = field(default_factory=lambda: zero_counts(Link))
     transfer_s: dict[str, float] = field(default_factory=lambda: zero_counts(Link, float))
@@ -84,6 +85,13 @@ class ManagerStats:
 
 @dataclass(slots=True, eq=False)
 class BlockRecord:
+    """One held block: where its bytes are and what the GPU copy is.
+
+    A block on the GPU may keep the cold copy it was loaded from (`host_offset` or `disk_slot`,
+    never both): that copy encodes its current values. `exact` says the GPU values are the
+    block's own (admitted or written), not decoded from a lossy format.
+    """
+
     key: int
     meta: BlockMeta
     fmt: str
@@ -92,6 +100,7 @@ class BlockRecord:
     host_offset: int | None = None
     disk_slot: int | None = None
     inflight: bool = False
+    exact: bool = True
 
 
 @dataclass(eq=False)

@@ -8,7 +8,7 @@
   its cold format needs (q4 about a quarter of bf16), so quantization saves host memory, and a
   batch is placed in one run when it can be, so it moves in one copy. Without pinned memory
   (no CUDA, or the allocation fails) it falls back to pageable memory with one warning.
-- `DiskTier` is in `hkv.storage.disk`: one memory-mapped file of fixed-size slots, bounded,
+- `DiskTier` is in `hkv.storage.disk`: one locked file of fixed-size slots, bounded,
   checksummed, never returning a torn slot.
 
 Tiers only hold bytes; which block sits in which slot is the manager's (`hkv.storage.manager`).
