@@ -1,6 +1,6 @@
 """Every eviction policy on the Mooncake trace and on generated multimodal workloads.
 
-    python bench/policies.py [--trace ../shared/traces/mooncake/synthetic_trace.jsonl]
+    python -m bench.policies [--trace ../shared/traces/mooncake/synthetic_trace.jsonl]
                              [--out data/results/policies.json] [--capacities 0.01,0.05]
 
 For each workload and each capacity (a fraction of the workload's distinct blocks) it replays
@@ -20,8 +20,6 @@ Design was done on generated traces (`hkv.sim.workload`); the Mooncake trace is 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import subprocess
 import sys
@@ -30,12 +28,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-import hkv
 from hkv.cost import CostModel, HardwareProfile
 from hkv.policies import make_policy, policy_names
 from hkv.policies.admission import StoreThreshold
+from hkv.report import save_results
 from hkv.sim import Trace, WorkloadSpec, generate, load_trace, overlay_modalities, replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,27 +136,20 @@ def run_capacity(trace: Trace, capacity: int, cost_model: CostModel) -> dict[str
 
 
 def machine() -> dict[str, Any]:
+    """What `machine_info` lacks for this benchmark: the host's name and hkv's commit."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
         ).stdout.strip()
     except OSError:
         commit = ""
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "hkv": getattr(hkv, "__version__", "0.1.0"),
-        "git_commit": commit or None,
-        "gpu": None,
-    }
+    return {"hostname": platform.node(), "git_commit": commit or None, "gpu": None}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.policies", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake-format JSONL")
     parser.add_argument("--out", default=str(REPO / "data" / "results" / "policies.json"))
     parser.add_argument("--capacities", default="0.01,0.05", help="fractions of distinct blocks")
@@ -168,58 +157,70 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None, help="calibration profile (default: H200)")
     parser.add_argument("--speed-repeats", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def run_workload(name: str, trace: Trace, fractions, cost_model, speed_repeats: int) -> dict:
+    """One workload at every capacity, and LRU's replay speed at the first."""
+    distinct = trace.distinct_blocks()
+    entry: dict[str, Any] = {
+        "source": trace.source,
+        "requests": len(trace),
+        "block_refs": trace.num_block_refs,
+        "distinct_blocks": distinct,
+        "has_modalities": trace.has_modalities(),
+        "capacities": {},
+    }
+    for fraction in fractions:
+        capacity = max(1, round(fraction * distinct))
+        entry["capacities"][f"{fraction:g}"] = run_capacity(trace, capacity, cost_model)
+        print(f"{name} @ {fraction:g} ({capacity} blocks): {summary(entry, fraction)}")
+    speed_capacity = max(1, round(fractions[0] * distinct))
+    entry["lru_replay_refs_per_s"] = round(
+        lru_speed(trace, speed_capacity, cost_model, speed_repeats)
+    )
+    return entry
+
+
+def parameters(args: argparse.Namespace, fractions, cost_model: CostModel) -> dict[str, Any]:
+    return {
+        "capacities_frac_of_distinct_blocks": fractions,
+        "tier": "host (pinned)",
+        "cost_model": cost_model.describe(),
+        "generated_sessions": args.sessions,
+        "seed": args.seed,
+        "native_options": list(NATIVE),
+        "policies": [*policy_names(), "lru+st2"],
+        "hyperparameters": {
+            name: build(name, 8, _tiny(), cost_model).hyperparameters() for name in policy_names()
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     started = time.perf_counter()
     cost_model = CostModel.default(profile=HardwareProfile.load(args.profile))
     fractions = [float(f) for f in args.capacities.split(",")]
-    results: dict[str, Any] = {}
-    for name, trace in workloads(args).items():
-        distinct = trace.distinct_blocks()
-        entry: dict[str, Any] = {
-            "source": trace.source,
-            "requests": len(trace),
-            "block_refs": trace.num_block_refs,
-            "distinct_blocks": distinct,
-            "has_modalities": trace.has_modalities(),
-            "capacities": {},
-        }
-        for fraction in fractions:
-            capacity = max(1, round(fraction * distinct))
-            entry["capacities"][f"{fraction:g}"] = run_capacity(trace, capacity, cost_model)
-            print(f"{name} @ {fraction:g} ({capacity} blocks): {summary(entry, fraction)}")
-        speed_capacity = max(1, round(fractions[0] * distinct))
-        entry["lru_replay_refs_per_s"] = round(
-            lru_speed(trace, speed_capacity, cost_model, args.speed_repeats)
-        )
-        results[name] = entry
+    results = {
+        name: run_workload(name, trace, fractions, cost_model, args.speed_repeats)
+        for name, trace in workloads(args).items()
+    }
     speed_source = "mooncake" if "mooncake" in results else next(iter(results))
     report = {
-        "benchmark": "policies",
-        "generated_by": " ".join(["python bench/policies.py", *sys.argv[1:]]),
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "parameters": {
-            "capacities_frac_of_distinct_blocks": fractions,
-            "tier": "host (pinned)",
-            "cost_model": cost_model.describe(),
-            "generated_sessions": args.sessions,
-            "seed": args.seed,
-            "native_options": list(NATIVE),
-            "policies": [*policy_names(), "lru+st2"],
-            "hyperparameters": {
-                name: build(name, 8, _tiny(), cost_model).hyperparameters()
-                for name in policy_names()
-            },
-        },
         "lru_replay_refs_per_s": results[speed_source]["lru_replay_refs_per_s"],
         "lru_replay_speed_goal_refs_per_s": 300_000,
         "workloads": results,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    command = " ".join(["python -m bench.policies", *(sys.argv[1:] if argv is None else argv)])
+    out = save_results(
+        args.out,
+        report,
+        generated_by=command,
+        parameters=parameters(args, fractions, cost_model),
+        machine=machine(),
+    )
     print(
         f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB) in {report['elapsed_s']} s; "
         f"lru replays {report['lru_replay_refs_per_s']:,} refs/s"

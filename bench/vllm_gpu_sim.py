@@ -1,216 +1,41 @@
-"""Predict bench/vllm_gpu.py's cached shares with hkv's simulator, on the same request sequence.
+"""Predict the GPU benchmark's cached shares with hkv's simulator, on the same request sequence.
 
-The requests are the GPU benchmark's own (`vllm_gpu.request_sequence`, same seed): every prompt
-is cut into 16-token blocks whose ids chain a hash of the parent id and the block's tokens, like
-vLLM's prefix hashes (a partial last block has no id: vLLM neither caches nor offloads it).
+The model (`hkv.sim.two_tier`): the GPU prefix cache as hkv's `lru` in front of a CPU tier run by
+the policy under test, both with vLLM's per-request stores, replayed request by request on the
+anchor workload (`hkv.sim.anchor`) that `python -m bench.vllm_gpu` serves. vLLM's own `lru` and
+`arc` are predicted with hkv's `lru` and `arc`; the measured shares, when the GPU results file
+is there, are paired with the predictions (`measured_vs_predicted`).
 
-Two tiers, as in vLLM with its OffloadingConnector:
-- GPU prefix cache: `gpu_kv_gib` of 512 KiB blocks (8,192), modelled as hkv's `lru` in
-  `store="per_request"` mode. Its hits are the prompt's longest GPU-resident prefix; what a request
-  stores there it touches afterwards in prefix order, so a finished prompt leaves the GPU tail
-  first, like vLLM's free queue (blocks freed in reverse). Requests of one wave run one after
-  another here, not side by side: the GPU holds about two waves, which is what lets a session
-  hit when it ends one round and opens the next.
-- CPU tier: the policy under test at `cpu_gib` of 512 KiB blocks (8 GiB = 16,384), replayed with
-  `store="per_request"` (vLLM's `CPUOffloadingManager`: a request's missing blocks are stored in
-  one all-or-nothing eviction, its reused blocks touched once, in prefix order).
-
-A request's cached tokens are its GPU prefix plus the CPU-resident blocks that continue it
-(vLLM looks up the CPU tier from the end of the GPU hit), at most `prompt_len - 1`. Each request
-is replayed alone (`replay` on a one-request trace, policy state kept), so per-turn shares come
-out too. vLLM's own `lru` and `arc` are predicted with hkv's `lru` and `arc`.
-
-    python bench/vllm_gpu_sim.py                       # writes data/results/vllm_h200_sim.json
-    python bench/vllm_gpu_sim.py --cpu-gib 8 --policies lru cost_aware --no-write
+    python -m bench.vllm_gpu_sim                     # writes data/results/vllm_h200_sim.json
+    python -m bench.vllm_gpu_sim --cpu-gib 8 --policies lru cost_aware --no-write
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
-import platform
-import sys
-import time
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
-from hkv.cost import CostModel
-from hkv.policies import make_policy, policy_names
-from hkv.sim import replay, simulate
-from hkv.sim.trace import Request, trace_from_requests
+from hkv.policies import policy_names
+from hkv.report import save_results
+from hkv.sim.anchor import Workload
+from hkv.sim.two_tier import (
+    KV_BYTES_PER_TOKEN,
+    blocks_for_gib,
+    compare,
+    gpu_only,
+    predict,
+    trace_requests,
+    yardstick,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-KV_BYTES_PER_TOKEN = 8 * 2 * 8 * 128 * 2
-"""8-layer MiniMax-M2.5 dims: layers x (K, V) x KV heads x head_dim x bf16 bytes (32 KiB)."""
 
 
-def _bench_module():
-    """bench/vllm_gpu.py, the workload's one definition (bench/ is scripts, not a package)."""
-    if "vllm_gpu" in sys.modules:
-        return sys.modules["vllm_gpu"]
-    path = Path(__file__).with_name("vllm_gpu.py")
-    spec = importlib.util.spec_from_file_location("vllm_gpu", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_gpu"] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-def blocks_for_gib(gib: float, block_tokens: int = 16) -> int:
-    """Blocks of `block_tokens` tokens that `gib` GiB holds (8 GiB -> 16,384 at 16 tokens)."""
-    return int(gib * (1 << 30)) // (KV_BYTES_PER_TOKEN * block_tokens)
-
-
-def trace_requests(images: bool = False, workload=None) -> tuple[list[Request], list]:
-    """The GPU benchmark's request sequence as hkv trace requests, plus its `TurnRequest`s.
-
-    `workload` (a `vllm_gpu.Workload`) defaults to the benchmark's, with `images` as given.
-    """
-    bench = _bench_module()
-    w = workload or bench.Workload(images=images)
-    images = w.images
-    sessions, turn_requests = bench.request_sequence(w)
-    chains = [bench.block_hash_chain(s.tokens, w.block_tokens) for s in sessions]
-    requests = []
-    for r in turn_requests:
-        num_blocks = r.prompt_len // w.block_tokens
-        labels = bench.block_modalities(r.spans, num_blocks, w.block_tokens) if images else None
-        requests.append(
-            Request(
-                timestamp_ms=float(r.index),
-                input_length=num_blocks * w.block_tokens,
-                output_length=w.max_tokens,
-                hash_ids=tuple(chains[r.session][:num_blocks]),
-                modalities=tuple(labels) if labels else None,
-                session=r.session,
-            )
-        )
-    return requests, turn_requests
-
-
-class TwoTierReplay:
-    """GPU `lru` prefix cache in front of a CPU tier run by `policy`, one request at a time."""
-
-    def __init__(self, policy, gpu_blocks: int, block_tokens: int = 16, cost_model=None):
-        self.cpu = policy
-        self.gpu = make_policy("lru", gpu_blocks)
-        self.block_tokens = block_tokens
-        self.cost_model = cost_model
-        self.store_failed = self.inserts = self.evictions = 0
-
-    def step(self, request: Request, prompt_len: int) -> int:
-        """Cached tokens of `request`; both tiers then see it as vLLM would."""
-        ids = request.hash_ids
-        gpu_hit = 0
-        while gpu_hit < len(ids) and ids[gpu_hit] in self.gpu:
-            gpu_hit += 1
-        hit = gpu_hit
-        while hit < len(ids) and ids[hit] in self.cpu:
-            hit += 1
-        one = trace_from_requests([request], block_tokens=self.block_tokens)
-        replay(one, self.gpu, store="per_request")
-        cpu = replay(one, self.cpu, cost_model=self.cost_model, store="per_request")
-        self.store_failed += cpu.store_failed
-        self.inserts += cpu.inserts
-        self.evictions += cpu.evictions
-        return min(hit * self.block_tokens, prompt_len - 1)
-
-
-def predict(
-    policy_name: str,
-    cpu_blocks: int,
-    gpu_blocks: int,
-    requests: list[Request],
-    turn_requests: list,
-    cost_model: CostModel | None = None,
-) -> dict:
-    """Cached shares (all turns, turns > 0) of one policy at one CPU capacity."""
-    cost_model = cost_model or CostModel.default()
-    policy = make_policy(policy_name, cpu_blocks, cost_model=cost_model)
-    tiers = TwoTierReplay(policy, gpu_blocks, cost_model=cost_model)
-    start = time.perf_counter()
-    cached = [
-        tiers.step(req, tr.prompt_len) for req, tr in zip(requests, turn_requests, strict=True)
-    ]
-    prompt = [tr.prompt_len for tr in turn_requests]
-    later = [i for i, tr in enumerate(turn_requests) if tr.turn > 0]
-    return {
-        "policy": policy_name,
-        "cpu_blocks": cpu_blocks,
-        "gpu_blocks": gpu_blocks,
-        "cached_frac": sum(cached) / sum(prompt),
-        "turn_gt0_cached_frac": sum(cached[i] for i in later) / sum(prompt[i] for i in later),
-        "store_gb": tiers.inserts * KV_BYTES_PER_TOKEN * 16 / 1e9,
-        "inserts": tiers.inserts,
-        "evictions": tiers.evictions,
-        "store_failed": tiers.store_failed,
-        "elapsed_s": round(time.perf_counter() - start, 2),
-    }
-
-
-def gpu_only(gpu_blocks: int, requests: list[Request], turn_requests: list) -> float:
-    """Cached share with no CPU tier (the GPU prefix cache alone)."""
-    gpu = make_policy("lru", gpu_blocks)
-    cached = 0
-    for req, tr in zip(requests, turn_requests, strict=True):
-        ids, hit = req.hash_ids, 0
-        while hit < len(ids) and ids[hit] in gpu:
-            hit += 1
-        cached += min(hit * 16, tr.prompt_len - 1)
-        replay(trace_from_requests([req], block_tokens=16), gpu, store="per_request")
-    return cached / sum(tr.prompt_len for tr in turn_requests)
-
-
-def yardstick(gib: float, requests: list[Request]) -> float:
-    """Belady's prefix-token hit share, CPU tier alone, per-block stores (DESIGN §2): an upper
-    reference for what any online policy could keep at this capacity."""
-    trace = trace_from_requests(requests, block_tokens=16)
-    return simulate(trace, ["belady"], blocks_for_gib(gib), store="per_block")[
-        0
-    ].prefix_token_hit_frac
-
-
-def compare(rows: list[dict], measured_path: Path) -> list[dict]:
-    """Measured (mean over repeats) next to predicted cached shares, per configuration."""
-    if not measured_path.is_file():
-        return []
-    runs = json.loads(measured_path.read_text()).get("runs", [])
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault((run["policy"], run["cpu_gib"], run.get("variant", "text")), []).append(
-            run
-        )
-    predicted = {(r["policy"], r["cpu_gib"], r["variant"]): r for r in rows}
-    out = []
-    for (policy, gib, variant), group in groups.items():
-        sim_name = policy.removeprefix("hkv_")  # vLLM's lru/arc -> hkv's lru/arc
-        row = predicted.get((sim_name, gib, variant))
-        if row is None:
-            continue
-        measured = sum(r["cached_frac"] for r in group) / len(group)
-        later = sum(r["turn_gt0_cached_frac"] for r in group) / len(group)
-        out.append(
-            {
-                "policy": policy,
-                "cpu_gib": gib,
-                "variant": variant,
-                "repeats": len(group),
-                "measured_cached_frac": measured,
-                "predicted_cached_frac": row["cached_frac"],
-                "diff_points": 100 * (row["cached_frac"] - measured),
-                "measured_turn_gt0_cached_frac": later,
-                "predicted_turn_gt0_cached_frac": row["turn_gt0_cached_frac"],
-                "measured_store_gb": sum(r["store_gb"] for r in group) / len(group),
-                "predicted_store_gb": row["store_gb"],
-            }
-        )
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.vllm_gpu_sim", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--cpu-gib", type=float, nargs="+", default=[8.0, 12.0, 16.0])
     parser.add_argument("--gpu-kv-gib", type=float, default=4.0)
     parser.add_argument("--policies", nargs="+", default=None, help="default: every online one")
@@ -223,40 +48,51 @@ def main(argv: list[str] | None = None) -> int:
         help="the GPU benchmark's results, compared with the predictions when present",
     )
     parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def run_variant(variant: str, names: list[str], cpu_gib: list[float], gpu_blocks: int):
+    """One variant's summary and its prediction rows, policy by policy and tier by tier."""
+    requests, turn_requests = trace_requests(images=variant == "mm")
+    summary = {
+        "requests": len(requests),
+        "distinct_blocks": len({k for r in requests for k in r.hash_ids}),
+        "gpu_only_cached_frac": gpu_only(gpu_blocks, requests, turn_requests),
+        "belady_cpu_only_hit_frac": {str(gib): yardstick(gib, requests) for gib in cpu_gib},
+    }
+    rows = []
+    for gib in cpu_gib:
+        for name in names:
+            row = predict(name, blocks_for_gib(gib), gpu_blocks, requests, turn_requests)
+            row |= {"variant": variant, "cpu_gib": gib}
+            rows.append(row)
+            print(
+                f"{variant:<4} {gib:>4.0f} GiB {name:<15} cached {row['cached_frac']:6.1%}  "
+                f"later turns {row['turn_gt0_cached_frac']:6.1%}  "
+                f"stored {row['store_gb']:5.1f} GB  failed {row['store_failed']}",
+                flush=True,
+            )
+    return summary, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     names = args.policies or policy_names(online_only=True)
     gpu_blocks = blocks_for_gib(args.gpu_kv_gib)
     rows = []
     summary = {}
     for variant in args.variants:
-        requests, turn_requests = trace_requests(images=variant == "mm")
-        summary[variant] = {
-            "requests": len(requests),
-            "distinct_blocks": len({k for r in requests for k in r.hash_ids}),
-            "gpu_only_cached_frac": gpu_only(gpu_blocks, requests, turn_requests),
-            "belady_cpu_only_hit_frac": {
-                str(gib): yardstick(gib, requests) for gib in args.cpu_gib
-            },
-        }
-        for gib in args.cpu_gib:
-            for name in names:
-                row = predict(name, blocks_for_gib(gib), gpu_blocks, requests, turn_requests)
-                row |= {"variant": variant, "cpu_gib": gib}
-                rows.append(row)
-                print(
-                    f"{variant:<4} {gib:>4.0f} GiB {name:<15} cached {row['cached_frac']:6.1%}  "
-                    f"later turns {row['turn_gt0_cached_frac']:6.1%}  "
-                    f"stored {row['store_gb']:5.1f} GB  failed {row['store_failed']}",
-                    flush=True,
-                )
+        summary[variant], variant_rows = run_variant(variant, names, args.cpu_gib, gpu_blocks)
+        rows += variant_rows
     if args.no_write:
         return 0
-    bench = _bench_module()
-    result = {
-        "generated_by": "bench/vllm_gpu_sim.py",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+    parameters = {
+        "cpu_gib": args.cpu_gib,
+        "gpu_kv_gib": args.gpu_kv_gib,
+        "policies": names,
+        "variants": args.variants,
+    }
+    results = {
         "model": {
             "gpu_tier": "lru, per_request",
             "cpu_tier": "policy, per_request",
@@ -265,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             "gpu_blocks": gpu_blocks,
             "cost_model": "CostModel.default()",
         },
-        "workload": {"text": asdict(bench.Workload()), "summary": summary},
+        "workload": {"text": asdict(Workload()), "summary": summary},
         "rows": rows,
         "measured_vs_predicted": compare(rows, args.measured),
     }
-    bench.write_json(args.out, result)
+    save_results(
+        args.out, results, generated_by="python -m bench.vllm_gpu_sim", parameters=parameters
+    )
     return 0
 
 

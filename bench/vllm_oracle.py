@@ -1,9 +1,10 @@
 """A yardstick inside vLLM 0.26: the CPU tier's eviction policy that knows the workload's future.
 
-No server can run it: it reads the benchmark's request order, which only bench/vllm_gpu.py
-knows. It bounds what any eviction policy could make of the anchor workload in the real engine,
-the way `belady` does in hkv's simulator (`vllm_h200_sim.json`), but measured: its wall time is
-the fastest the engine runs this workload with a CPU tier of that size and any policy.
+No server can run it: it reads the benchmark's request order, which only the GPU benchmark
+(`python -m bench.vllm_gpu`) knows. It bounds what any eviction policy could make of the anchor
+workload in the real engine, the way `belady` does in hkv's simulator (`vllm_h200_sim.json`), but
+measured: its wall time is the fastest the engine runs this workload with a CPU tier of that
+size and any policy.
 
 Each request carries its `[session, turn]` in `kv_transfer_params["hkv_oracle"]`; the first touch
 of a request tags its keys with their session and block index and moves its session's next use
@@ -30,7 +31,7 @@ UNTAGGED = -1
 
 
 class SessionOracle(CachePolicy):
-    """vLLM 0.26's `CachePolicy` interface, with the future of bench/vllm_gpu.py's workload."""
+    """vLLM 0.26's `CachePolicy` interface, with the future of the anchor workload."""
 
     schedule: ClassVar[list[tuple[int, int]]] = []
     """(session, turn) of every request in submission order; set before the engine runs."""

@@ -8,19 +8,18 @@ the whole prompt (vLLM stores what is missing), then `on_request_finished`. Poli
 `hkv.integrations.vllm`. The same trace and capacity go through `hkv.sim.simulate`, so the table
 says how faithfully the simulator models vLLM's tier.
 
-    python bench/vllm_replay.py --trace ../shared/traces/mooncake/synthetic_trace.jsonl
-    python bench/vllm_replay.py --limit 400 --out data/results/vllm_replay_cpu.json   # CI size
+    python -m bench.vllm_replay --trace ../shared/traces/mooncake/synthetic_trace.jsonl
+    python -m bench.vllm_replay --limit 400 --out data/results/vllm_replay_cpu.json   # CI size
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
-from datetime import UTC, datetime
 from pathlib import Path
+
+from hkv.report import save_results
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
@@ -108,52 +107,60 @@ def _modality_params(request, block_tokens: int) -> dict | None:
     return {"hkv_modalities": spans} if spans else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.vllm_replay", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--capacities", type=float, nargs="+", default=[0.01, 0.05])
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_replay.json")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    import vllm
 
+def compare_row(trace, config: dict, fraction: float, capacity: int) -> dict:
+    """One policy configuration at one capacity: vLLM's manager against both simulator modes."""
+    from hkv.sim import simulate
+
+    in_vllm = replay_in_vllm(trace, config, capacity)
+    sim = {
+        store: simulate(
+            trace, [config["sim"]], capacity, store_threshold=config["threshold"], store=store,
+        )[0].block_hit_rate
+        for store in ("per_block", "per_request")
+    }  # fmt: skip
+    return {
+        "label": config["label"],
+        "capacity_frac": fraction,
+        "capacity_blocks": capacity,
+        "vllm_block_hit_rate": in_vllm["block_hit_rate"],
+        "sim_policy": config["sim"] + ("+st2" if config["threshold"] == 2 else ""),
+        "sim_block_hit_rate": sim["per_request"],
+        "diff_points": 100 * (in_vllm["block_hit_rate"] - sim["per_request"]),
+        "sim_per_block_hit_rate": sim["per_block"],
+        "diff_points_per_block": 100 * (in_vllm["block_hit_rate"] - sim["per_block"]),
+        "vllm_prefix_token_hit_frac": in_vllm["prefix_token_hit_frac"],
+        "failed_stores": in_vllm["failed_stores"],
+        "vllm_refs_per_s": in_vllm["refs_per_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     from hkv.policies import policy_names
-    from hkv.sim import load_trace, simulate
+    from hkv.sim import load_trace
     from hkv.sim.trace import trace_from_requests
 
     trace = load_trace(args.trace)
     os.environ["HKV_BLOCK_TOKENS"] = str(trace.block_tokens)  # the adapter's block size
     if args.limit:
         trace = trace_from_requests(trace.requests[: args.limit], trace.block_tokens)
-    online = policy_names(online_only=True)
     distinct = trace.distinct_blocks()
     rows = []
     for fraction in args.capacities:
         capacity = max(1, round(distinct * fraction))
-        for config in vllm_configs(online):
-            in_vllm = replay_in_vllm(trace, config, capacity)
-            sim = {
-                store: simulate(
-                    trace, [config["sim"]], capacity, store_threshold=config["threshold"],
-                    store=store,
-                )[0].block_hit_rate
-                for store in ("per_block", "per_request")
-            }  # fmt: skip
-            row = {
-                "label": config["label"],
-                "capacity_frac": fraction,
-                "capacity_blocks": capacity,
-                "vllm_block_hit_rate": in_vllm["block_hit_rate"],
-                "sim_policy": config["sim"] + ("+st2" if config["threshold"] == 2 else ""),
-                "sim_block_hit_rate": sim["per_request"],
-                "diff_points": 100 * (in_vllm["block_hit_rate"] - sim["per_request"]),
-                "sim_per_block_hit_rate": sim["per_block"],
-                "diff_points_per_block": 100 * (in_vllm["block_hit_rate"] - sim["per_block"]),
-                "vllm_prefix_token_hit_frac": in_vllm["prefix_token_hit_frac"],
-                "failed_stores": in_vllm["failed_stores"],
-                "vllm_refs_per_s": in_vllm["refs_per_s"],
-            }
+        for config in vllm_configs(policy_names(online_only=True)):
+            row = compare_row(trace, config, fraction, capacity)
             rows.append(row)
             print(
                 f"{fraction:>5.0%} {row['label']:<22} vllm {row['vllm_block_hit_rate']:.4f}  "
@@ -162,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['diff_points_per_block']:+.2f} pts",
                 flush=True,
             )
-    result = {
-        "generated_by": "bench/vllm_replay.py",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
-        "versions": {"vllm": vllm.__version__},
+    results = {
         "trace": {
             "file": args.trace.name,
             "requests": len(trace.requests),
@@ -176,10 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out)  # never a half-written results file
+    parameters = {"trace": args.trace.name, "capacities": args.capacities, "limit": args.limit}
+    save_results(args.out, results, generated_by="python -m bench.vllm_replay",
+                 parameters=parameters, packages=("hkv", "vllm"))  # fmt: skip
     return 0
 
 

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from hkv.storage import transfer
-from hkv.storage.quant import codec
 from hkv.storage.layout import BlockLayout
+from hkv.storage.quant import codec
 from hkv.storage.tiers import GpuTier, HostTier
 from hkv.storage.transfer import TransferEngine, copy_runs, split_runs
 
 LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)  # 8 KiB blocks
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer.py"
 
 
 @pytest.fixture
@@ -109,10 +106,11 @@ def test_mismatched_arguments_are_rejected(gpu, host) -> None:
 
 
 def test_cpu_sized_benchmark_runs(tmp_path) -> None:
-    """bench/transfer.py --quick: the CI variant of the H200 benchmark (numbers not asserted)."""
-    spec = importlib.util.spec_from_file_location("bench_transfer", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    """`python -m bench.transfer --quick`: the CI variant of the H200 benchmark (numbers not
+    asserted), its results under the provenance keys."""
+    from bench import transfer as bench
+    from hkv.report import PROVENANCE_KEYS
+
     out = tmp_path / "transfer.json"
     result = bench.main(
         ["--quick", "--repeats", "1", "--out", str(out), "--disk-dir", str(tmp_path)]
@@ -121,4 +119,5 @@ def test_cpu_sized_benchmark_runs(tmp_path) -> None:
     assert [row["block_tokens"] for row in result["links"]] == [16, 32, 64, 512]
     assert {"hkv_gbps", "bulk_gbps", "per_block_gbps"} <= set(result["links"][0]["gpu_to_host"])
     assert all(row["tier_read_gbps"] > 0 for row in result["disk"])
-    assert result["machine"]["torch"] == torch.__version__
+    assert result["versions"]["torch"] == torch.__version__
+    assert tuple(json.loads(out.read_text()))[:5] == PROVENANCE_KEYS

@@ -1,12 +1,12 @@
-"""The GPU benchmark's CPU side: its workload, its plans and results, and the simulator's model.
+"""The GPU benchmark's CPU side: its workload (`hkv.sim.anchor`), its plans and results
+(`bench.vllm_gpu`), and the simulator's model (`hkv.sim.two_tier`).
 
-bench/ holds scripts, not a package: the two scripts are loaded from their files. Nothing here
-needs a GPU; the adapter test at the end needs vLLM (any version) for the `CachePolicy` base.
+Nothing here needs a GPU; the adapter tests at the end need vLLM (any version) for the
+`CachePolicy` base and drive it through `bench.vllm026`'s stand-ins of vLLM 0.26.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import types
@@ -16,32 +16,22 @@ from pathlib import Path
 
 import pytest
 
+from bench import adapter_overhead, vllm026
+from bench.vllm_gpu import capacity as tiers_check
+from bench.vllm_gpu import driver, engine, plans, summary, timers
 from hkv.errors import HkvError
+from hkv.report import write_json
+from hkv.sim import anchor
+from hkv.sim import two_tier as sim
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load("vllm_gpu")
-sim = load("vllm_gpu_sim")
-
-SMALL = bench.Workload(
+SMALL = anchor.Workload(
     sessions=4, turns=3, wave=2, first_min=64, first_max=128, delta_min=16, delta_max=40
 )
 
 
 def test_same_seed_same_sequence_and_every_turn_once_round_by_round():
-    sessions, waves = bench.build_sessions(SMALL)
-    again, waves_again = bench.build_sessions(SMALL)
+    sessions, waves = anchor.build_sessions(SMALL)
+    again, waves_again = anchor.build_sessions(SMALL)
     assert [s.tokens for s in sessions] == [s.tokens for s in again] and waves == waves_again
     submitted = [pair for wave in waves for pair in wave]
     assert sorted(submitted) == [(s, t) for s in range(4) for t in range(3)]
@@ -50,11 +40,11 @@ def test_same_seed_same_sequence_and_every_turn_once_round_by_round():
     for s in sessions:
         assert 64 <= s.prompt_lens[0] <= 128 and s.prompt_lens[-1] == len(s.tokens)
         assert all(16 <= b - a <= 40 for a, b in pairwise(s.prompt_lens))
-        assert all(bench.TOKEN_LOW <= t < bench.TOKEN_HIGH for t in s.tokens)
+        assert all(anchor.TOKEN_LOW <= t < anchor.TOKEN_HIGH for t in s.tokens)
 
 
 def test_a_later_turn_resends_the_previous_prompt():
-    sessions, requests = bench.request_sequence(SMALL)
+    sessions, requests = anchor.request_sequence(SMALL)
     for r in requests:
         if r.turn:
             previous = sessions[r.session].prompt_lens[r.turn - 1]
@@ -63,8 +53,8 @@ def test_a_later_turn_resends_the_previous_prompt():
 
 
 def test_images_leave_the_tokens_alone_and_sit_in_each_turns_new_tokens():
-    plain, _ = bench.build_sessions(SMALL)
-    mm, _ = bench.build_sessions(bench.Workload(**{**SMALL.__dict__, "images": True}))
+    plain, _ = anchor.build_sessions(SMALL)
+    mm, _ = anchor.build_sessions(anchor.Workload(**{**SMALL.__dict__, "images": True}))
     assert [s.tokens for s in plain] == [s.tokens for s in mm]
     for s in mm:
         bounds = [0, *s.prompt_lens]
@@ -76,38 +66,38 @@ def test_images_leave_the_tokens_alone_and_sit_in_each_turns_new_tokens():
 
 
 def test_turn_requests_carry_the_spans_that_fit_their_prompt():
-    _, requests = bench.request_sequence(bench.Workload(**{**SMALL.__dict__, "images": True}))
+    _, requests = anchor.request_sequence(anchor.Workload(**{**SMALL.__dict__, "images": True}))
     for r in requests:
         assert all(0 <= a < b <= r.prompt_len for a, b, _ in r.spans)
 
 
 def test_block_ids_chain_like_prefix_hashes():
     tokens = list(range(1000, 1100))
-    ids = bench.block_hash_chain(tokens, 16)
+    ids = anchor.block_hash_chain(tokens, 16)
     assert len(ids) == 6  # 100 tokens: six full blocks, the partial seventh has no id
-    assert bench.block_hash_chain(tokens[:40], 16) == ids[:2]
-    changed = bench.block_hash_chain([*tokens[:20], 7, *tokens[21:]], 16)
+    assert anchor.block_hash_chain(tokens[:40], 16) == ids[:2]
+    changed = anchor.block_hash_chain([*tokens[:20], 7, *tokens[21:]], 16)
     assert changed[0] == ids[0] and all(a != b for a, b in zip(changed[1:], ids[1:], strict=True))
 
 
 def test_a_block_overlapping_a_span_takes_its_label():
-    labels = bench.block_modalities([(20, 33, "vision")], 4, 16)
+    labels = anchor.block_modalities([(20, 33, "vision")], 4, 16)
     assert labels == ["text", "vision", "vision", "text"]
 
 
 def test_the_workload_summary_matches_the_anchor_working_set():
-    summary = bench.workload_summary(bench.Workload())
+    summary = anchor.workload_summary(anchor.Workload())
     assert summary["requests"] == 128
     assert summary["distinct_full_blocks"] * 512 * 1024 / (1 << 30) == pytest.approx(16.3, 0.01)
 
 
 def test_plans_put_the_acceptance_points_first():
     online = ["lru", "arc", "s3fifo", "gdsf", "bip", "cost_aware", "modality_aware", "random"]
-    reduced = bench.plan("reduced", "bip", online)
+    reduced = plans.plan("reduced", "bip", online)
     assert [(c.policies, c.cpu_gib, c.repeats) for c in reduced] == [
         (("lru", "arc", "hkv_bip"), 8.0, 1)
     ]
-    full = bench.plan("full", "bip", online)
+    full = plans.plan("full", "bip", online)
     assert (full[0].policies, full[0].cpu_gib) == (("lru", "arc", "hkv_bip"), 8.0)
     assert (full[1].policies, full[1].cpu_gib) == (("lru", "hkv_bip"), 16.0)
     text_8 = {p for c in full if (c.cpu_gib, c.variant) == (8.0, "text") for p in c.policies}
@@ -118,20 +108,20 @@ def test_plans_put_the_acceptance_points_first():
     assert mm[0].policies == ("lru", "hkv_bip", "hkv_modality_aware")
     assert all(c.repeats == 2 and c.tp == 1 for c in full)
     assert all(len(set(c.policies)) == len(c.policies) for c in full)
-    check, tp2 = bench.plan("tp2", "bip", online)
+    check, tp2 = plans.plan("tp2", "bip", online)
     assert (check.kind, check.tp) == ("capacity", 2)
     # the same GPU KV in tokens as 4 GiB at TP=1: each GPU holds half of every block
     assert (tp2.policies, tp2.tp, tp2.gpu_kv_gib, tp2.cpu_gib) == (("lru", "hkv_bip"), 2, 2.0, 8.0)
     with pytest.raises(ValueError, match="reduced, full or tp2"):
-        bench.plan("all", "arc", online)
+        plans.plan("all", "arc", online)
 
 
 def test_policy_list_takes_one_name_or_several_each_once():
-    assert bench.policy_list("lru") == ["lru"]
-    assert bench.policy_list("lru, arc,hkv_bip") == ["lru", "arc", "hkv_bip"]
+    assert engine.policy_list("lru") == ["lru"]
+    assert engine.policy_list("lru, arc,hkv_bip") == ["lru", "arc", "hkv_bip"]
     for bad in ("", "lru,lru", " , "):
         with pytest.raises(SystemExit, match="--policy"):
-            bench.policy_list(bad)
+            engine.policy_list(bad)
 
 
 def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
@@ -155,15 +145,15 @@ def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
             return reset_running_requests and reset_connector
 
     manager = types.SimpleNamespace(_policy="old", _num_blocks=16384)
-    policy, ok = bench.fresh_policy(Llm(), manager, "hkv_bip")
+    policy, ok = engine.fresh_policy(Llm(), manager, "hkv_bip")
     assert ok and manager._policy is policy and policy.capacity == 16384
     assert seen == ["str", "Policy"]  # emptied with the old policy, then again with the new
     assert not hasattr(policy, "policy_params")
-    policy, _ = bench.fresh_policy(Llm(), manager, "hkv_bip+tail_first")
+    policy, _ = engine.fresh_policy(Llm(), manager, "hkv_bip+tail_first")
     assert policy.policy_params == {"tail_first": True}
-    assert bench.split_policy("lru") == ("lru", {})
+    assert engine.split_policy("lru") == ("lru", {})
     with pytest.raises(SystemExit, match="takes no hkv hyperparameters"):
-        bench.split_policy("lru+tail_first")
+        engine.split_policy("lru+tail_first")
 
 
 def test_summary_counts_cached_share_over_all_and_later_turns():
@@ -175,7 +165,7 @@ def test_summary_counts_cached_share_over_all_and_later_turns():
     used = dict.fromkeys(("policy_s", "policy_calls", "loaded_blocks", "evicted_blocks"), 0)
     used |= {"steps": 10, "step_s": 1.0, "policy_s": 0.005, "stored_blocks": 4}
     used |= {"failed_stores": 1}
-    out = bench.summarize(rows, 2.0, used, {}, 512 * 1024)
+    out = summary.summarize(rows, 2.0, used, {}, 512 * 1024)
     assert out["cached_frac"] == pytest.approx(288 / 600)
     assert out["turn_gt0_cached_frac"] == pytest.approx(288 / 500)
     assert out["ttft_mean_s"] == pytest.approx(0.3) and out["ttft_p50_s"] == pytest.approx(0.3)
@@ -190,7 +180,7 @@ def test_summary_reports_policy_time_net_of_the_timers_own_cost():
     used |= {"steps": 10, "step_s": 1.0, "policy_s": 0.005, "policy_calls": 1000}
     used |= {"timer_overhead_s_per_call": 1e-6, "timer_wrapper_s_per_call": 2e-6}
     used["policy_by_method"] = {"get": {"s": 0.004, "calls": 900}}
-    out = bench.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
+    out = summary.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
                           1.0, used, {}, 512 * 1024)  # fmt: skip
     assert out["policy_s"] == 0.005 and out["policy_frac_of_step"] == pytest.approx(0.005)
     assert out["policy_s_net"] == pytest.approx(0.004)  # 1000 calls x 1 us recorded by the timer
@@ -200,7 +190,7 @@ def test_summary_reports_policy_time_net_of_the_timers_own_cost():
     assert out["policy_by_method"]["get"]["calls"] == 900
     # in-engine floor: the cheapest method called >= 1000 times bounds the wrapper's cost
     used["policy_by_method"] |= {"mark_evictable": {"s": 0.0015, "calls": 1000}}
-    low = bench.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
+    low = summary.summarize([{"turn": 0, "prompt_len": 10, "cached_tokens": 0, "ttft_s": 0.1}],
                           1.0, used, {}, 512 * 1024)  # fmt: skip
     assert low["timer_floor_method"] == "mark_evictable"  # get has 900 calls: too few
     assert low["policy_s_net_low"] == pytest.approx(0.005 - 1000 * 1.5e-6)
@@ -216,16 +206,16 @@ def test_policy_timer_counts_per_method_and_measures_its_own_cost():
             return None
 
     policy = Policy()
-    timer = bench.PolicyTimer(policy)
+    timer = timers.PolicyTimer(policy)
     before = timer.snapshot()
     for key in range(10):
         policy.get(key)
     policy.touch([1, 2])
     assert set(timer.per_method) == {"get", "touch"}
     assert (timer.calls, timer.per_method["get"][1]) == (11, 10) and timer.seconds > 0
-    used = bench.method_use(before["methods"], timer.snapshot()["methods"])
+    used = summary.method_use(before["methods"], timer.snapshot()["methods"])
     assert {m: v["calls"] for m, v in used.items()} == {"get": 10, "touch": 1}
-    overhead = bench.PolicyTimer.measure_overhead(calls=20_000, rounds=3)
+    overhead = timers.PolicyTimer.measure_overhead(calls=20_000, rounds=3)
     assert 0 <= overhead["recorded_s"] < 1e-5 and 0 <= overhead["added_s"] < 1e-5
 
 
@@ -243,8 +233,8 @@ def test_collect_folds_one_row_per_run_into_the_results(tmp_path):
     out = tmp_path / "run.json"
     out.write_text(json.dumps(data))
     result = {"versions": {}, "configs": [], "runs": []}
-    config = bench.Config(("lru", "hkv_bip"), 8.0)
-    bench.collect(result, config, out, tmp_path / "run.log", "done", 3.0)
+    config = plans.Config(("lru", "hkv_bip"), 8.0)
+    driver.collect(result, config, out, tmp_path / "run.log", "done", 3.0)
     assert result["versions"]["vllm"] == "0.26.0"
     assert result["configs"][0]["cpu_blocks"] == 16384
     assert result["configs"][0]["status"] == "done" and "policy_info" in result["configs"][0]
@@ -256,11 +246,11 @@ def test_collect_folds_one_row_per_run_into_the_results(tmp_path):
     assert all(required <= set(r) for r in result["runs"])
     assert result["runs"][0]["ttft_s"] == [0.12346]
     missing = tmp_path / "missing.json"
-    bench.collect(result, bench.Config(("arc",), 8.0), missing, missing, "exit 3", 1.0)
+    driver.collect(result, plans.Config(("arc",), 8.0), missing, missing, "exit 3", 1.0)
     assert result["configs"][-1]["status"] == "exit 3" and len(result["runs"]) == 4
     data["status"] = "error"  # the process exited 0 but the configuration did not finish
     out.write_text(json.dumps(data))
-    bench.collect(result, config, out, missing, "done", 1.0)
+    driver.collect(result, config, out, missing, "done", 1.0)
     assert result["configs"][-1]["status"] == "incomplete"
 
 
@@ -284,7 +274,7 @@ json.dump(data, open(out, "w"))
 """
 
 
-REAL_COMMAND_FOR = bench.command_for
+REAL_COMMAND_FOR = driver.command_for
 
 
 def fake_drive(tmp_path, monkeypatch, plan_name: str, devices: str, resume: bool = False):
@@ -293,18 +283,18 @@ def fake_drive(tmp_path, monkeypatch, plan_name: str, devices: str, resume: bool
 
     def command_for(config, out, model):
         real = REAL_COMMAND_FOR(config, out, model)
-        return [sys.executable, str(script), *real[2:]]
+        return [sys.executable, str(script), *real[3:]]  # after `-m bench.vllm_gpu`
 
-    monkeypatch.setattr(bench, "command_for", command_for)
-    monkeypatch.setattr(bench, "fresh_result", lambda args, configs: {
+    monkeypatch.setattr(driver, "command_for", command_for)
+    monkeypatch.setattr(driver, "fresh_result", lambda args, configs: {
         "versions": {}, "configs": [], "runs": [], "plan": [], "machine": {}})  # fmt: skip
-    monkeypatch.setattr(bench, "plan_check", lambda capacity, log: {"log": log.strip()})
+    monkeypatch.setattr(driver, "plan_check", lambda capacity, log: {"log": log.strip()})
     args = types.SimpleNamespace(
         plan=plan_name, best="bip", only=None, devices=devices, deadline_s=60.0,
         min_config_s=1.0, resume=resume, model=Path("/m"), work_dir=tmp_path / "work",
         out=tmp_path / "results.json",
     )  # fmt: skip
-    return bench.drive(args)
+    return driver.drive(args)
 
 
 def test_drive_runs_configurations_side_by_side_and_resumes(tmp_path, monkeypatch):
@@ -337,7 +327,7 @@ def test_plan_check_compares_vllms_tiers_with_hkv_plan():
     capacity["cpu_blocks"] = (8 << 30) // (16 * 2 * per_gpu_token)
     capacity["gpu_blocks"] = 1000
     log = "Available KV cache memory: 12.5 GiB\nModel loading took 106.0 GiB memory\n"
-    check = bench.plan_check(capacity, log)
+    check = tiers_check.plan_check(capacity, log)
     assert check["vllm_kv_bytes_per_gpu"] == 1000 * 16 * per_gpu_token
     assert check["cpu_exact"] and check["plan_cpu_blocks"] == 2114  # whole blocks of all ranks
     assert check["plan_cpu_bytes_per_rank"] == 2114 * 16 * per_gpu_token < 4 << 30
@@ -350,8 +340,8 @@ def test_plan_check_compares_vllms_tiers_with_hkv_plan():
 
 def test_write_json_replaces_the_file_whole(tmp_path):
     path = tmp_path / "r" / "x.json"
-    bench.write_json(path, {"a": 1})
-    bench.write_json(path, {"a": 2})
+    write_json(path, {"a": 1})
+    write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]
 
@@ -362,7 +352,7 @@ def test_capacities_in_blocks_of_512_kib():
 
 
 def test_trace_requests_cut_full_blocks_and_label_images():
-    w = bench.Workload(**{**SMALL.__dict__, "images": True})
+    w = anchor.Workload(**{**SMALL.__dict__, "images": True})
     requests, turns = sim.trace_requests(workload=w)
     assert len(requests) == len(turns) == 12
     for req, turn in zip(requests, turns, strict=True):
@@ -405,7 +395,7 @@ def test_prediction_with_room_for_everything_reuses_every_earlier_turn():
     everything = sim.predict("lru", 10_000, 10_000, requests, turns)
     reusable = sum(
         SMALL.block_tokens
-        * (bench.build_sessions(SMALL)[0][t.session].prompt_lens[t.turn - 1] // 16)
+        * (anchor.build_sessions(SMALL)[0][t.session].prompt_lens[t.turn - 1] // 16)
         for t in turns
         if t.turn
     )
@@ -496,9 +486,9 @@ def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
 
 def test_vllm_026_registry_gets_the_online_policies(monkeypatch):
     pytest.importorskip("hkv.integrations.vllm.policy")
-    from hkv.integrations import vllm as adapter
-
     import vllm.v1.kv_offload.cpu.manager as manager
+
+    from hkv.integrations import vllm as adapter
 
     monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.cpu.policies.factory", None)
     monkeypatch.setattr(manager, "_CACHE_POLICIES", {"lru": object}, raising=False)
@@ -507,8 +497,8 @@ def test_vllm_026_registry_gets_the_online_policies(monkeypatch):
     assert "hkv_belady" not in manager._CACHE_POLICIES and "lru" in manager._CACHE_POLICIES
 
 
-# -- the adapter's decisions under vLLM 0.26's calls (bench/adapter_overhead.py's driver) -----
-MEDIUM_MM = bench.Workload(
+# -- the adapter's decisions under vLLM 0.26's calls (bench.vllm026, the overhead bench's) ----
+MEDIUM_MM = anchor.Workload(
     sessions=8, turns=3, wave=2, first_min=256, first_max=512, delta_min=64, delta_max=128,
     images=True, image_median_tokens=40,
 )  # fmt: skip
@@ -558,17 +548,16 @@ they were before their hot paths were optimised: a faster adapter must decide ex
 @pytest.mark.parametrize("policy", list(RECORDED_026_EVICTIONS))
 def test_vllm_026_decisions_match_the_recorded_reference(policy):
     pytest.importorskip("vllm")
-    overhead = load("adapter_overhead")
-    requests = overhead.prompts(MEDIUM_MM)
-    runs = [overhead.replay(f"hkv_{policy}", requests, capacity, False, store_blocks=8)
+    requests = vllm026.prompts(MEDIUM_MM)
+    runs = [adapter_overhead.replay(f"hkv_{policy}", requests, capacity, False, store_blocks=8)
             for capacity in (150, 60)]  # fmt: skip
     assert [r["evictions_sha256"] for r in runs] == RECORDED_026_EVICTIONS[policy]
 
 
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
     pytest.importorskip("vllm")
-    overhead = load("adapter_overhead")
-    requests = overhead.prompts(MEDIUM_MM)
+    overhead = adapter_overhead
+    requests = vllm026.prompts(MEDIUM_MM)
     assert len(requests) == 24 and all(r.ctx.req_id and r.keys for r in requests)
     assert not hasattr(requests[0].ctx, "get_offload_key_position")  # vLLM 0.26's context
     rows = [overhead.measure(p, requests, 150, 1, 1e-8) for p in ("lru", "lru026", "hkv_bip")]
@@ -588,28 +577,30 @@ def test_engine_arguments_carry_the_tensor_parallel_size():
     args = types.SimpleNamespace(
         policy="hkv_bip", cpu_gib=8.0, gpu_kv_gib=4.0, model="/m", tp=2, variant="text"
     )
-    kwargs = bench.engine_kwargs(args, "hkv_bip")
+    kwargs = engine.engine_kwargs(args, "hkv_bip")
     assert kwargs["tensor_parallel_size"] == 2
     extra = kwargs["kv_transfer_config"]["kv_connector_extra_config"]
     assert extra["cpu_bytes_to_use"] == 8 << 30  # the total over ranks, as vLLM reads it
     del args.tp  # an older caller: one GPU
-    assert bench.engine_kwargs(args, "lru")["tensor_parallel_size"] == 1
+    assert engine.engine_kwargs(args, "lru")["tensor_parallel_size"] == 1
 
 
 def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls(monkeypatch):
-    """bench/vllm_oracle.py, the yardstick that knows the request order: driven as vLLM 0.26
+    """bench.vllm_oracle, the yardstick that knows the request order: driven as vLLM 0.26
     drives a policy, it loads at least as many blocks as any online policy at two tier sizes,
     and it gives up the tail of the session whose next request is furthest away."""
     pytest.importorskip("vllm")
-    overhead, oracle = load("adapter_overhead"), load("vllm_oracle")
-    _, sequence = bench.request_sequence(MEDIUM_MM)
-    requests = overhead.prompts(MEDIUM_MM)
+    from bench import vllm_oracle as oracle
+
+    overhead = adapter_overhead
+    _, sequence = anchor.request_sequence(MEDIUM_MM)
+    requests = vllm026.prompts(MEDIUM_MM)
     for prompt, r in zip(requests, sequence, strict=True):
         prompt.ctx.kv_transfer_params = {**(prompt.ctx.kv_transfer_params or {}),
                                          oracle.PARAM: [r.session, r.turn]}  # fmt: skip
     monkeypatch.setattr(oracle.SessionOracle, "schedule", [(r.session, r.turn) for r in sequence])
     for capacity in (150, 60):
-        manager = overhead.Manager026(oracle.SessionOracle(capacity), capacity, 8)
+        manager = vllm026.Manager026(oracle.SessionOracle(capacity), capacity, 8)
         for prompt in requests:
             manager.request(prompt)
         manager.finish()

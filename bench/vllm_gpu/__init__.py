@@ -1,0 +1,43 @@
+"""Real vLLM on one GPU: a multi-turn workload through vLLM's CPU offloading tier, per policy.
+
+The workload is the rig's anchor (`hkv.sim.anchor`: ../shared/gpu-vllm/anchor_bench.py's seed
+and random stream, so the token sequences are identical). The GPU KV cache is capped (4 GiB) so
+that a session's prefix has left the GPU before it returns: what comes back comes from the CPU
+tier or is recomputed. The multimodal variant marks spans of each turn's new tokens as images
+through the adapter's documented channel, `kv_transfer_params = {"hkv_modalities": [[start, end,
+"vision"]]}` (the tokens stay random ids: the served model is text-only; only the policies see
+the labels).
+
+Modes, each one process:
+
+    python -m bench.vllm_gpu run --policy lru,arc,hkv_bip --cpu-gib 8 --repeats 2 --out R.json
+    python -m bench.vllm_gpu capacity --tp 2 --cpu-gib 8 --out C.json   # KV tiers vs hkv plan
+    python -m bench.vllm_gpu drive --plan full --devices 0,1 --out data/results/vllm_h200.json
+    python -m bench.vllm_gpu drive --plan tp2 --devices 0,1 --out data/results/vllm_h200_tp2.json
+    python -m bench.vllm_gpu workload                 # the request sequence's summary (CPU)
+
+`run` (`engine`) measures one engine (CPU tier x variant x tensor-parallel size) in this
+process, engine core in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's
+policies register into vLLM 0.26's built-in dictionary). Its policies share the engine: before
+each run of the workload the GPU prefix cache and the CPU tier are emptied and the offloading
+manager gets a new, empty policy object; the policies' runs alternate, `repeats` rounds.
+`capacity` starts the engine sized by `gpu_memory_utilization` and records its KV tiers for the
+check against `hkv plan`. `drive` (`driver`) runs a plan's (`plans`) configurations one
+subprocess each, on free GPUs of `--devices`, until a deadline, and rewrites the results JSON
+atomically after each.
+
+Per run (`summary`): workload wall time, TTFT mean / p50 / p90, cached share of prompt tokens
+(all turns and turns > 0; vLLM's `num_cached_tokens`, GPU prefix hits plus CPU-tier hits), GB
+loaded from and stored into the CPU tier, failed stores (`prepare_store` refused: no room could
+be made), and the policy's own time per scheduler step (`timers`: every `CachePolicy` method
+timed, over every engine step).
+"""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RIG = ROOT.parent / "shared" / "gpu-vllm"
+VLLM_POLICIES = ("lru", "arc")
+"""vLLM's own policies; every other name is `hkv_<online policy>` or `oracle`."""
+ORACLE, ORACLE_PARAM = "oracle", "hkv_oracle"
+"""bench.vllm_oracle: eviction that knows the workload's future (a yardstick, vLLM 0.26)."""

@@ -1,0 +1,280 @@
+"""`run`: one engine (CPU tier x variant x tensor-parallel size) in this process, its policies'
+runs of the anchor workload alternating, `repeats` rounds."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import time
+
+from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES
+from bench.vllm_gpu.summary import method_use, summarize
+from bench.vllm_gpu.timers import ManagerCounter, PolicyTimer, StepTimer
+from hkv.report import provenance, write_json
+from hkv.sim.anchor import TOKEN_HIGH, Workload, build_sessions
+
+
+def engine_kwargs(args, policy: str) -> dict:
+    extra = {"cpu_bytes_to_use": int(args.cpu_gib * (1 << 30)), "eviction_policy": policy}
+    return {
+        "model": str(args.model),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "max_model_len": 32768,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": int(args.gpu_kv_gib * (1 << 30)),
+        "tensor_parallel_size": getattr(args, "tp", 1),
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 16,
+        "enable_prefix_caching": True,
+        "disable_log_stats": False,
+        "seed": 0,
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        },
+    }
+
+
+def offloading_manager(llm):
+    """vLLM's scheduler-side `CPUOffloadingManager` (engine core in this process)."""
+    core = llm.llm_engine.engine_core.engine_core
+    return core, core.scheduler.connector.connector_scheduler.manager
+
+
+def metric_values(llm) -> dict[str, float]:
+    """Counters of interest from vLLM's Prometheus metrics, summed over label sets."""
+    wanted = ("offload", "prefix_cache", "kv_transfer")
+    out: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if any(w in metric.name for w in wanted) and hasattr(metric, "value"):
+            out[metric.name] = out.get(metric.name, 0.0) + float(metric.value)
+    return out
+
+
+def warm_up(llm, w: Workload) -> None:
+    """JIT paths (Triton MoE etc.) on token ids the workload never uses."""
+    from vllm import SamplingParams
+
+    sampling = SamplingParams(
+        max_tokens=w.max_tokens, ignore_eos=True, temperature=0.0, detokenize=False
+    )
+    rng = random.Random(12345)
+
+    def prompt(n):
+        return {"prompt_token_ids": [rng.randrange(TOKEN_HIGH, 199000) for _ in range(n)]}
+
+    for n in (3000, 9000, 17000):
+        llm.generate([prompt(n)], sampling, use_tqdm=False)
+    llm.generate([prompt(2000 + 37 * i) for i in range(4)], sampling, use_tqdm=False)
+
+
+def wave_requests(w: Workload, sessions, wave, tag: bool) -> tuple[list, list]:
+    """One wave's prompts and sampling parameters, each with its image spans and, with `tag`,
+    its session and turn (the `oracle` yardstick reads them)."""
+    from vllm import SamplingParams
+
+    prompts, params = [], []
+    for session, turn in wave:
+        length = sessions[session].prompt_lens[turn]
+        prompts.append({"prompt_token_ids": sessions[session].tokens[:length]})
+        spans = [[a, min(b, length), m] for a, b, m in sessions[session].spans if a < length]
+        transfer = {"hkv_modalities": spans} if spans else {}
+        if tag:
+            transfer[ORACLE_PARAM] = [session, turn]
+        extra = {"kv_transfer_params": transfer} if transfer else None
+        params.append(
+            SamplingParams(
+                max_tokens=w.max_tokens,
+                ignore_eos=True,
+                temperature=0.0,
+                detokenize=False,
+                extra_args=extra,
+            )
+        )
+    return prompts, params
+
+
+def counter_totals(counters) -> dict:
+    """The policy timer's, step timer's and manager counter's totals now."""
+    policy_timer, step_timer, manager_counter, _ = counters
+    policy = policy_timer.snapshot()
+    return {
+        "policy_s": policy["policy_s"],
+        "policy_calls": policy["policy_calls"],
+        "step_s": step_timer.seconds,
+        "steps": step_timer.steps,
+        **manager_counter.snapshot(),
+        "methods": policy["methods"],
+    }
+
+
+def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False) -> dict:
+    """One pass of the workload; per-request rows and the run's summary. `tag`: every request
+    tells the policy its session and turn (the `oracle` yardstick reads them)."""
+    policy_timer, block_bytes = counters[0], counters[3]
+    base = counter_totals(counters)
+    metrics_before = metric_values(llm)
+    rows = []
+    start = time.perf_counter()
+    for wave_index, wave in enumerate(waves):
+        prompts, params = wave_requests(w, sessions, wave, tag)
+        wave_start = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        wave_s = time.perf_counter() - wave_start
+        for (session, turn), out in zip(wave, outputs, strict=True):
+            rows.append(
+                {
+                    "wave": wave_index,
+                    "session": session,
+                    "turn": turn,
+                    "prompt_len": sessions[session].prompt_lens[turn],
+                    "ttft_s": getattr(out.metrics, "first_token_latency", None),
+                    "cached_tokens": out.num_cached_tokens or 0,
+                    "wave_s": wave_s,
+                }
+            )
+    wall_s = time.perf_counter() - start
+    delta = {k: v - metrics_before.get(k, 0.0) for k, v in metric_values(llm).items()}
+    now = counter_totals(counters)
+    used = {k: now[k] - base[k] for k in now if k != "methods"}
+    used["policy_by_method"] = method_use(base["methods"], now["methods"])
+    if policy_timer.overhead is not None:
+        used["timer_overhead_s_per_call"] = policy_timer.overhead["recorded_s"]
+        used["timer_wrapper_s_per_call"] = policy_timer.overhead["added_s"]
+    return {"summary": summarize(rows, wall_s, used, delta, block_bytes), "requests": rows}
+
+
+def run_config(args, result: dict) -> None:
+    """Measure one configuration into `result` (written to `args.out` after every run).
+
+    `args.policy` may name several policies (comma-separated): they share one engine, whose CPU
+    tier and GPU prefix cache are emptied and whose policy object is replaced before each run,
+    and their runs alternate (repeat 0 of each, then repeat 1 of each), so that the host's drift
+    falls on all of them alike. The engine is built with the first.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
+    policies = policy_list(args.policy)
+    w = Workload(images=args.variant == "mm")
+    parameters = {
+        "policy": policies[0] if len(policies) == 1 else ",".join(policies),
+        "policies": policies,
+        "cpu_gib": args.cpu_gib,
+        "variant": args.variant,
+        "tp": getattr(args, "tp", 1),
+        "gpu_kv_gib": args.gpu_kv_gib,
+        "repeats": args.repeats,
+    }
+    command = "python -m bench.vllm_gpu run"
+    result |= provenance(command, parameters, packages=("hkv", "vllm", "torch"))
+    result |= {k: v for k, v in parameters.items() if k != "repeats"}
+    llm, sessions, waves = start_engine(args, policies, w, result)
+    core, manager = offloading_manager(llm)
+    result["cpu_blocks"] = manager._num_blocks if hasattr(manager, "_num_blocks") else None
+    result["gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
+    block_bytes = int(args.cpu_gib * (1 << 30)) // max(result["cpu_blocks"] or 1, 1)
+    result["block_bytes"] = block_bytes  # over all ranks (vLLM sizes the tier that way)
+    result["timer_overhead"] = PolicyTimer.measure_overhead()
+    counters = (None, StepTimer(core), ManagerCounter(manager), block_bytes)
+    t2 = time.perf_counter()
+    warm_up(llm, w)
+    result["t_warmup_s"] = time.perf_counter() - t2
+    result["policy_info"], result["repeats"] = {}, []
+    for repeat in range(args.repeats):
+        for name in policies:
+            one = run_policy(llm, manager, name, (w, sessions, waves), counters, result)
+            one["policy"], one["repeat"] = name, repeat
+            result["repeats"].append(one)
+            print("SUMMARY", name, args.cpu_gib, args.variant, repeat,
+                  json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
+                  flush=True)  # fmt: skip
+            write_json(args.out, result)
+    result["status"] = "done"
+    write_json(args.out, result)
+
+
+def start_engine(args, policies: list[str], w: Workload, result: dict):
+    """Import vLLM, register hkv's policies (and the oracle's future), build the engine; the
+    import and init times go into `result`. Returns the engine, sessions and waves."""
+    t0 = time.perf_counter()
+    import vllm
+    from vllm import LLM
+
+    if any(split_policy(p)[0] not in (*VLLM_POLICIES, ORACLE) for p in policies):
+        from hkv.integrations.vllm import register
+
+        register()  # vLLM 0.26: into the manager's built-in dictionary; 0.32+: the factory
+    sessions, waves = build_sessions(w)
+    if ORACLE in policies:
+        from bench import vllm_oracle
+
+        vllm_oracle.install([request for wave in waves for request in wave])
+    result["vllm_version"] = vllm.__version__
+    result["t_import_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    llm = LLM(**engine_kwargs(args, split_policy(policies[0])[0]))
+    result["t_engine_init_s"] = time.perf_counter() - t1
+    return llm, sessions, waves
+
+
+def run_policy(llm, manager, name: str, workload, counters, result: dict) -> dict:
+    """One run of the workload with a fresh, timed policy `name` in the emptied tiers."""
+    w, sessions, waves = workload
+    policy, reset_ok = fresh_policy(llm, manager, name)
+    result["policy_info"][name] = policy_info(policy)
+    timer = PolicyTimer(policy)
+    timer.overhead = result["timer_overhead"]
+    gc.collect()  # the last run's garbage (its policy, in cycles with its timer) now
+    one = run_workload(llm, w, sessions, waves, (timer, *counters[1:]), tag=name == ORACLE)
+    one["summary"]["caches_reset"] = reset_ok
+    return one
+
+
+def policy_list(text: str) -> list[str]:
+    """`--policy`: one name or several, comma-separated (`lru,arc,hkv_bip`), each once."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise SystemExit(f"--policy: got {text!r}; expected names like lru,arc,hkv_bip, each once")
+    return names
+
+
+def split_policy(spec: str) -> tuple[str, dict]:
+    """`hkv_bip+tail_first` -> (`hkv_bip`, {"tail_first": True}): a policy and boolean
+    hyperparameters switched on (hkv policies only; they reach it as `hkv_policy_params`)."""
+    name, *flags = spec.split("+")
+    if flags and name in VLLM_POLICIES:
+        raise SystemExit(f"--policy: {spec!r}; vLLM's own {name} takes no hkv hyperparameters")
+    return name, dict.fromkeys(flags, True)
+
+
+def fresh_policy(llm, manager, spec: str):
+    """Empty both tiers and give vLLM's offloading manager a new, empty policy `spec`.
+
+    The tiers are emptied first (the manager clears its old policy and its block counts), then
+    the policy object is replaced and the tiers emptied again, so that the manager and its new
+    policy start from the same empty state. Returns the policy and whether both resets held.
+    """
+    from vllm.v1.kv_offload.cpu import manager as cpu_manager
+
+    ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+    name, params = split_policy(spec)
+    policy_cls = cpu_manager._CACHE_POLICIES[name]
+    extra = {"policy_params": params} if params else {}
+    manager._policy = policy_cls(cache_capacity=manager._num_blocks, **extra)
+    ok = llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True) and ok
+    return manager._policy, bool(ok)
+
+
+def policy_info(policy) -> dict:
+    """The policy's class, and for hkv's its hyperparameters and cost model."""
+    info = {"policy_class": type(policy).__name__}
+    inner = getattr(policy, "policy", None)  # hkv: the wrapped EvictionPolicy
+    if inner is not None:
+        info["hkv_hyperparameters"] = inner.hyperparameters()
+        model = getattr(inner, "cost_model", None)
+        info["hkv_cost_model"] = getattr(getattr(model, "spec", None), "name", None)
+    return info

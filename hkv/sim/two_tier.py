@@ -1,0 +1,190 @@
+"""The two-tier model behind the GPU benchmark's prediction (`python -m bench.vllm_gpu_sim`).
+
+The requests are the GPU benchmark's own (`hkv.sim.anchor.request_sequence`, same seed): every
+prompt is cut into 16-token blocks whose ids chain a hash of the parent id and the block's
+tokens, like vLLM's prefix hashes (a partial last block has no id: vLLM neither caches nor
+offloads it).
+
+Two tiers, as in vLLM with its OffloadingConnector:
+- GPU prefix cache: `gpu_kv_gib` of 512 KiB blocks (8,192), modelled as hkv's `lru` in
+  `store="per_request"` mode. Its hits are the prompt's longest GPU-resident prefix; what a request
+  stores there it touches afterwards in prefix order, so a finished prompt leaves the GPU tail
+  first, like vLLM's free queue (blocks freed in reverse). Requests of one wave run one after
+  another here, not side by side: the GPU holds about two waves, which is what lets a session
+  hit when it ends one round and opens the next.
+- CPU tier: the policy under test at `cpu_gib` of 512 KiB blocks (8 GiB = 16,384), replayed with
+  `store="per_request"` (vLLM's `CPUOffloadingManager`: a request's missing blocks are stored in
+  one all-or-nothing eviction, its reused blocks touched once, in prefix order).
+
+A request's cached tokens are its GPU prefix plus the CPU-resident blocks that continue it
+(vLLM looks up the CPU tier from the end of the GPU hit), at most `prompt_len - 1`. Each request
+is replayed alone (`replay` on a one-request trace, policy state kept), so per-turn shares come
+out too. vLLM's own `lru` and `arc` are predicted with hkv's `lru` and `arc`. Standard library
+and numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from hkv.cost import CostModel
+from hkv.policies import make_policy
+from hkv.sim.anchor import Workload, block_hash_chain, block_modalities, request_sequence
+from hkv.sim.replay import replay, simulate
+from hkv.sim.trace import Request, trace_from_requests
+
+KV_BYTES_PER_TOKEN = 8 * 2 * 8 * 128 * 2
+"""8-layer MiniMax-M2.5 dims: layers x (K, V) x KV heads x head_dim x bf16 bytes (32 KiB)."""
+
+
+def blocks_for_gib(gib: float, block_tokens: int = 16) -> int:
+    """Blocks of `block_tokens` tokens that `gib` GiB holds (8 GiB -> 16,384 at 16 tokens)."""
+    return int(gib * (1 << 30)) // (KV_BYTES_PER_TOKEN * block_tokens)
+
+
+def trace_requests(images: bool = False, workload=None) -> tuple[list[Request], list]:
+    """The GPU benchmark's request sequence as hkv trace requests, plus its `TurnRequest`s.
+
+    `workload` (an `anchor.Workload`) defaults to the benchmark's, with `images` as given.
+    """
+    w = workload or Workload(images=images)
+    images = w.images
+    sessions, turn_requests = request_sequence(w)
+    chains = [block_hash_chain(s.tokens, w.block_tokens) for s in sessions]
+    requests = []
+    for r in turn_requests:
+        num_blocks = r.prompt_len // w.block_tokens
+        labels = block_modalities(r.spans, num_blocks, w.block_tokens) if images else None
+        requests.append(
+            Request(
+                timestamp_ms=float(r.index),
+                input_length=num_blocks * w.block_tokens,
+                output_length=w.max_tokens,
+                hash_ids=tuple(chains[r.session][:num_blocks]),
+                modalities=tuple(labels) if labels else None,
+                session=r.session,
+            )
+        )
+    return requests, turn_requests
+
+
+class TwoTierReplay:
+    """GPU `lru` prefix cache in front of a CPU tier run by `policy`, one request at a time."""
+
+    def __init__(self, policy, gpu_blocks: int, block_tokens: int = 16, cost_model=None):
+        self.cpu = policy
+        self.gpu = make_policy("lru", gpu_blocks)
+        self.block_tokens = block_tokens
+        self.cost_model = cost_model
+        self.store_failed = self.inserts = self.evictions = 0
+
+    def step(self, request: Request, prompt_len: int) -> int:
+        """Cached tokens of `request`; both tiers then see it as vLLM would."""
+        ids = request.hash_ids
+        gpu_hit = 0
+        while gpu_hit < len(ids) and ids[gpu_hit] in self.gpu:
+            gpu_hit += 1
+        hit = gpu_hit
+        while hit < len(ids) and ids[hit] in self.cpu:
+            hit += 1
+        one = trace_from_requests([request], block_tokens=self.block_tokens)
+        replay(one, self.gpu, store="per_request")
+        cpu = replay(one, self.cpu, cost_model=self.cost_model, store="per_request")
+        self.store_failed += cpu.store_failed
+        self.inserts += cpu.inserts
+        self.evictions += cpu.evictions
+        return min(hit * self.block_tokens, prompt_len - 1)
+
+
+def predict(
+    policy_name: str,
+    cpu_blocks: int,
+    gpu_blocks: int,
+    requests: list[Request],
+    turn_requests: list,
+    cost_model: CostModel | None = None,
+) -> dict:
+    """Cached shares (all turns, turns > 0) of one policy at one CPU capacity."""
+    cost_model = cost_model or CostModel.default()
+    policy = make_policy(policy_name, cpu_blocks, cost_model=cost_model)
+    tiers = TwoTierReplay(policy, gpu_blocks, cost_model=cost_model)
+    start = time.perf_counter()
+    cached = [
+        tiers.step(req, tr.prompt_len) for req, tr in zip(requests, turn_requests, strict=True)
+    ]
+    prompt = [tr.prompt_len for tr in turn_requests]
+    later = [i for i, tr in enumerate(turn_requests) if tr.turn > 0]
+    return {
+        "policy": policy_name,
+        "cpu_blocks": cpu_blocks,
+        "gpu_blocks": gpu_blocks,
+        "cached_frac": sum(cached) / sum(prompt),
+        "turn_gt0_cached_frac": sum(cached[i] for i in later) / sum(prompt[i] for i in later),
+        "store_gb": tiers.inserts * KV_BYTES_PER_TOKEN * 16 / 1e9,
+        "inserts": tiers.inserts,
+        "evictions": tiers.evictions,
+        "store_failed": tiers.store_failed,
+        "elapsed_s": round(time.perf_counter() - start, 2),
+    }
+
+
+def gpu_only(gpu_blocks: int, requests: list[Request], turn_requests: list) -> float:
+    """Cached share with no CPU tier (the GPU prefix cache alone)."""
+    gpu = make_policy("lru", gpu_blocks)
+    cached = 0
+    for req, tr in zip(requests, turn_requests, strict=True):
+        ids, hit = req.hash_ids, 0
+        while hit < len(ids) and ids[hit] in gpu:
+            hit += 1
+        cached += min(hit * 16, tr.prompt_len - 1)
+        replay(trace_from_requests([req], block_tokens=16), gpu, store="per_request")
+    return cached / sum(tr.prompt_len for tr in turn_requests)
+
+
+def yardstick(gib: float, requests: list[Request]) -> float:
+    """Belady's prefix-token hit share, CPU tier alone, per-block stores (DESIGN §2): an upper
+    reference for what any online policy could keep at this capacity."""
+    trace = trace_from_requests(requests, block_tokens=16)
+    return simulate(trace, ["belady"], blocks_for_gib(gib), store="per_block")[
+        0
+    ].prefix_token_hit_frac
+
+
+def compare(rows: list[dict], measured_path: Path) -> list[dict]:
+    """Measured (mean over repeats, the GPU benchmark's `runs` in `measured_path`) next to
+    predicted cached shares, per configuration; [] when the file is absent."""
+    if not measured_path.is_file():
+        return []
+    runs = json.loads(measured_path.read_text()).get("runs", [])
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["policy"], run["cpu_gib"], run.get("variant", "text")), []).append(
+            run
+        )
+    predicted = {(r["policy"], r["cpu_gib"], r["variant"]): r for r in rows}
+    out = []
+    for (policy, gib, variant), group in groups.items():
+        sim_name = policy.removeprefix("hkv_")  # vLLM's lru/arc -> hkv's lru/arc
+        row = predicted.get((sim_name, gib, variant))
+        if row is None:
+            continue
+        measured = sum(r["cached_frac"] for r in group) / len(group)
+        later = sum(r["turn_gt0_cached_frac"] for r in group) / len(group)
+        out.append(
+            {
+                "policy": policy,
+                "cpu_gib": gib,
+                "variant": variant,
+                "repeats": len(group),
+                "measured_cached_frac": measured,
+                "predicted_cached_frac": row["cached_frac"],
+                "diff_points": 100 * (row["cached_frac"] - measured),
+                "measured_turn_gt0_cached_frac": later,
+                "predicted_turn_gt0_cached_frac": row["turn_gt0_cached_frac"],
+                "measured_store_gb": sum(r["store_gb"] for r in group) / len(group),
+                "predicted_store_gb": row["store_gb"],
+            }
+        )
+    return out
