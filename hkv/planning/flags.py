@@ -17,6 +17,7 @@ tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.p
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from hkv.errors import ConfigError, FlagConflict, HkvError
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+from hkv.planning.plan_inputs import check_gib
 from hkv.planning.sizes import parse_size
 from hkv.planning.vllm_flags import (
     BOOLEAN_FLAGS,
@@ -104,9 +106,12 @@ class _Translator(RealFlagChecks):
         if text is None:
             return None
         try:
-            return kind(text)
+            value = kind(text)
         except ValueError:
             raise HkvError(f"{flag}: got {text!r}; expected {kind.__name__}") from None
+        if kind is float and not math.isfinite(value):
+            raise HkvError(f"{flag}: got {text!r}; expected a finite number")
+        return value
 
     def spec(self) -> ModelSpec | None:
         """The model's spec when `--model` names a shipped model or a local config, else None."""
@@ -366,4 +371,6 @@ def _weights_dtype(quantization: str | None, spec: ModelSpec) -> str:
 def translate(argv: list[str], *, cpu_ram_gib: float | None = None) -> Translation:
     """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments."""
     pairs, model = split_flags(argv)
+    if cpu_ram_gib is not None:
+        check_gib("cpu_ram_gib", cpu_ram_gib, positive=True)
     return _Translator(pairs, model, cpu_ram_gib).run()

@@ -12,6 +12,8 @@ from typing import Any
 from hkv.errors import HkvError
 from hkv.planning.layers import LayerGroup, LayerKind
 
+POSITIVE_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+
 _EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
 
 
@@ -19,15 +21,34 @@ class HFConfigReader:
     """Reads one HF config dict; one method per thing it derives."""
 
     def __init__(self, config: dict[str, Any], name: str, source: str):
-        self.c = config.get("text_config", config) if "text_config" in config else config
-        self.top = config
         self.name = name
         self.source = source
+        if not isinstance(config, dict):
+            raise HkvError(f"{self.where}: a config is a JSON object, got {type(config).__name__}")
+        text = config.get("text_config")
+        self.c = text if isinstance(text, dict) else config
+        self.top = config
+        for key in POSITIVE_FIELDS:
+            self.need_positive(key)
+
+    @property
+    def where(self) -> str:
+        return self.source or self.name
 
     def need(self, key: str) -> Any:
         if key not in self.c or self.c[key] is None:
-            raise HkvError(f"{self.source or self.name}: config field {key!r} is missing")
+            raise HkvError(f"{self.where}: config field {key!r} is missing")
         return self.c[key]
+
+    def need_positive(self, key: str) -> int:
+        """A required field that must be a whole number >= 1 (and below 2**40)."""
+        value = self.need(key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 1 << 40
+        if not ok:
+            raise HkvError(
+                f"{self.where}: config field {key!r} is {value!r}; expected a count >= 1"
+            )
+        return value
 
     def get(self, *keys: str, default: Any = None) -> Any:
         for key in keys:
@@ -36,7 +57,17 @@ class HFConfigReader:
         return default
 
     def spec_fields(self) -> dict[str, Any]:
-        """Keyword arguments of `ModelSpec` for this config."""
+        """Keyword arguments of `ModelSpec` for this config; `HkvError` naming the source when
+        an optional field holds something no real config has (text, a list, a zero)."""
+        try:
+            return self._spec_fields()
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as exc:
+            raise HkvError(
+                f"{self.where}: a config field holds a value hkv cannot read "
+                f"({type(exc).__name__}: {exc}); check the config against the model's own"
+            ) from None
+
+    def _spec_fields(self) -> dict[str, Any]:
         hidden = int(self.need("hidden_size"))
         heads = int(self.need("num_attention_heads"))
         groups = tuple(g for g in self.layer_groups(hidden, heads) if g.num_layers)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.errors import HkvError
+from hkv.inputs import read_json
 from hkv.planning.hf_config import HFConfigReader
 from hkv.planning.layers import DTYPE_BYTES, LayerGroup, LayerKind, dtype_bytes
 
@@ -87,10 +88,7 @@ class ModelSpec:
                     f"one, nor a shipped model; shipped models: {', '.join(shipped_models())}"
                 )
             path = shipped
-        try:
-            config = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise HkvError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        config = read_json(path, "model config")
         name = path.parent.name if path.name == "config.json" else path.stem
         spec = cls.from_hf_config(config, name=name, source=str(path))
         meta_path = path.parent / "hkv.json"
@@ -99,7 +97,8 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: dict[str, Any], *, name: str, source: str = "") -> ModelSpec:
-        """Build a spec from a parsed HF config dict; raises `HkvError` naming a missing field."""
+        """Build a spec from a parsed HF config dict; raises `HkvError` naming a missing or
+        unreadable field."""
         return cls(**HFConfigReader(config, name, source).spec_fields())
 
     @property

@@ -4,6 +4,7 @@ tensor-parallel sizes."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,11 @@ from typing import Any
 from hkv.errors import HkvError
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.sizes import GIB
+
+MAX_GPUS = 4096
+MAX_TOKENS = 1 << 31  # tokens in a context or a block: beyond any model's positions
+MAX_SEQS = 1 << 20
+MAX_GIB = float(1 << 30)  # an exbibyte: beyond any machine
 
 HOST_RAM_FRACTION = 0.7
 """The article's ceiling on the CPU tier: at most 70 % of host RAM."""
@@ -108,33 +114,45 @@ class PlanInputs:
     block_tokens: int = VLLM_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
-        _positive_int("gpus", self.gpus)
-        _positive_int("block_tokens", self.block_tokens)
-        _positive_int("max_num_seqs", self.max_num_seqs)
+        _count("gpus", self.gpus, MAX_GPUS)
+        _count("block_tokens", self.block_tokens, MAX_TOKENS)
+        _count("max_num_seqs", self.max_num_seqs, MAX_SEQS)
         if self.max_model_len is not None:
-            _positive_int("max_model_len", self.max_model_len)
-        _positive_number("gpu_mem_gib", self.gpu_mem_gib)
+            _count("max_model_len", self.max_model_len, MAX_TOKENS)
+        check_gib("gpu_mem_gib", self.gpu_mem_gib, positive=True)
         if self.cpu_ram_gib is not None:
-            _positive_number("cpu_ram_gib", self.cpu_ram_gib)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise HkvError(
-                f"gpu_memory_utilization: got {self.gpu_memory_utilization}; expected (0, 1]"
-            )
-        if self.offload_percent is not None and not 0 <= self.offload_percent <= 1:
-            raise HkvError(
-                f"offload_percent: got {self.offload_percent}; expected a fraction in [0, 1]"
-            )
-        if self.offload_gib is not None and self.offload_gib < 0:
-            raise HkvError(f"offload_gib: got {self.offload_gib}; expected GiB >= 0")
-        if self.reserve_gib < 0:
-            raise HkvError(f"reserve_gib: got {self.reserve_gib}; expected GiB >= 0")
+            check_gib("cpu_ram_gib", self.cpu_ram_gib, positive=True)
+        _fraction("gpu_memory_utilization", self.gpu_memory_utilization, open_low=True)
+        if self.offload_percent is not None:
+            _fraction("offload_percent", self.offload_percent)
+        if self.offload_gib is not None:
+            check_gib("offload_gib", self.offload_gib)
+        check_gib("reserve_gib", self.reserve_gib)
 
 
-def _positive_int(flag: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise HkvError(f"{flag}: got {value!r}; expected an integer >= 1")
+def _count(field: str, value: Any, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise HkvError(f"{field}: got {_short(value)}; expected an integer in [1, {high:,}]")
 
 
-def _positive_number(flag: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise HkvError(f"{flag}: got {value!r}; expected a number > 0")
+def check_gib(field: str, value: Any, *, positive: bool = False) -> None:
+    """GiB: a finite number, >= 0 (> 0 if `positive`), at most `MAX_GIB`."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
+    if not ok or value > MAX_GIB:
+        low = "> 0" if positive else ">= 0"
+        raise HkvError(f"{field}: got {_short(value)}; expected GiB {low} and at most {MAX_GIB:,}")
+
+
+def _fraction(field: str, value: Any, *, open_low: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (0 < value <= 1 if open_low else 0 <= value <= 1):
+        interval = "(0, 1]" if open_low else "[0, 1]"
+        raise HkvError(f"{field}: got {_short(value)}; expected a fraction in {interval}")
+
+
+def _short(value: Any) -> str:
+    """`value` for a message, a huge integer shortened to its size."""
+    if isinstance(value, int) and abs(value) > 10**15:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)

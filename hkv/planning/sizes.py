@@ -7,6 +7,7 @@ import re
 from hkv.errors import HkvError
 
 GIB = 1 << 30
+MAX_BYTES = float(1 << 60)  # an exbibyte: beyond any machine
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -37,7 +38,10 @@ def parse_size(text: str, *, flag: str) -> tuple[int, str | None]:
     number, unit = float(match.group(1)), (match.group(2) or "GiB").upper()
     if unit not in _UNITS:
         raise HkvError(f"{flag}: unknown unit in {text!r}; use B, KB, MB, GB, TB or KiB ... TiB")
-    nbytes = int(number * _UNITS[unit])
+    nbytes = number * _UNITS[unit]
+    if not nbytes <= MAX_BYTES:  # also inf and nan
+        raise HkvError(f"{flag}: {text!r} is more than any machine has (at most 1 EiB)")
+    nbytes = int(nbytes)
     note = None
     if unit in ("KB", "MB", "GB", "TB"):
         note = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
+from hkv.inputs import parse_json, read_text
 
 DEFAULT_BLOCK_TOKENS = 512
 
@@ -87,13 +89,10 @@ def load_trace(path: str | os.PathLike[str], *, block_tokens: int = DEFAULT_BLOC
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
         raise HkvError(f"block_tokens: got {block_tokens!r}; expected an integer >= 1")
     path = Path(path)
-    if not path.is_file():
-        raise HkvError(f"trace: no such file {str(path)!r}")
     requests = []
-    with path.open(encoding="utf-8") as lines:
-        for lineno, line in enumerate(lines, start=1):
-            if line.strip():
-                requests.append(parse_request(line, block_tokens, where=f"{path}:{lineno}"))
+    for lineno, line in enumerate(read_text(path, "trace").splitlines(), start=1):
+        if line.strip():
+            requests.append(parse_request(line, block_tokens, where=f"{path}:{lineno}"))
     if not requests:
         raise HkvError(f"trace: {str(path)!r} holds no requests (one JSON object per line)")
     return Trace(tuple(requests), block_tokens, str(path))
@@ -101,10 +100,7 @@ def load_trace(path: str | os.PathLike[str], *, block_tokens: int = DEFAULT_BLOC
 
 def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
     """Parse and validate one trace line; `where` (file:line) prefixes every error."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise HkvError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    obj = parse_json(line, where)
     if not isinstance(obj, dict):
         raise HkvError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
@@ -167,12 +163,26 @@ def _session(value: Any, where: str) -> str | int | None:
 
 
 def write_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> Path:
-    """Write requests as Mooncake-format JSONL (the format `load_trace` reads)."""
+    """Write requests as Mooncake-format JSONL (the format `load_trace` reads), atomically: into
+    a temporary file beside `path`, renamed over it when complete, so an interrupted run leaves
+    no half-written trace. Creates missing folders; `HkvError` when the place cannot be written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        for request in requests:
-            out.write(json.dumps(request.to_json(), separators=(", ", ": ")) + "\n")
+    if path.is_dir():
+        raise HkvError(f"out: {str(path)!r} is a folder; give a file name such as trace.jsonl")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise HkvError(f"out: cannot write into {str(path.parent)!r} ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for request in requests:
+                out.write(json.dumps(request.to_json(), separators=(", ", ": ")) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise HkvError(f"out: cannot write {str(path)!r} ({exc.strerror})") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
