@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -40,6 +40,7 @@ class StoreThreshold(EvictionPolicy):
 
     def reset(self) -> None:
         self._counts = OrderedDict()
+        self._resident = self.inner  # resident is what the wrapped policy holds
 
     def clear(self) -> None:
         self.reset()
@@ -79,12 +80,3 @@ class StoreThreshold(EvictionPolicy):
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         return self.inner.evict(n, protected)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.inner
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self.inner)

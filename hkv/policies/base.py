@@ -154,15 +154,17 @@ class EvictionPolicy(ABC):
         """Forget every block and all learned state."""
         self.reset()
 
-    @abstractmethod
-    def __len__(self) -> int: ...
+    # The resident keys are those of `self._resident` (a dict or set that `reset` builds), unless
+    # a policy keeps them otherwise and overrides these three (`QueuePolicy`'s queues).
+    def __len__(self) -> int:
+        return len(self._resident)
 
-    @abstractmethod
-    def __contains__(self, key: object) -> bool: ...
+    def __contains__(self, key: object) -> bool:
+        return key in self._resident
 
-    @abstractmethod
     def __iter__(self) -> Iterator[Key]:
         """The resident keys, in no promised order."""
+        return iter(self._resident)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The policy's configuration as plain values (for results JSON)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Collection, Hashable, Iterator, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from hkv.blocks import BlockMeta
@@ -140,12 +140,3 @@ class BeladyPolicy(EvictionPolicy):
         for item in chosen:
             del self._resident[item[2]]
         return [item[2] for item in chosen]
-
-    def __len__(self) -> int:
-        return len(self._resident)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._resident
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._resident)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
@@ -33,10 +32,7 @@ class CostAwarePolicy(PrefixValuePolicy):
     """
 
     modality_weights: dict[str, float] | None = None
-    cost_model: Any = field(default=None, repr=False)
-    config: Any = field(default=None, repr=False)
     name = "cost_aware"
-    context_fields = ("cost_model", "config")
 
     def validate(self) -> None:
         super().validate()

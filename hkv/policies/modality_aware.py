@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.cost import CostModel
@@ -36,10 +35,7 @@ class ModalityAwarePolicy(PrefixValuePolicy):
     `PrefixValuePolicy`'s.
     """
 
-    config: Any = field(default=None, repr=False)
-    cost_model: Any = field(default=None, repr=False)
     name = "modality_aware"
-    context_fields = ("config", "cost_model")
 
     def validate(self) -> None:
         super().validate()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
@@ -41,6 +42,9 @@ class PrefixValuePolicy(PriorityPolicy):
 
     history_factor: float = 32.0
     bypass: bool = True
+    cost_model: Any = field(default=None, repr=False)  # a CostModel: what a hit saves
+    config: Any = field(default=None, repr=False)  # a HybridKVCacheConfig (modality settings)
+    context_fields = ("cost_model", "config")
 
     def validate(self) -> None:
         check_float(self.name, "history_factor", self.history_factor, 0.0, open_low=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from abc import abstractmethod
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -42,6 +42,7 @@ class PriorityPolicy(EvictionPolicy):
 
     def reset(self) -> None:
         self._entries: dict[Key, PriorityEntry] = {}
+        self._resident = self._entries
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
 
@@ -118,15 +119,6 @@ class PriorityPolicy(EvictionPolicy):
         for key in victims:
             on_evict(entries.pop(key))
         return victims
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._entries)
 
 
 def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]) -> list | None:

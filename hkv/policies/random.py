@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -28,6 +28,7 @@ class RandomPolicy(EvictionPolicy):
         self._keys: list[Key] = []
         self._metas: list[BlockMeta] = []
         self._index: dict[Key, int] = {}
+        self._resident = self._index
         self._rng = _random.Random(self.seed)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
@@ -80,12 +81,3 @@ class RandomPolicy(EvictionPolicy):
         if len(chosen) + len(candidates) < n:
             return None
         return list(chosen) + self._rng.sample(candidates, n - len(chosen))
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._index
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._keys)

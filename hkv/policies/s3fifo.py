@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -38,6 +38,7 @@ class S3FIFOPolicy(EvictionPolicy):
         self._main: deque[Key] = deque()
         self._ghost: OrderedDict[Key, None] = OrderedDict()
         self._state: dict[Key, list] = {}  # key -> [meta, hits, in_main]
+        self._resident = self._state
         self._small_target = max(1, round(self.small_fraction * self.capacity_blocks))
         self._ghost_blocks = max(1, self.capacity_blocks - self._small_target)
 
@@ -134,12 +135,3 @@ class S3FIFOPolicy(EvictionPolicy):
             del self._state[key]
             return key
         return None
-
-    def __len__(self) -> int:
-        return len(self._state)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._state
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._state)
