@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.cost import CostModel, HardwareProfile
-from hkv.policies import make_policy, policy_names
+from hkv.policies import get_policy_class, make_policy, policy_names
 from hkv.policies.admission import StoreThreshold
 from hkv.report import save_results
 from hkv.sim import Trace, WorkloadSpec, generate, load_trace, overlay_modalities, replay
@@ -37,7 +37,7 @@ from hkv.sim import Trace, WorkloadSpec, generate, load_trace, overlay_modalitie
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 NATIVE = ("lru", "arc", "lru+st2")
-OFFLINE = ("belady",)
+
 CONTROL = ("random",)
 
 
@@ -68,7 +68,7 @@ def workloads(args: argparse.Namespace) -> dict[str, Trace]:
 def build(name: str, capacity: int, trace: Trace, cost_model: CostModel):
     if name == "lru+st2":
         return StoreThreshold(capacity, inner=make_policy("lru", capacity), threshold=2)
-    future = trace.reference_stream() if name == "belady" else None
+    future = trace.reference_stream() if get_policy_class(name).offline else None
     return make_policy(name, capacity, cost_model=cost_model, future=future)
 
 
@@ -114,7 +114,7 @@ def run_capacity(trace: Trace, capacity: int, cost_model: CostModel) -> dict[str
     for row in rows.values():
         hit = row["block_hit_rate"]
         row["lru_to_belady_gap_closed"] = round((hit - lru) / (opt - lru), 4) if opt > lru else None
-    online = [n for n in names if n not in OFFLINE + CONTROL]
+    online = [n for n in names if not get_policy_class(n).offline and n not in CONTROL]
     best_name = max(online, key=lambda n: rows[n]["block_hit_rate"])
     best = rows[best_name]["block_hit_rate"]
     closed = (best - native) / (opt - native) if opt > native else None

@@ -238,7 +238,7 @@ def test_access_pin_and_usage_mistakes(tmp_path) -> None:
     assert idle not in m and 1 not in m
 
 
-@pytest.mark.parametrize("name", [p for p in policy_names() if p != "belady"])
+@pytest.mark.parametrize("name", policy_names(online_only=True))
 def test_every_policy_keeps_the_invariants(tmp_path, name: str) -> None:
     rng = random.Random(name)
     m = manager(tmp_path, gpu=6, host=6, disk=6, policy=name)

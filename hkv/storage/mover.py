@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from hkv.blocks import Modality, Tier
-from hkv.errors import HkvError
 from hkv.planning.config import HybridKVCacheConfig
-from hkv.policies import make_policy
+from hkv.policies import make_policy, online_policy_class
 from hkv.storage.disk import DiskTier
 from hkv.storage.formats import LOSSLESS_FORMATS
 from hkv.storage.layout import BlockLayout
@@ -36,8 +35,7 @@ def tier_policies(
 ) -> dict[Tier, Any]:
     """One instance of policy `name` per tier, sized in blocks (the host's in blocks of its
     smallest cold format). `context` is the config and cost model the policies may use."""
-    if name == "belady":
-        raise HkvError("policy: belady needs the future reference stream; use it in simulate")
+    online_policy_class(name, runner="the block manager")  # an offline yardstick cannot run
     gpu, host, disk = tiers
     policies = {Tier.GPU: make_policy(name, gpu.capacity_blocks, **context)}
     if host is not None:
