@@ -6,8 +6,8 @@ makes in prose, asserted on what it computed.
 
 from __future__ import annotations
 
+import ast
 import functools
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,19 +15,11 @@ from typing import Any
 import nbformat
 import pytest
 
+from hkv.report import runner
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = ROOT / "out" / "results"
-
-
-def _load_runner():
-    spec = importlib.util.spec_from_file_location("hkv_notebook_runner", NOTEBOOKS / "run_all.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
-    return runner
-
-
-RUNNER = _load_runner()
 
 
 @functools.cache
@@ -35,12 +27,13 @@ def executed_results(stem: str) -> dict[str, Any]:
     """Run notebook `stem` once per session and return the results JSON it wrote."""
     results = RESULTS / f"{stem}.json"
     results.unlink(missing_ok=True)  # never assert on a previous run's numbers
-    RUNNER.run_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    runner.run_notebook(NOTEBOOKS / f"{stem}.ipynb")
     return json.loads(results.read_text())
 
 
 def check_installation(r: dict[str, Any]) -> None:
-    assert r["versions"]["hkv"] is not None
+    assert r["packages"]["hkv"] is not None  # what `hkv doctor` reads
+    assert r["versions"]["hkv"] == r["packages"]["hkv"]  # the provenance agrees
     assert r["vllm_version"].startswith("0.")
     assert r["gpu_count"] == len(r["gpu_names"])
     assert r["host_total_gib"] > 0
@@ -235,7 +228,10 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     lossy = [errors[fmt]["attention_rel_l2"] for fmt in ("q8", "q6", "q4")]
     assert 0.0 < lossy[0] < lossy[1] < lossy[2]
     for row in r["quant_round_trip"]:  # the cost model counts the bytes the codec stores
-        stored, counted = row["bytes per block, hkv.storage.quant"], row["bytes per block, cost model"]
+        stored, counted = (
+            row["bytes per block, hkv.storage.quant"],
+            row["bytes per block, cost model"],
+        )
         assert 0 <= stored - counted <= 5 * 8 * 62
     assert all(Path(figure).is_file() for figure in r["figures"])
 
@@ -243,13 +239,26 @@ def check_failure_modes(r: dict[str, Any]) -> None:
 def check_benchmarks(r: dict[str, Any]) -> None:
     for row in r["provenance"]:  # every committed result names its machine
         assert row["platform"] and row["accelerator"] and row["date"], row
-    transfer = r["transfer"]
+    _check_bench_transfer(r["transfer"])
+    _check_bench_policies(r)
+    _check_bench_vllm_h200(r["vllm_h200"])
+    _check_bench_tail_first(r["vllm_h200"])
+    _check_bench_e2e(r["e2e"])
+    _check_bench_live(r["live"])
+    _check_bench_article(r["article"], r["e2e"])
+    assert len(r["figures"]) == 7 and all(Path(figure).is_file() for figure in r["figures"])
+
+
+def _check_bench_transfer(transfer: dict[str, Any]) -> None:
     worst = transfer["worst_batched_vs_bulk"]
     assert sorted(worst.values()) == sorted(transfer["file_worst_batched_vs_bulk"].values())
     assert all(ratio >= 0.9 for ratio in worst.values()), worst
     assert all(ratio > 1.0 for ratio in transfer["batched_vs_per_block_smallest_block"].values())
     assert transfer["disk_vs_sequential_worst"] == transfer["file_disk_vs_sequential_worst"]
     assert transfer["disk_vs_sequential_worst"] >= 0.8
+
+
+def _check_bench_policies(r: dict[str, Any]) -> None:
     best = r["policies"]["best_online"]
     assert len(best) == 8
     for key, row in best.items():
@@ -258,7 +267,9 @@ def check_benchmarks(r: dict[str, Any]) -> None:
         assert 0.0 < row["share_of_belady"] < 1.0, key
     assert r["vllm_replay"]["rows"] > 0
     assert 0.0 <= r["vllm_replay"]["max_abs_diff_points"] <= 0.5
-    gpu = r["vllm_h200"]
+
+
+def _check_bench_vllm_h200(gpu: dict[str, Any]) -> None:
     assert gpu["file"] == "vllm_h200.json" and gpu["compare_cpu_gib"] == 8.0
     a = gpu["acceptance"]
     shares = a["cached_share"]
@@ -271,6 +282,12 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     met = gpu["targets_met"]  # computed from the numbers above, each way it came out
     assert met["cached share at 8 GiB"] == (shares["hkv_bip"] >= 0.33)
     assert len(met) == 6 and met["simulator vs vLLM, cached share"] is True
+    tp2 = gpu["tp2"]
+    assert abs(tp2["gpu_kv_error_frac"]) <= 0.02 and tp2["cpu_exact"] is True
+    assert all(abs(d) <= 2 for d in tp2["cached_share_diff_points"].values())
+
+
+def _check_bench_tail_first(gpu: dict[str, Any]) -> None:
     engines: dict[tuple, dict] = {}  # (engine, tier) -> policy -> row; alternating runs
     for row in gpu["tail_first"]:
         engines.setdefault((row["engine"], row["CPU tier"]), {})[row["policy"]] = row
@@ -300,10 +317,9 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     full = {row["engine"]: row for row in gpu["full_tier_vs_lru"]}
     assert set(full) >= {"e3", "e8", "e9"} and all(r["widest spread"] > 0 for r in full.values())
     assert set(gpu["full_tier_pooled_vs_lru"]) == {"hkv_bip", "hkv_bip+tail_first"}
-    tp2 = gpu["tp2"]
-    assert abs(tp2["gpu_kv_error_frac"]) <= 0.02 and tp2["cpu_exact"] is True
-    assert all(abs(d) <= 2 for d in tp2["cached_share_diff_points"].values())
-    e2e = r["e2e"]
+
+
+def _check_bench_e2e(e2e: dict[str, Any]) -> None:
     assert e2e["layers"] == 8 and e2e["tokens_equal_dynamic"] is True
     for context, speeds in e2e["speed_vs_hot_100"].items():
         assert speeds["1.0"] == 1.0, context
@@ -319,7 +335,9 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     assert set(sessions) == {1.0, 0.5, 0.32, 0.25, 0.1}
     assert all(row["tokens equal"] == "16/16" for row in sessions.values())
     assert sessions[0.1]["kv_resident_saved"] > sessions[0.32]["kv_resident_saved"] > 0.6
-    live = r["live"]
+
+
+def _check_bench_live(live: dict[str, Any]) -> None:
     assert 0.0 < live["elapsed_s"] < 60.0
     capacities = list(live["capacity_blocks"])
     sizes = [live["capacity_blocks"][c] for c in capacities]
@@ -331,7 +349,9 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     belady = live["hit_rates"]["belady"]
     for c in capacities:
         assert all(rates[c] <= belady[c] for rates in live["hit_rates"].values())
-    article = r["article"]
+
+
+def _check_bench_article(article: dict[str, Any], e2e: dict[str, Any]) -> None:
     assert article["hot_fraction"] == 0.32 and article["speed_kept"] == 0.76
     # single-sequence streaming of cold KV does not reach the article's 76 % of speed
     assert all(speed < article["speed_kept"] for speed in article["hkv_speed_kept"].values())
@@ -340,7 +360,6 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     assert parked["speed_kept"] > max(article["hkv_speed_kept"].values())
     assert parked["kv_vram_saved"] > 0.6
     assert all(0 < bound < 100 for bound in article["link_bound_tokens_per_s"].values())
-    assert len(r["figures"]) == 7 and all(Path(figure).is_file() for figure in r["figures"])
 
 
 def check_custom_modality_manager(r: dict[str, Any]) -> None:
@@ -406,3 +425,25 @@ def test_committed_notebooks_have_no_outputs() -> None:
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert "parameters" in code[0].metadata.get("tags", []), path.name
         assert not any(c.outputs or c.execution_count for c in code), f"{path.name}: make strip"
+
+
+MAX_CELL_LINES = 30
+MAX_NOTEBOOK_CODE_LINES = 250
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_notebook_is_thin(path: Path) -> None:
+    """Parameters first, short cells that call hkv, no definitions, results saved by the helper."""
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    lines = [len(c.source.splitlines()) for c in code]
+    assert max(lines) <= MAX_CELL_LINES, f"a cell of {max(lines)} lines"
+    assert sum(lines) <= MAX_NOTEBOOK_CODE_LINES, f"{sum(lines)} code lines"
+    for cell in code:
+        defined = [
+            node.name
+            for node in ast.walk(ast.parse(cell.source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        ]
+        assert not defined, f"cell {cell.get('id')} defines {defined}: move them into hkv"
+    assert "save_notebook_results(" in code[-1].source
