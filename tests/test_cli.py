@@ -115,6 +115,20 @@ def test_doctor_reports_this_machine():
         (["plan", "--model", "minimax-m2.5", "--gpu-mem", "-1"], "--gpu-mem: got -1.0"),
         (["plan", "--model", "minimax-m2.5", "--block-size", "0"], "--block-size: got 0"),
         (["plan", "--model", "no-such-model"], "--model: 'no-such-model' is neither"),
+        (["plan", "--model", "minimax-m2.5", "--gpus", "3"], "--gpus: minimax-m2.5 has 8 KV heads"),
+        (
+            [
+                "flags",
+                "--",
+                "vllm",
+                "serve",
+                "MiniMaxAI/MiniMax-M2.5",
+                "--tensor-parallel-size",
+                "3",
+            ],
+            "--tensor-parallel-size conflicts with --model: minimax-m2.5 has 8 KV heads",
+        ),
+        (["plan", "--model", "minimax-m2.5", "--weights-dtype", "int8"], "invalid choice: 'int8'"),
         (
             [
                 "simulate",
