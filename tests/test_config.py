@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hkv import HybridKVCacheConfig
-from hkv.planning.config import ModalityConfig
 from hkv.errors import ConfigError
+from hkv.planning.config import ModalityConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTICLE_FILE = ROOT / "data" / "configs" / "custom_hybrid_config.py"

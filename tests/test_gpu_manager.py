@@ -13,9 +13,9 @@ import torch
 
 from hkv import HybridKVCacheConfig
 from hkv.blocks import Modality, Tier
+from hkv.storage.layout import BlockLayout
 from hkv.storage.manager import HybridKVCacheManager
 from hkv.storage.quant import quantization_error
-from hkv.storage.layout import BlockLayout
 from hkv.storage.tiers import GpuTier, HostTier
 from hkv.storage.transfer import LOAD_CHUNK_BYTES, TransferEngine
 

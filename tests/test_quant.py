@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hkv.errors import HkvError
-from hkv.storage.quant import BITS, _pack, _unpack, codec, quantization_error
 from hkv.storage.layout import BlockLayout
+from hkv.storage.quant import BITS, _pack, _unpack, codec, quantization_error
 
 # Stated bounds (relative L2) for KV drawn from a standard normal with outlier key channels;
 # measured values are about two thirds of these (see test_error_bounds).
