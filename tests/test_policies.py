@@ -450,6 +450,26 @@ def test_bip_keeps_a_cycle_larger_than_the_cache_where_lru_keeps_nothing():
     assert bip.block_hits == 2 * 3
 
 
+def test_predictive_learns_that_one_off_blocks_do_not_return():
+    """Sessions whose first block comes back every round and whose other blocks never do: once
+    labelled, the one-off blocks go to the averse queue and are evicted first."""
+    requests = [[0, 1000 + i] for i in range(400)]  # block 0 returns, 1000+i never does
+    policy = make_policy("predictive", 8, update_every=16, min_samples=4)
+    replay(trace_of(*requests), policy, store="per_request")
+    assert 0 in policy
+    assert set(policy._averse) and 0 not in policy._averse
+
+
+def test_auto_serves_vllms_lru_floor_and_learns_from_every_request():
+    trace = generate(WorkloadSpec(seed=7, num_sessions=80))
+    auto = replay(trace, make_policy("auto", 40), store="per_request")
+    lru = replay(trace, make_policy("lru", 40), store="per_request")
+    # a small trace (2,193 references): the duel has little to go on, so auto stays close to
+    # LRU rather than above it (issue 16's report says where auto falls short)
+    assert auto.block_hit_rate >= lru.block_hit_rate - 0.03
+    assert auto.declined == 0  # admission is placement: nothing is refused
+
+
 def test_dip_follows_lru_on_a_recency_friendly_stream():
     trace = Trace([Request(float(i), 512, 1, (i % 3,)) for i in range(60)], 512)
     assert replay(trace, make_policy("dip", 4)).block_hits == 57
@@ -473,10 +493,13 @@ def decision_log(name: str, trace: Trace, capacity: int, seed: int, per_request:
     for request in trace.requests:
         ids = list(request.hash_ids)
         protected = frozenset(ids)
-        misses = []
+        misses, reused = [], []
         for index, key in enumerate(ids):
             if key in policy:
-                policy.touch(key)
+                if per_request:
+                    reused.append(key)  # vLLM reports the request's accesses when it ends
+                else:
+                    policy.touch(key)
                 continue
             block = metas.setdefault(key, request.block_meta(index, BLOCK))
             if not policy.admit(key, block):
@@ -489,6 +512,10 @@ def decision_log(name: str, trace: Trace, capacity: int, seed: int, per_request:
         if misses and (short <= 0 or log_append(log, policy.evict(short, protected))):
             for key, block in misses:
                 policy.insert(key, block)
+        else:
+            misses = []
+        if per_request:
+            policy.after_request([key for key, _ in misses], reused)
         if len(policy) and rng.random() < 0.5:
             pinned = metas[rng.choice(sorted(policy))]
             pinned.pinned = not pinned.pinned
@@ -513,19 +540,28 @@ def decision_runs():
 
 
 RECORDED_DECISIONS = {
-    "lru": "307379a13aca54ac14f60e9baf36c7d3e67a132056b0027863b72c2e5765235b",
-    "arc": "6fd0936c2fb18bdf8ffdcc416d31dbb771aa70a7ad82f78bd054be045f4ba631",
-    "s3fifo": "2c9be3503d2c4158fc091fd4d0493118a369bc2bccb137a024f95189a2ba352a",
-    "gdsf": "330a94f980efb762b0a353222ad1a7d7915ee17f42e7993e9fbab0cdc907a0f2",
-    "dip": "42e8e77cf5244b113a581de885b2e6cdb3768f5c55b90bc693603b1ee1276634",
-    "bip": "8ddee56af1f4d7b4b0832a3483c4516ed36278dce29f0c341297fce1248273cb",
-    "cost_aware": "07a2d4424708de2b8da1e6235b5757d05874938494c21a373859ad2f2f1bc319",
-    "modality_aware": "9c8b69258fd339b3b559da93313b51325f5ce1c43371b9a7ef8f9540d4e3f2d4",
+    "lru": "343eae7f01f2b6caf7ae3355f3c9ee919445c80db582648865c7bbeb6fa0bc7a",
+    "arc": "0b025fe96097ac7f0905b475254955b0b7240b73fea7c71647b6161e6fa7c080",
+    "s3fifo": "ecef7119cac82a3c11e444b3e2f6d4d5f0b3b6e9ff1a60a30e0b19a65ee74880",
+    "gdsf": "88e707f20ccac1e834e5aaf87b36ef4a71048f83b443823aaf8945db2b52c211",
+    "dip": "94331a025a19d8dac4f5336ddd8ff2789f4fb10caba2ea608f5473cfbf3dcad6",
+    "bip": "37533728c98db9498201d16df0ab6b2605c8466c58f41f22a5d9dda5efb58640",
+    "cost_aware": "5c0413e853866686dec131e00bb8b28415f443bef32c5c96fff99c2a32b853e8",
+    "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
+    "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
+    "auto": "3616e73858e64947d368b10bc65ece8850875ad741d074bbf56b19850620a43b",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
 """sha256 of each policy's decision logs (`decision_runs`), recorded from the policies as they
-were before their hot paths were optimised: a faster policy must decide exactly alike."""
+were before their hot paths were optimised: a faster policy must decide exactly alike.
+
+Re-recorded once, deliberately, for issue 16 (chains given up from the tail): the per-request
+run now reports a request's accesses after its store (`after_request`, as vLLM does when a
+request finishes) instead of touching inline, and the queue and priority policies re-rank a
+request's stored blocks tail first. That moved every online policy but `random` (whose victims
+ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
+recorded when they were added (issue 16)."""
 
 
 @pytest.mark.parametrize("name", policy_names())

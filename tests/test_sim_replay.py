@@ -107,22 +107,33 @@ def test_simulate_refuses_bad_input_before_working():
 def test_per_request_store_evicts_once_and_stores_all_or_nothing():
     policy = make_policy("lru", 3)
     result = replay(trace_of([1, 2, 3], [4, 5], [6, 7, 8, 9]), policy, store="per_request")
-    # request 2 needs 2 slots: blocks 1 and 2 go in one eviction and 4, 5 are stored;
-    # request 3 needs 4 slots in a 3-slot tier: none of its blocks is stored
+    # request 2 needs 2 slots: the chain 1, 2, 3 gives up its tail (3, then 2; issue 16, as
+    # vLLM's lru) in one eviction and 4, 5 are stored; request 3 needs 4 slots in a 3-slot
+    # tier: none of its blocks is stored
     assert result.evictions == 2
     assert result.store_failed == 4
-    assert sorted(policy) == [3, 4, 5]
+    assert sorted(policy) == [1, 4, 5]
 
 
-def test_per_request_touches_tail_first_where_the_policy_asks():
-    cases = (("lru", {}, 1), ("bip", {"bip_every": 0}, 1), ("bip", {"tail_first": True}, 3))
-    for name, params, first_out in cases:
-        policy = make_policy(name, 3, **params)
-        assert policy.touches_tail_first is params.get("tail_first", False)
-        replay(trace_of([1, 2, 3], [1, 2, 3]), policy, store="per_request")
-        # the second request references 1, 2, 3: in prefix order the head is oldest; tail
-        # first, the tail is, and it is the first to go
-        assert policy.evict(1, frozenset()) == [first_out], (name, params)
+TAIL_FIRST = [n for n in policy_names(online_only=True) if n != "random"]  # random: no order
+
+
+@pytest.mark.parametrize("name", TAIL_FIRST)
+@pytest.mark.parametrize("second", [[5], [1, 2, 3]], ids=["stored", "reused"])
+def test_per_request_gives_chains_up_from_the_tail(name, second):
+    """A chain 1, 2, 3 stored by one request, then either another request or the same chain
+    again: the tail goes first, whether the chain was just stored or just reused."""
+    policy = make_policy(name, 4)
+    replay(trace_of([1, 2, 3], second), policy, store="per_request")
+    assert policy.evict(1, frozenset({5})) == [3], name  # 5: the other chain
+
+
+def test_bip_without_tail_first_keeps_the_prefix_order():
+    """`tail_first=False` (the committed H200 results of `hkv_bip`): reused blocks touched in
+    prefix order, so the head of the chain is the oldest and goes first."""
+    policy = make_policy("bip", 3, bip_every=0, tail_first=False)
+    replay(trace_of([1, 2, 3], [1, 2, 3]), policy, store="per_request")
+    assert policy.evict(1, frozenset()) == [1]
 
 
 def test_store_mode_is_validated():

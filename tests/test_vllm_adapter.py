@@ -184,11 +184,12 @@ def test_insert_takes_position_and_modality_from_the_store_miss_context():
     assert metas[key(1)].modality is Modality.TEXT
 
 
-def manager_evictions(policy: str, chunks: int) -> list[int | None]:
+def manager_evictions(policy: str, chunks: int, make=manager) -> list[int | None]:
     """Evicted block ids in order (None for a refused store) over a fixed multi-turn sequence
     driven through vLLM's manager: lookups, loads held during the stores, stores of 8 blocks,
-    one in ten failing, request completion, image spans in every third session."""
-    m = manager(policy, chunks)
+    one in ten failing, request completion, image spans in every third session. `make` builds
+    the manager (default: with hkv's `policy`)."""
+    m = make(policy, chunks)
     rng = random.Random(3)
     sessions: dict[int, list[int]] = {s: [] for s in range(6)}
     next_id = 1000
@@ -226,24 +227,71 @@ def manager_evictions(policy: str, chunks: int) -> list[int | None]:
 
 
 RECORDED_MANAGER_EVICTIONS = {
-    "lru": "db3442c95ca7173a265a0a4488f81f0253743fec69414012bbb770dcffcb9799",
-    "arc": "926420fb51226432cb4dc053971f90b4a9e736a96832ff13e2246925ad2b39dd",
-    "s3fifo": "20c494baf18a89e56c40263bdecae5ca9439e152fe2cda106ef9957277f5f45a",
-    "gdsf": "db3442c95ca7173a265a0a4488f81f0253743fec69414012bbb770dcffcb9799",
-    "dip": "0df8bde2445dd2483d5ab837f699f5022ad55a63f9edcb38760ba7d2c0f14299",
-    "bip": "622a8caafb6412d3641efe0fa4af707b15a3a36013bec573c04ab51e96b0698a",
+    "lru": "3328ba0ad852cb77b3a25f9c443535cd97f41d692f22aa58e80fe148728a75ff",
+    "arc": "ae730756800a9f8ca0858257908366ccc2fa69b3bf50e746aede37d744b5b387",
+    "s3fifo": "db94de61d3a3db44fa7f793f1810061626ef30ccd2cde4d885d5255fd30ff117",
+    "gdsf": "3328ba0ad852cb77b3a25f9c443535cd97f41d692f22aa58e80fe148728a75ff",
+    "dip": "f7fdba30e285068557a71abb72f70e5b50f85bc0039f0af00fa944e3ad157537",
+    "bip": "cdb3e1135f9294d7f9e8c5a971ff342845556296057c4953562d307c4a50ea1e",
     "cost_aware": "eef343a81ffc71f63e11fefb6e6b394bbc315dc7d534b45312dc900aa31527d9",
     "modality_aware": "8ae91fd8b55417ae8a4ab90308547f92d98444ee2f53f0c0ead9ca1bbb658562",
     "random": "d19e079cda62185f78d94200be8776ac02b7e253ee996328b5e22ce5089cd5ae",
 }
 """sha256 of `manager_evictions` at 40 and 16 chunks, recorded from the adapter and policies as
-they were before their hot paths were optimised: a faster adapter must decide exactly alike."""
+they were before their hot paths were optimised: a faster adapter must decide exactly alike.
+
+Re-recorded for issue 16 (chains given up from the tail: `on_request_finished` re-ranks a
+request's stored blocks and touches its reused ones tail first): lru, arc, s3fifo, gdsf, dip
+and bip moved; cost_aware, modality_aware (prefix-capped, already tail first) and random did
+not. hkv_lru now evicts exactly as vLLM's own lru on this sequence (test below)."""
+
+
+def test_hkv_lru_evicts_as_vllms_own_lru():
+    def native(policy: str, chunks: int) -> CPUOffloadingManager:
+        return CPUOffloadingManager(num_chunks=chunks, cache_policy=policy)
+
+    expected = [manager_evictions("lru", chunks, native) for chunks in (40, 16)]
+    assert [manager_evictions("lru", chunks) for chunks in (40, 16)] == expected
 
 
 @pytest.mark.parametrize("policy", list(RECORDED_MANAGER_EVICTIONS))
 def test_decisions_inside_vllms_manager_match_the_recorded_reference(policy):
     logs = [manager_evictions(policy, chunks) for chunks in (40, 16)]
     assert hashlib.sha256(repr(logs).encode()).hexdigest() == RECORDED_MANAGER_EVICTIONS[policy]
+
+
+def chain_victim(m: CPUOffloadingManager, reuse: bool) -> list[bytes]:
+    """A request stores the chain [1, 2] (and, with `reuse`, a second request reads it back);
+    then a request storing block 3 into the full 2-chunk tier evicts one block: which?"""
+    first = ReqContext(req_id="chain")
+    for index, block in enumerate((1, 2)):
+        first.set_offload_key_position(key(block), 16 * (index + 1))
+    m.on_new_request(first)
+    store(m, [1, 2], first)
+    m.on_request_finished(first)
+    if reuse:
+        again = ReqContext(req_id="again")
+        for index, block in enumerate((1, 2)):
+            again.set_offload_key_position(key(block), 16 * (index + 1))
+        m.on_new_request(again)
+        assert [m.lookup(key(b), again) for b in (1, 2)] == [LookupResult.HIT] * 2
+        m.prepare_load([key(1), key(2)], again)
+        m.complete_load([key(1), key(2)], again)
+        m.on_request_finished(again)
+    other = ReqContext(req_id="other")
+    other.set_offload_key_position(key(3), 16)
+    m.on_new_request(other)
+    return store(m, [3], other).evicted_keys
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["stored", "reused"])
+@pytest.mark.parametrize("policy", [p for p in ONLINE if p != "random"])  # random: no order
+def test_a_chain_is_given_up_from_its_tail_as_vllms_lru_does(policy, reuse):
+    """Issue 16: a prefix cache cannot serve a chain's tail without its head, so the tail goes
+    first, whether the chain was just stored or just read back."""
+    native = CPUOffloadingManager(num_chunks=2, cache_policy="lru")
+    assert chain_victim(native, reuse) == [key(2)]
+    assert chain_victim(manager(policy, chunks=2), reuse) == [key(2)]
 
 
 @pytest.mark.parametrize("policy", ONLINE)

@@ -384,8 +384,9 @@ def test_a_prefix_pushed_off_the_gpu_comes_back_from_the_cpu_tier():
 
     tiers = sim.TwoTierReplay(make_policy("lru", 6), gpu_blocks=4)
     assert tiers.step(request([1, 2, 3]), 50) == 0
-    assert tiers.step(request([4, 5, 6]), 50) == 0  # pushes 1 and 2 off the GPU
-    assert 1 not in tiers.gpu and all(k in tiers.cpu for k in (1, 2, 3))
+    # pushes 3 and 2 off the GPU: the chain's tail goes first (issue 16), as in vLLM's pool
+    assert tiers.step(request([4, 5, 6]), 50) == 0
+    assert 3 not in tiers.gpu and 1 in tiers.gpu and all(k in tiers.cpu for k in (1, 2, 3))
     assert tiers.step(request([1, 2, 3, 7]), 70) == 48
     assert tiers.step(request([1, 2, 3, 7, 8]), 90) == 64  # now all on the GPU
 
@@ -455,7 +456,8 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
         p.sync()  # the policy hears of inserts at its next decision, or now
         if name == "hkv_lru":  # reads no metadata: none is worked out, one meta is shared
             assert not p.pending_meta and p.policy._order[b"c"] is p.policy._order[b"a"]
-            assert [k for k, _ in p.evict(2, set())] == [b"a", b"b"]  # z was touched after
+            # z was touched after; a and b, touched tail first (issue 16), leave tail first
+            assert [k for k, _ in p.evict(2, set())] == [b"b", b"a"]
             continue
         meta = p.policy._entries[b"c"].meta
         assert (meta.position, meta.tokens, meta.modality) == (32, 16, Modality.VISION)
@@ -505,11 +507,11 @@ MEDIUM_MM = anchor.Workload(
 
 RECORDED_026_EVICTIONS = {
     "lru": [
-        "2c79cd58c9fe7c96f54ce2fea75735821e313259de0f0fa4caa039d9130db99f",
+        "937b8bcb81614355b118cf68398aea263b6db71fffc6a4da3ff2387b905ef0d4",
         "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
     ],
     "arc": [
-        "4867e3362c6bb63b35d5600a8c36da8cd999f64ea1e0347d896b2bbe7e358d8f",
+        "1735249baeee62bab217a282c1d297628703e76455446eae2ab08b6cb4050103",
         "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
     ],
     "s3fifo": [
@@ -517,16 +519,16 @@ RECORDED_026_EVICTIONS = {
         "746307aa4fa97722bc104b5f595f2c704cf018d0690660359d79a378e786166f",
     ],
     "gdsf": [
-        "40127617ac363a9f051716de4b689b41eaba6916c9801f839dcd8b300a03312f",
+        "bfc82cb74f0e6d74346fb93967ccad3ce7144910ef70cbeef5521789da3b0008",
         "1058c434456084310f63309ee1a0a3f6e71f8f774ebe38e636df4d3a11e89822",
     ],
     "dip": [
-        "d99ed4f4cb247506dd4677246b5fec32bb2fe12acdc71dfa9245b378b94e2f38",
+        "5434744c2848d5857b312436a35f9ce4be5cf8adb7ec7d87892e943283becac0",
         "9cae2a3d56f5b64105194c2e6eebf4df1778d3cddce75dc45dbc7c205be2526e",
     ],
     "bip": [
-        "69684192d7f640f87c847b7bd3457265259e6e3277f30dbfe5174615ec1463a3",
-        "33c0c70a9a4db9c21fc7467a23e69680754afde6ffceba4ccf5ce5f56bae1f6e",
+        "d41bead5d3e3550904a82b9377dc4427e96dfc8356f32a77d31ddaeffa51d5fb",
+        "457edf7d230bd6a11fe1444d90cbfa0ddd931ff975b3f5c53014ac3849ed448a",
     ],
     "cost_aware": [
         "e2143c91c084fa503120fb20437486913532f1c5fc207090e414e936f5a1b2cc",
@@ -542,7 +544,9 @@ RECORDED_026_EVICTIONS = {
     ],
 }
 """sha256 of the evicted keys at 150 and 60 blocks, recorded from the adapter and policies as
-they were before their hot paths were optimised: a faster adapter must decide exactly alike."""
+they were before their hot paths were optimised: a faster adapter must decide exactly alike.
+Re-recorded for issue 16 where 0.26's first touch of a request now goes tail first for every
+policy (it was prefix order but for bip with `tail_first`): lru, arc, gdsf, dip, bip moved."""
 
 
 @pytest.mark.parametrize("policy", list(RECORDED_026_EVICTIONS))

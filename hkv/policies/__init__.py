@@ -8,7 +8,8 @@
 - `priority`: `PriorityPolicy`, the one heap evictor of priority-function policies
   (gdsf, cost_aware, modality_aware through `prefix`)
 - `registry`: names -> classes, `make_policy`, the online/offline check
-- one module per policy; `admission` wraps any policy with vLLM's `store_threshold`
+- one module per policy (`predictive`: learned online; `auto`: the recommended default);
+  `admission` wraps any policy with vLLM's `store_threshold`
 
 Each policy lives in its own module and is imported on first use. `make_policy` offers run
 context (`cost_model=`, `config=`, `future=`) to every policy; each takes what it declares.
@@ -43,6 +44,8 @@ for _name, _module, _cls in (
     ("bip", "dip", "BIPPolicy"),
     ("cost_aware", "cost_aware", "CostAwarePolicy"),
     ("modality_aware", "modality_aware", "ModalityAwarePolicy"),
+    ("predictive", "predictive", "PredictivePolicy"),
+    ("auto", "auto", "AutoPolicy"),
     ("belady", "belady", "BeladyPolicy"),
     ("random", "random", "RandomPolicy"),
 ):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -74,6 +74,16 @@ class StoreThreshold(EvictionPolicy):
         if key in self._counts:
             self._count(key)
         self.inner.touch(key)
+
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        self.inner.refresh_all(keys)
+
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        """The inner policy's order; each reused block also counts as an offer."""
+        for key in reused:
+            if key in self._counts:
+                self._count(key)
+        self.inner.after_request(stored, reused)
 
     def remove(self, key: Key) -> None:
         self.inner.remove(key)

@@ -13,6 +13,7 @@ The caller owns the protocol, the same in all three users:
         if len(policy) == policy.capacity_blocks:
             victims = policy.evict(1, protected)   # exactly 1 key, or None: do not store
         policy.insert(key, meta)
+    policy.after_request(stored_keys, reused_keys)   # where a tier stores per request (vLLM)
 
 Policies never evict on their own: `insert` on a full policy is a bug and raises.
 """
@@ -186,14 +187,28 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""
 
-    @property
-    def touches_tail_first(self) -> bool:
-        """Where a request's resident blocks are referenced together, after the request (vLLM's
-        CPU tier; `replay(store="per_request")`), touch them tail first, so that the head of the
-        prefix chain, which every later request sharing part of it needs, is the most recent.
-        False (every policy but `dip`/`bip` with `tail_first`): in prefix order, as vLLM's own
-        policies see them."""
-        return False
+    def refresh_all(self, keys: Iterable[Key]) -> None:  # noqa: B027 (optional: see below)
+        """Re-rank resident `keys`, in order, as if just stored, without counting a reference
+        (absent keys are ignored): the last one given is the last of them to be evicted. Used
+        by `after_request` to give up a request's new chain from its tail. The default does
+        nothing (policies whose eviction order never depends on insertion order: `random`)."""
+
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        """A request is done (vLLM's CPU tier reports it when it finishes; hkv's replay with
+        `store="per_request"` after the request's store): `stored` are the blocks it inserted,
+        `reused` the ones it found resident, each in prefix order.
+
+        A prefix cache serves a block only when every block before it is served, so a chain
+        must be given up from its tail, as vLLM's own `lru` and `arc` do (they re-rank a
+        request's blocks tail to head). The default does the same: the stored blocks are
+        re-ranked tail first (`refresh_all`), then the reused ones touched tail first, so that
+        the head of each chain, which every later request sharing any of it needs, is the most
+        recent. A policy that orders chains its own way (the prefix-capped value policies)
+        overrides it."""
+        if stored:
+            self.refresh_all(stored[::-1])
+        if reused:
+            self.touch_all(reused[::-1])
 
     def _check_insert(self, key: Key, size: int, resident: bool) -> None:
         """What every `insert` checks first: room (`size` blocks held) and a new key."""

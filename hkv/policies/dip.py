@@ -44,22 +44,26 @@ class DIPPolicy(QueuePolicy):
     mode: str = "adaptive"
     bip_every: int = 32
     groups: int = 4
-    tail_first: bool = False
+    tail_first: bool = True
     name = "dip"
 
-    @property
-    def touches_tail_first(self) -> bool:
-        """`tail_first`: a request's resident blocks, referenced together after it, are touched
-        tail first, so that when BIP gives up blocks it has kept it gives up the ends of prefix
-        chains before their heads and the chains it keeps stay usable. Simulated on the
-        multi-turn anchor workload of bench/vllm_gpu.py (`bench/vllm_gpu_sim.py`, bip), it raised
-        the cached share from 35.4 % to 38.2 % at 8 GiB and from 58.5 % to 62.6 % at 12 GiB; on
-        Mooncake's trace through vLLM's manager the same order changed bip little (2.0 % to
-        2.1 % at 1 %) but cost `dip` a point at 5 %. In vLLM 0.26 on an H200, in one engine with
-        bip as it is (`data/results/vllm_h200_tail_first.json`), it kept 35.7 % cached against
-        33.3 %, with the same wall time within noise (21.7 s against 21.8 s). Off by default:
-        the committed H200 results of bip are without it."""
-        return self.tail_first
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        """`tail_first` (the default since issue 16, as for every policy): a request's chains
+        are given up from the tail (`EvictionPolicy.after_request`; blocks inserted at the
+        eviction end already leave newest, i.e. tail, first). False touches the reused blocks in
+        prefix order and leaves new ones as inserted, the behaviour behind the committed H200
+        results of `hkv_bip` (`data/results/vllm_h200*.json`; `hkv_bip+tail_first` there is
+        this default). Simulated on the anchor workload (`bench/vllm_gpu_sim.py`, bip) tail
+        first raised the cached share from 35.4 % to 38.2 % at 8 GiB and from 58.5 % to 62.6 %
+        at 12 GiB; in vLLM 0.26 on an H200 (`data/results/vllm_h200_tail_first.json`) it kept
+        35.7 % cached against 33.3 %, at the same wall time within noise."""
+        if self.tail_first:
+            super().after_request(stored, reused)
+        elif reused:
+            self.touch_all(reused)
+
+    def _recent_ends(self):
+        return (self._warm,)  # the cold queue leaves newest first: its tail blocks go first
 
     def validate(self) -> None:
         if self.mode not in ("adaptive", "lru", "bip"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,12 @@ class PrefixValuePolicy(PriorityPolicy):
             count, priority = pending
         entry = entries[key] = PriorityEntry(meta, count, 0, priority)
         self._push_with(key, entry, priority)
+
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        """The reused blocks touched in prefix order: the prefix cap (each block worth at most
+        its parent, the deeper going first at equal worth) already gives chains up from the
+        tail, and it reads a request's references head to tail."""
+        self.touch_all(reused)
 
     def touch(self, key: Key) -> None:
         entry = self._entries.get(key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from abc import abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -61,6 +61,15 @@ class PriorityPolicy(EvictionPolicy):
         if entry is not None:
             entry.hits += 1
             self._push(key, entry)
+
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        """A fresh heap entry (a new `seq`) for each resident key, in order: at equal priority
+        the last one given is the last to go."""
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is not None:
+                self._push(key, entry)
 
     def remove(self, key: Key) -> None:
         self._entries.pop(key, None)

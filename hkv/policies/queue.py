@@ -30,6 +30,18 @@ class QueuePolicy(EvictionPolicy):
         """Each queue with its keys in the order they are given up, first queue first."""
         return ((queue, queue) for queue in self._queues)
 
+    def _recent_ends(self) -> Iterable[Queue]:
+        """The queues whose last key is the last to be evicted (`refresh_all` re-ranks there)."""
+        return self._queues
+
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        """Each resident key to the recent end of its own queue, in the given order."""
+        if not isinstance(keys, list | tuple):
+            keys = list(keys)
+        for queue in self._recent_ends():
+            for key in filter(queue.__contains__, keys):
+                queue[key] = queue.pop(key)
+
     def remove(self, key: Key) -> None:
         for queue in self._queues:
             if queue.pop(key, None) is not None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
@@ -56,6 +57,18 @@ class S3FIFOPolicy(EvictionPolicy):
         state = self._state.get(key)
         if state is not None and state[1] < 3:
             state[1] += 1
+
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        """The given keys, where they are the newest of their FIFO (a request's new blocks),
+        re-queued in the given order; elsewhere the FIFO order stands."""
+        keys = [k for k in keys if k in self._state]
+        for queue, in_main in ((self._small, False), (self._main, True)):
+            mine = [k for k in keys if self._state[k][2] is in_main]
+            newest = list(islice(reversed(queue), len(mine)))
+            if mine and set(newest) == set(mine):
+                for _ in mine:
+                    queue.pop()
+                queue.extend(mine)
 
     def remove(self, key: Key) -> None:
         state = self._state.pop(key, None)

@@ -11,9 +11,9 @@ or an `admit` (absent): offline policies (`belady`) follow the trace through the
 `store="per_request"` models vLLM's CPU tier (`CPUOffloadingManager`) instead: a request's
 missing blocks are offered (`admit`) in order, the tier evicts what they need in one call
 (`evict(n)`, all or nothing: if it cannot, none of them is stored), inserts them all, and only
-then are the request's previously resident blocks touched (vLLM records accesses when the
-request finishes), in prefix order, or tail first for a policy that asks for it
-(`touches_tail_first`), as hkv's vLLM adapter does.
+then the policy hears of the request (`after_request(stored, reused)`: vLLM records accesses
+when the request finishes), which gives chains up from the tail, as vLLM's own lru and arc do
+and as hkv's vLLM adapter calls it.
 `bench/vllm_replay.py` checks this mode against vLLM's manager. Offline policies need the
 per-block order and do not run in this mode.
 
@@ -247,7 +247,7 @@ def _replay_loop_per_request(
 
 def _store_request(request, policy: EvictionPolicy, tally: _Tally, totals: dict) -> None:
     """vLLM's tier after a request: store its absent blocks the policy admits (evicting all
-    room needed at once, or storing none), then touch the blocks it reused."""
+    room needed at once, or storing none), then tell the policy what it stored and reused."""
     ids, resident = request.hash_ids, tally.resident
     reused = [key for key in ids if key in resident]
     to_store: dict[Hashable, BlockMeta] = {}
@@ -272,8 +272,7 @@ def _store_request(request, policy: EvictionPolicy, tally: _Tally, totals: dict)
         policy.insert(key, meta)
         resident.add(key)
     totals["inserts"] += len(to_store)
-    for key in reversed(reused) if policy.touches_tail_first else reused:
-        policy.touch(key)
+    policy.after_request(list(to_store), reused)
 
 
 def simulate(

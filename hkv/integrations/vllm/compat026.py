@@ -21,7 +21,9 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
     """`keys` are all of a request's keys, in prefix order, at every touch.
 
     The first touch is the request's one access (resident blocks are touched once, as in hkv's
-    replay) and notes position and modality of the absent keys for their `insert`; a later
+    replay, through `after_request`, tail first; 0.26 reports no end of request, so the blocks
+    the request stores keep their insertion order) and notes position and modality of the
+    absent keys for their `insert`; a later
     touch only looks at keys the request did not have before (its list only grows), so it
     usually costs nothing but this bookkeeping.
     """
@@ -35,8 +37,7 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
         resident = list(filter(adapter.chunks.__contains__, keys))
         if resident:
             adapter.sync()
-            policy = adapter.policy
-            policy.touch_all(resident[::-1] if policy.touches_tail_first else resident)
+            adapter.policy.after_request((), resident)
 
 
 def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
@@ -66,4 +67,3 @@ def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any
     else:
         metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
         pending.update([(keys[i], metas[i]) for i in absent])
-

@@ -17,11 +17,12 @@ What the adapter adds to the policy (the package docstring says how vLLM finds i
 - One access per request: 0.32+ reports it when the request finishes (`on_request_finished`);
   0.26 touches a request's whole prompt at lookup and after every store, so there the first
   touch counts and later ones only note metadata (`compat026`). The request's resident blocks
-  are touched in prefix order, or tail first for a policy that asks for it
-  (`touches_tail_first`): a prefix cache serves a block only when every block before it is
-  served, so the head of a chain is then the most recent and the policy gives up chains from
-  the tail. hkv's replay (`store="per_request"`) does the same, which is what lets the
-  simulator predict the adapter inside vLLM.
+  are touched tail first and, in 0.32+, the ones it stored re-ranked tail first
+  (`EvictionPolicy.after_request`), as vLLM's own lru and arc re-rank a request's keys: a prefix
+  cache serves a block only when every block before it is served, so the head of a chain is then
+  the most recent and the policy gives up chains from the tail. hkv's replay
+  (`store="per_request"`) makes the same call, which is what lets the simulator predict the
+  adapter inside vLLM.
 - Hyperparameters: `hkv_policy_params` in the connector's extra config (`settings`).
 """
 
@@ -179,15 +180,18 @@ class HkvCachePolicy(CachePolicy):
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
     ) -> None:
-        """One access per request, as in hkv's replay: blocks that were resident before the
-        request are touched (in prefix order, or tail first if the policy asks); blocks it only
-        inserted are not (their insert was their reference), or frequency-based policies would
-        count them twice."""
-        tail_first = self.policy.touches_tail_first
+        """One access per request, as in hkv's replay: the policy hears which of the request's
+        blocks it stored and which were resident before it (`after_request`, each in prefix
+        order); blocks it only inserted are not touched (their insert was their reference), or
+        frequency-based policies would count them twice, but re-ranked so that chains go from
+        the tail."""
+        self.sync()
+        after_request = self.policy.after_request
         for keys in key_groups:
-            reused = [k for k in keys if k not in insertion_only_keys]
-            ordered = in_prefix_order(reused, req_context)
-            self.touch(ordered[::-1] if tail_first else ordered, req_context)
+            ordered = in_prefix_order(keys, req_context)
+            stored = [k for k in ordered if k in insertion_only_keys]
+            reused = [k for k in ordered if k not in insertion_only_keys]
+            after_request(stored, reused)
 
     def evict(self, n: int, protected):
         if n <= 0:
@@ -266,4 +270,3 @@ def policy_class(name: str) -> type[HkvCachePolicy]:
     except HkvError as exc:
         raise AttributeError(f"eviction_policy {name!r}: {exc}") from None
     return type(PREFIX + bare, (HkvCachePolicy,), {"hkv_policy": bare, "__module__": PACKAGE})
-

@@ -1,0 +1,238 @@
+"""An online learned policy: will a block be referenced again within the tier's horizon?"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hkv.blocks import BlockMeta, Modality
+from hkv.policies.base import Key, check_float, check_int
+from hkv.policies.queue import QueuePolicy
+
+_DEPTHS, _COUNTS, _GAPS = 8, 4, 8
+_MODALITIES = {Modality.TEXT: 0, Modality.VISION: 1, Modality.AUDIO: 2}
+_COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the prior of a bucket
+_BUCKETS = _DEPTHS * 3 * _COARSE
+_PRIOR_WEIGHT = 4.0  # pseudo-labels a bucket borrows from its coarse parent
+
+
+@dataclass(eq=False)
+class PredictivePolicy(QueuePolicy):
+    """Predicts, per block, whether it returns within the tier's horizon; learns online.
+
+    In the spirit of Hawkeye (Jain & Lin, ISCA 2016) with a bucketed estimator instead of a PC-
+    indexed predictor. Time is the tier's own clock: one tick per stored block. The horizon is
+    `horizon_factor x capacity_blocks` ticks, about how long an unreferenced block survives
+    under LRU. Every reference (insert or touch) is filed under a bucket of what the policy
+    sees then: depth in the prefix chain (log2 of `meta.position / meta.tokens`, 8 buckets),
+    references so far (0, 1, 2, 3+), the gap since the previous one (log2 of gap / horizon, 8
+    buckets), modality, and whether the request extended an earlier one (its first stored
+    block is not at position 0: the blocks before it were cached). A request starts where
+    positions restart or after `after_request`.
+
+    Labels are causal: a bucket earns a positive label when the block is referenced again
+    within the horizon, a negative one when it is referenced later or when the horizon passes
+    without a reference (found by a sweep over a log of references, every horizon or 256 stores).
+    Each bucket's estimate `p` is (positives + 4 x its coarse parent's rate) / (labels + 4); the
+    table is rebuilt every `update_every` labels (the model's update cadence), and all counts
+    halve every `window x horizon` labels (its state window). History is kept for blocks seen
+    within the last `8 x horizon` ticks.
+
+    Eviction: blocks predicted not to return (`p < friendly_threshold`) sit in an averse queue
+    that is emptied first, then friendly blocks go least recently used first; a friendly block
+    unreferenced for a whole horizon is demoted to the averse queue's eviction end (its
+    prediction has failed). This is "farthest predicted next use" at two levels of resolution.
+    Admission: when the tier is full, a block whose bucket has at least `min_samples` labels
+    and `p < admit_threshold` is not stored, and neither is the rest of its request's chain
+    (a prefix cache cannot serve a block whose parent is missing).
+    """
+
+    horizon_factor: float = 1.0
+    friendly_threshold: float = 0.25
+    admit_threshold: float = 0.02
+    min_samples: int = 64
+    update_every: int = 512
+    window: int = 16
+    name = "predictive"
+
+    def validate(self) -> None:
+        check_float(self.name, "horizon_factor", self.horizon_factor, 0.0, 64.0, open_low=True)
+        check_float(self.name, "friendly_threshold", self.friendly_threshold, 0.0, 1.0)
+        check_float(self.name, "admit_threshold", self.admit_threshold, 0.0, 1.0)
+        check_int(self.name, "min_samples", self.min_samples, 1)
+        check_int(self.name, "update_every", self.update_every, 1)
+        check_int(self.name, "window", self.window, 1)
+
+    def reset(self) -> None:
+        self._averse: OrderedDict[Key, BlockMeta] = OrderedDict()  # evicted first, oldest first
+        self._friendly: OrderedDict[Key, BlockMeta] = OrderedDict()  # least recently used first
+        self._queues = (self._averse, self._friendly)
+        self._horizon = max(1, round(self.horizon_factor * self.capacity_blocks))
+        self._sweep_every = min(256, self._horizon)
+        self._clock = self._stamp = self._labels = self._halved_at = 0
+        self._seen: dict[Key, list] = {}  # key -> [clock, bucket or None, count, stamp]
+        self._log: list[tuple[int, int, Key]] = []  # (stamp, clock, key), oldest first
+        self._log_at = 0  # entries before it are past the horizon (labelled)
+        self._pos = [0.0] * _BUCKETS
+        self._num = [0.0] * _BUCKETS
+        self._coarse_pos = [0.0] * _COARSE
+        self._coarse_num = [0.0] * _COARSE
+        self._p = [1.0] * _BUCKETS  # optimistic until labels arrive: behaves as LRU
+        self._trusted = [False] * _BUCKETS
+        self._request_last = -1  # position of the request's last offered block
+        self._extends = 0
+        self._declining = False
+        self._pending: dict[Key, int] = {}  # admitted key -> its bucket
+
+    # -- features and labels --------------------------------------------------------------
+    def _bucket(self, key: Key, meta: BlockMeta) -> int:
+        record = self._seen.get(key)
+        if record is None:
+            coarse = self._extends
+        else:
+            gap = (self._clock - record[0]) * 8 // self._horizon
+            gap_bucket = min(gap.bit_length() + 1, _GAPS - 1)  # 0: no earlier reference
+            coarse = (min(record[2], 3) * _GAPS + gap_bucket) * 2 + self._extends
+        depth = min((meta.position // (meta.tokens or 1)).bit_length(), _DEPTHS - 1)
+        return (depth * 3 + _MODALITIES[meta.modality]) * _COARSE + coarse
+
+    def _record(self, key: Key, bucket: int) -> None:
+        """A reference to `key` now, filed under `bucket`; labels its previous reference."""
+        seen, clock = self._seen, self._clock
+        record = seen.get(key)
+        count = 1
+        if record is not None:
+            count += record[2]
+            if record[1] is not None:
+                self._label(record[1], clock - record[0] <= self._horizon)
+        self._stamp = stamp = self._stamp + 1
+        seen[key] = [clock, bucket, count, stamp]
+        self._log.append((stamp, clock, key))
+
+    def _label(self, bucket: int, returned: bool) -> None:
+        self._num[bucket] += 1.0
+        self._coarse_num[bucket % _COARSE] += 1.0
+        if returned:
+            self._pos[bucket] += 1.0
+            self._coarse_pos[bucket % _COARSE] += 1.0
+        self._labels = labels = self._labels + 1
+        if not labels % self.update_every:
+            self._refresh_model(labels)
+
+    def _refresh_model(self, labels: int) -> None:
+        """Rebuild the prediction table (batched: once per `update_every` labels)."""
+        if labels - self._halved_at >= self.window * self._horizon:
+            self._halved_at = labels
+            for table in (self._pos, self._num, self._coarse_pos, self._coarse_num):
+                table[:] = [value * 0.5 for value in table]
+        cpos, cnum, weight = self._coarse_pos, self._coarse_num, _PRIOR_WEIGHT
+        total = sum(cnum)
+        base = sum(cpos) / total if total else 1.0
+        prior = [(cp + weight * base) / (cn + weight) for cp, cn in zip(cpos, cnum, strict=True)]
+        self._p = [
+            (pos + weight * prior[b % _COARSE]) / (num + weight)
+            for b, (pos, num) in enumerate(zip(self._pos, self._num, strict=True))
+        ]
+        least = self.min_samples
+        self._trusted = [cnum[b % _COARSE] + num >= least for b, num in enumerate(self._num)]
+
+    def _sweep(self) -> None:
+        """Negative labels for references the horizon has passed without a return; forget
+        blocks not seen for 8 horizons (resident ones are kept)."""
+        log, seen, at = self._log, self._seen, self._log_at
+        horizon_end, forget_end = self._clock - self._horizon, self._clock - 8 * self._horizon
+        while at < len(log) and log[at][1] < horizon_end:
+            stamp, _, key = log[at]
+            record = seen.get(key)
+            if record is not None and record[3] == stamp and record[1] is not None:
+                self._label(record[1], False)
+                record[1] = None
+            at += 1
+        drop = 0
+        while drop < at and log[drop][1] < forget_end:
+            stamp, _, key = log[drop]
+            record = seen.get(key)
+            if record is not None and record[3] == stamp and key not in self:
+                del seen[key]
+            drop += 1
+        if drop > 1024:
+            del log[:drop]
+            at -= drop
+        self._log_at = at
+
+    # -- the policy -----------------------------------------------------------------------
+    def _new_request(self, position: int) -> None:
+        self._extends = int(position > 0)
+        self._declining = False
+
+    def _is_friendly(self, bucket: int) -> bool:
+        """Where a referenced block goes: the friendly queue (True) or the averse one."""
+        return self._p[bucket] >= self.friendly_threshold
+
+    def _declines(self, bucket: int) -> bool:
+        """Whether a miss in `bucket` is not stored (the tier being full)."""
+        return self._trusted[bucket] and self._p[bucket] < self.admit_threshold
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        """Decline blocks predicted not to return within the horizon, and the rest of their
+        request's chain, once the tier is full and the prediction rests on enough labels."""
+        if meta.position <= self._request_last or self._request_last < 0:
+            self._new_request(meta.position)
+        self._request_last = meta.position
+        bucket = self._bucket(key, meta)
+        if len(self._pending) > self.capacity_blocks:
+            self._pending.clear()  # admitted keys whose store never happened
+        self._pending[key] = bucket
+        if self._declining:
+            return False
+        full = len(self._averse) + len(self._friendly) >= self.capacity_blocks
+        if full and self._declines(bucket):
+            self._declining = True
+            return False
+        return True
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        averse, friendly = self._averse, self._friendly
+        size = len(averse) + len(friendly)
+        if size >= self.capacity_blocks or key in averse or key in friendly:
+            self._check_insert(key, size, key in averse or key in friendly)  # raises
+        bucket = self._pending.pop(key, None)
+        if bucket is None:
+            bucket = self._bucket(key, meta)
+        self._record(key, bucket)
+        (friendly if self._is_friendly(bucket) else averse)[key] = meta
+        self._clock = clock = self._clock + 1
+        if not clock % self._sweep_every:
+            self._sweep()
+            self._demote_stale()
+
+    def touch(self, key: Key) -> None:
+        meta = self._averse.pop(key, None)
+        if meta is None:
+            meta = self._friendly.pop(key, None)
+            if meta is None:
+                return
+        bucket = self._bucket(key, meta)
+        self._record(key, bucket)
+        (self._friendly if self._is_friendly(bucket) else self._averse)[key] = meta
+
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        touch = self.touch
+        for key in keys:
+            touch(key)
+
+    def after_request(self, stored, reused) -> None:
+        super().after_request(stored, reused)
+        self._request_last = -1  # the next offer starts a request
+
+    def _demote_stale(self) -> None:
+        """Friendly blocks unreferenced for a horizon go to the averse queue's eviction end."""
+        friendly, averse, seen = self._friendly, self._averse, self._seen
+        oldest = self._clock - self._horizon
+        while friendly:
+            key = next(iter(friendly))
+            if seen[key][0] >= oldest:
+                break
+            averse[key] = friendly.pop(key)
+            averse.move_to_end(key, last=False)
