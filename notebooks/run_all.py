@@ -1,6 +1,6 @@
 """Execute the numbered notebooks with papermill: `hkv.report.runner` does the work.
 
-python notebooks/run_all.py [--only 02 03] [-p NAME VALUE] [--html]
+python notebooks/run_all.py [--only 02 03] [-p NAME VALUE]   # HTML always, into out/html
 """
 
 from hkv.report.runner import main

@@ -2,7 +2,7 @@
 tables and figures built from them. Imports only the standard library and numpy at import
 time; pandas, matplotlib and seaborn are imported by the functions that draw or tabulate."""
 
-from hkv.report.notebook import save_notebook_results
+from hkv.report.notebook import quiet_vllm_logging, save_notebook_results
 from hkv.report.provenance import (
     PROVENANCE_KEYS,
     machine_info,
@@ -17,6 +17,7 @@ __all__ = [
     "machine_info",
     "package_versions",
     "provenance",
+    "quiet_vllm_logging",
     "save_notebook_results",
     "save_results",
     "write_json",

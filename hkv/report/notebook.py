@@ -9,6 +9,7 @@ parameters, then the notebook's own keys.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,6 +18,20 @@ from typing import Any
 from hkv.report.provenance import DEFAULT_PACKAGES, save_results
 
 DEFAULT_RESULTS_DIR = "../out/results"  # relative to notebooks/, where papermill runs them
+QUIET_VLLM_LEVEL = "ERROR"
+
+
+def quiet_vllm_logging() -> str:
+    """Hold vLLM's loggers at `VLLM_LOGGING_LEVEL` (set to ERROR here when unset) from its import
+    on; returns the level. Call it before the first `import vllm`.
+
+    vLLM applies that variable only when an engine starts; what it logs while being imported
+    (on the CPU build: "Triton is installed, but doesn't include CPU backend") goes through
+    Python's last-resort handler at WARNING whatever the variable says.
+    """
+    level = os.environ.setdefault("VLLM_LOGGING_LEVEL", QUIET_VLLM_LEVEL).upper()
+    logging.getLogger("vllm").setLevel(level)
+    return level
 
 
 def save_notebook_results(

@@ -3,26 +3,70 @@
     python notebooks/run_all.py                 # every notebook, CPU defaults
     python notebooks/run_all.py --only 02 03    # some of them
     python notebooks/run_all.py -p TRACE /path/to/trace.jsonl   # override a parameter
-    python notebooks/run_all.py --html          # also render out/html/*.html
 
-Executed copies go to out/notebooks/ (gitignored), each notebook's results JSON to out/results/.
-Notebooks run with notebooks/ as their working directory, exactly as in JupyterLab. A parameter
-given with -p is passed only to notebooks that declare it in their `parameters` cell.
-papermill, nbformat and nbconvert are imported by the functions that use them.
+Executed copies go to out/notebooks/ (gitignored), their HTML to out/html/, each notebook's
+results JSON to out/results/. Notebooks run with notebooks/ as their working directory, exactly
+as in JupyterLab. A parameter given with -p is passed only to notebooks that declare it in its
+`parameters` cell. papermill, nbformat and nbconvert are imported by the functions that use them.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "out"
+
+# The kernel's environment: figures inline, and each source of noise turned down where it
+# starts. The report keeps what a reader needs; none of these changes a number it shows.
+KERNEL_ENV = {
+    # matplotlib's inline backend: figures go into the notebook (and its HTML) as well as to
+    # out/figures. A kernel that inherits MPLBACKEND=Agg draws them into nothing.
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    # vLLM logs errors only. Its warnings on the CPU build are advice for tuning a CPU server
+    # (LD_PRELOAD tcmalloc / iomp, thread binding, no Triton CPU backend, eager mode chosen
+    # on purpose); notebook 02 lists them where it starts the engine.
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    # torch's C++ warnings: vLLM's CPU worker binds memory to NUMA node 0 and torch says so
+    # ("NUMA binding: Using MEMBIND policy"), which on these machines changes nothing
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    # transformers' and huggingface_hub's progress bars ("Loading weights")
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    # tqdm.auto warns "IProgress not found" in any kernel without ipywidgets; no progress bar
+    # is left for it to draw there
+    "PYTHONWARNINGS": "ignore:IProgress not found",
+}
+# The kernel's sockets are CurveZMQ-encrypted (keys provisioned by the kernel manager; the
+# kernelspec `make setup` installs declares curve support). Plain TCP would make ipykernel log
+# "Kernel is running over TCP without encryption" at every start, and rightly so.
+KERNEL_MANAGER_CONFIG = {"KernelManager": {"transport_encryption": "required"}}
+
+
+@contextlib.contextmanager
+def kernel_environment(env: Mapping[str, str] = KERNEL_ENV) -> Iterator[None]:
+    """Set `env` in os.environ while a kernel starts (it inherits it), then restore it.
+    PYTHONWARNINGS is added to, not replaced."""
+    saved = {name: os.environ.get(name) for name in env}
+    try:
+        for name, value in env.items():
+            current = os.environ.get(name) if name == "PYTHONWARNINGS" else None
+            os.environ[name] = f"{current},{value}" if current else value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def numbered_notebooks(notebooks: Path = NOTEBOOKS) -> list[Path]:
@@ -48,38 +92,50 @@ def declared_parameters(path: Path) -> set[str]:
     return set()
 
 
-def run_notebook(path: Path, parameters: dict[str, object] | None = None) -> Path:
-    """Execute one notebook; returns the executed copy. Raises papermill's error on failure."""
+def run_notebook(
+    path: Path, parameters: dict[str, object] | None = None, *, out: Path = OUT
+) -> Path:
+    """Execute one notebook into `out`/notebooks and render it into `out`/html (`out` is the
+    repository's out/ by default); returns the executed copy. Raises papermill's error on
+    failure."""
     import papermill
+    from traitlets.config import Config
 
-    out_dir = OUT / "notebooks"
+    out_dir = out / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (OUT / "results").mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(parents=True, exist_ok=True)
     declared = declared_parameters(path)
     given = {k: v for k, v in (parameters or {}).items() if k in declared}
     executed = out_dir / path.name
-    papermill.execute_notebook(
-        str(path),
-        str(executed),
-        parameters=given,
-        cwd=str(path.resolve().parent),
-        kernel_name="python3",
-        progress_bar=False,
-    )
+    with kernel_environment():
+        papermill.execute_notebook(
+            str(path),
+            str(executed),
+            parameters=given,
+            cwd=str(path.resolve().parent),
+            kernel_name="python3",
+            progress_bar=False,
+            config=Config(KERNEL_MANAGER_CONFIG),
+        )
+    render_html(executed, out=out)
     return executed
 
 
-def render_html(executed: Path) -> Path:
+def render_html(executed: Path, *, out: Path = OUT) -> Path:
     """Render an executed notebook to out/html/; returns the HTML file's path."""
     import nbconvert
     import nbformat
 
-    html_dir = OUT / "html"
-    html_dir.mkdir(parents=True, exist_ok=True)
     body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
-    target = html_dir / executed.with_suffix(".html").name
+    target = html_path(executed, out=out)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(body)
     return target
+
+
+def html_path(executed: Path, *, out: Path = OUT) -> Path:
+    """Where `render_html` writes the HTML of an executed notebook."""
+    return out / "html" / executed.with_suffix(".html").name
 
 
 def _parse_value(text: str) -> object:
@@ -96,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", nargs="*", default=None, help="notebook number prefixes")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    parser.add_argument("--html", action="store_true", help="render HTML into out/html")
     args = parser.parse_args(argv)
     params = {name: _parse_value(value) for name, value in args.p}
     selected = [nb for nb in numbered_notebooks() if not args.only or nb.name[:2] in set(args.only)]
@@ -107,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     for nb in selected:
         start = time.perf_counter()
         executed = run_notebook(nb, params)
-        entry = {"notebook": nb.name, "seconds": round(time.perf_counter() - start, 1)}
-        if args.html:
-            entry["html"] = str(render_html(executed).relative_to(ROOT))
+        entry = {
+            "notebook": nb.name,
+            "seconds": round(time.perf_counter() - start, 1),
+            "html": str(html_path(executed).relative_to(ROOT)),
+        }
         summary.append(entry)
         print(f"{nb.name}: ok in {entry['seconds']} s", flush=True)
     (OUT / "notebooks" / "summary.json").write_text(json.dumps(summary, indent=2))

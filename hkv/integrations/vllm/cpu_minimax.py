@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,9 @@ def generate_vllm(
 
     Sets `VLLM_ENABLE_V1_MULTIPROCESSING=0` (the engine must live in this process, where the
     fix is), `HF_HUB_OFFLINE=1` and, when given, `VLLM_CACHE_ROOT`, before vLLM reads them.
-    The engine is shut down before returning.
+    The engine is shut down before returning. vLLM's checkpoint-loading progress bar is off,
+    and so is one FutureWarning vLLM triggers itself while it starts (its Triton dispatcher
+    reads the deprecated `torch.distributed.reduce_op` when it scans torch's attributes).
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -135,15 +138,22 @@ def generate_vllm(
     from vllm import LLM, SamplingParams
 
     start = time.perf_counter()
-    llm = LLM(
-        model=str(path),
-        distributed_executor_backend="uni",
-        dtype="float32",
-        enforce_eager=True,  # no compile: the engine starts in seconds on two cores
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        max_model_len=max_model_len,
-        seed=0,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r"`torch\.distributed\.reduce_op` is deprecated",
+            category=FutureWarning,
+        )
+        llm = LLM(
+            model=str(path),
+            distributed_executor_backend="uni",
+            dtype="float32",
+            enforce_eager=True,  # no torch.compile, no CUDA graphs: less to start on a CPU
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            max_model_len=max_model_len,
+            seed=0,
+            use_tqdm_on_load=False,
+        )
     engine_start_s = time.perf_counter() - start
     try:
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
