@@ -1,12 +1,12 @@
 """Replay a Mooncake-format trace through vLLM's own CPU offloading manager.
 
-For each request, in file order, the script drives vLLM's `CPUOffloadingManager` as the
-OffloadingConnector's scheduler does: `lookup` of the prompt's blocks (the hits are the longest
-resident prefix), `prepare_load`/`complete_load` of the hits, `prepare_store`/`complete_store` of
-the whole prompt (vLLM stores what is missing), then `on_request_finished`. Policies: vLLM's
-`lru` and `arc`, `lru` with `store_threshold` 2, and every online hkv policy through
-`hkv.integrations.vllm`. The same trace and capacity go through `hkv.sim.simulate`, so the table
-says how faithfully the simulator models vLLM's tier.
+For each request, in file order, `hkv.integrations.vllm.replay.drive` calls vLLM's
+`CPUOffloadingManager` as the OffloadingConnector's scheduler does: `lookup` of the prompt's
+blocks (the hits are the longest resident prefix), `prepare_load`/`complete_load` of the hits,
+`prepare_store`/`complete_store` of the whole prompt (vLLM stores what is missing), then
+`on_request_finished`. Policies: vLLM's `lru` and `arc`, `lru` with `store_threshold` 2, and
+every online hkv policy through `hkv.integrations.vllm`. The same trace and capacity go through
+`hkv.sim.simulate`, so the table says how faithfully the simulator models vLLM's tier.
 
     python -m bench.vllm_replay --trace ../shared/traces/mooncake/synthetic_trace.jsonl
     python -m bench.vllm_replay --limit 400 --out data/results/vllm_replay_cpu.json   # CI size
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 from hkv.report import save_results
@@ -47,64 +46,12 @@ def vllm_configs(hkv_policies: list[str]) -> list[dict]:
 
 def replay_in_vllm(trace, config: dict, capacity: int) -> dict:
     """Hit counts of `trace` through vLLM's manager with one policy configuration."""
-    from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
-    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+    from hkv.integrations.vllm.replay import drive, native_manager
 
-    manager = CPUOffloadingManager(
-        num_chunks=capacity,
-        cache_policy=config["policy"],
-        cache_policy_module_path=config["module"],
-        store_threshold=config["threshold"],
+    manager = native_manager(
+        config["policy"], capacity, module=config["module"], threshold=config["threshold"]
     )
-    block_tokens = trace.block_tokens
-    refs = hits = hit_tokens = input_tokens = failed_stores = 0
-    start = time.perf_counter()
-    for index, request in enumerate(trace.requests):
-        keys = [make_offload_key(int(h).to_bytes(8, "big"), 0) for h in request.hash_ids]
-        params = _modality_params(request, block_tokens)
-        ctx = ReqContext(req_id=str(index), kv_transfer_params=params)
-        for position, key in enumerate(keys):  # the last block may be short
-            ctx.set_offload_key_position(
-                key, min((position + 1) * block_tokens, request.input_length)
-            )
-        manager.on_new_request(ctx)
-        num_hit = 0
-        for key in keys:
-            if manager.lookup(key, ctx) != LookupResult.HIT:
-                break
-            num_hit += 1
-        if num_hit:
-            manager.prepare_load(keys[:num_hit], ctx)
-            manager.complete_load(keys[:num_hit], ctx)
-        out = manager.prepare_store(keys, ctx)
-        if out is None:
-            failed_stores += 1
-        elif out.keys_to_store:
-            manager.complete_store(out.keys_to_store, ctx)
-        manager.on_request_finished(ctx)
-        refs += len(keys)
-        hits += num_hit
-        input_tokens += request.input_length
-        hit_tokens += min(num_hit * block_tokens, request.input_length)
-    return {
-        "block_hit_rate": hits / refs,
-        "prefix_token_hit_frac": hit_tokens / input_tokens,
-        "failed_stores": failed_stores,
-        "refs_per_s": round(refs / (time.perf_counter() - start)),
-    }
-
-
-def _modality_params(request, block_tokens: int) -> dict | None:
-    """The `hkv_modalities` spans a client would send for a request's non-text blocks."""
-    labels = getattr(request, "modalities", None)
-    if not labels:
-        return None
-    spans = [
-        [i * block_tokens, (i + 1) * block_tokens, str(label)]
-        for i, label in enumerate(labels)
-        if str(label) != "text"
-    ]
-    return {"hkv_modalities": spans} if spans else None
+    return drive(trace, manager)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -154,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     trace = load_trace(args.trace)
     os.environ["HKV_BLOCK_TOKENS"] = str(trace.block_tokens)  # the adapter's block size
     if args.limit:
-        trace = trace_from_requests(trace.requests[: args.limit], trace.block_tokens)
+        trace = trace_from_requests(trace.requests[: args.limit], block_tokens=trace.block_tokens)
     distinct = trace.distinct_blocks()
     rows = []
     for fraction in args.capacities:

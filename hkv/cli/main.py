@@ -1,4 +1,4 @@
-"""`hkv` on the command line: plan, flags, simulate, workload, calibrate, doctor.
+"""`hkv` on the command line: plan, flags, simulate, suite, workload, calibrate, doctor.
 
 With `--json` a command prints exactly one JSON object (or list) on stdout. A user mistake prints
 one line on stderr naming the flag or field, the value and what to do, and exits with status 2.
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_sim.add_simulate_parser(sub)
     cli_sim.add_workload_parser(sub)
     cli_sim.add_calibrate_parser(sub)
+    cli_sim.add_suite_parser(sub)
     return parser
 
 

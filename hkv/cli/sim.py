@@ -1,10 +1,12 @@
-"""`hkv simulate`, `hkv calibrate` and `hkv workload`: parsers and handlers for `hkv.cli`.
+"""`hkv simulate`, `hkv suite`, `hkv calibrate` and `hkv workload`: parsers and handlers for
+`hkv.cli`.
 
 Wire them with
 
     add_simulate_parser(subparsers)    # sets defaults(handler=run_simulate)
     add_calibrate_parser(subparsers)   # sets defaults(handler=run_calibrate)
     add_workload_parser(subparsers)    # sets defaults(handler=run_workload)
+    add_suite_parser(subparsers)       # sets defaults(handler=run_suite)
 
 and call `args.handler(args)`; each returns an exit status and raises `HkvError` for user
 mistakes. With `--json`, stdout holds only JSON: one object, or for `simulate --policy all` a
@@ -241,3 +243,68 @@ def _parse_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def add_suite_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from hkv.sim.suite import FRACTIONS
+
+    parser = subparsers.add_parser(
+        "suite",
+        help="every policy on traces and generated workloads at several capacities",
+        description=(
+            "Replay every online policy, the simulator's model of vLLM's lru, arc and "
+            "lru+store_threshold 2, and belady, at fractions of each workload's distinct "
+            "blocks (vLLM's per-request stores). The third-party peers and measurement inside "
+            "vLLM's own manager: python -m bench.policy_suite."
+        ),
+    )
+    parser.add_argument(
+        "--trace", action="append", default=[], metavar="FILE.jsonl", help="repeatable"
+    )
+    parser.add_argument(
+        "--generated",
+        choices=["none", "ci", "full"],
+        default=None,
+        help="hkv's generated workloads (default: ci without --trace, none with)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated workloads")
+    parser.add_argument(
+        "--capacities",
+        type=float,
+        nargs="+",
+        default=list(FRACTIONS),
+        metavar="FRAC",
+        help="fractions of each workload's distinct blocks (default: 0.01 0.02 0.05 0.1)",
+    )
+    parser.add_argument("--block-tokens", type=int, default=512, metavar="N")
+    parser.add_argument("--model", default="minimax-m2.5", help="shipped name or config.json")
+    add_profile_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_suite)
+    return parser
+
+
+def run_suite(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from hkv.cost import CostModel, HardwareProfile
+    from hkv.planning.model_spec import ModelSpec
+    from hkv.sim import load_trace, suite
+    from hkv.sim.suite_workloads import generated_workloads
+
+    out = out or sys.stdout
+    bad = [f for f in args.capacities if not 0 < f <= 1]
+    if bad:
+        raise HkvError(f"--capacities: got {bad[0]!r}; expected fractions in (0, 1]")
+    if args.seed < 0:
+        raise HkvError(f"--seed: got {args.seed}; expected an integer >= 0")
+    traces = {Path(p).stem: load_trace(p, block_tokens=args.block_tokens) for p in args.trace}
+    generated = args.generated or ("none" if args.trace else "ci")
+    if generated != "none":
+        traces |= generated_workloads(generated, args.seed)
+    cost_model = CostModel(ModelSpec.load(args.model), HardwareProfile.load(args.profile))
+    results = suite.run_suite(traces, suite.sim_runners(cost_model), cost_model, args.capacities)
+    if args.json:
+        json.dump(results, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(suite.suite_table(results) + "\n")
+    return 0

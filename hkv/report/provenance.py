@@ -89,11 +89,18 @@ def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path
         with os.fdopen(fd, "w") as out:
             json.dump(payload, out, indent=1, sort_keys=False, default=_plain)
             out.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a results file is for all
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_results(

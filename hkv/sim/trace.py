@@ -178,6 +178,7 @@ def write_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> Pa
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for request in requests:
                 out.write(json.dumps(request.to_json(), separators=(", ", ": ")) + "\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
         os.replace(tmp, path)
     except OSError as exc:
         raise HkvError(f"out: cannot write {str(path)!r} ({exc.strerror})") from None

@@ -1,0 +1,94 @@
+"""Multi-turn sessions with skewed popularity: a few conversations come back again and again.
+
+`hkv.sim.workload` draws sessions as arrivals with geometric turn counts, so every session is
+about equally likely to return; here the next turn belongs to session `s` with probability
+proportional to `1 / rank(s) ** zipf_exponent` (exponent 0: round robin in random order, larger:
+a hot set). A turn's prompt is the session's previous prompt + its reply + new user text
+(DESIGN §4), after one of a few shared system prompts; a session whose prompt would pass
+`max_input_tokens` starts a new conversation (same system prompt, fresh history). Blocks are
+named by prefix hashing like the main generator (`workload._BlockNamer`), so equal prefixes
+share ids. One seed gives one trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hkv.errors import HkvError
+from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
+from hkv.sim.workload import _BlockNamer, _Segment
+
+
+@dataclass(frozen=True)
+class ZipfSessionSpec:
+    """Knobs of the skewed-session generator (ranges in the comments)."""
+
+    seed: int = 0  # >= 0
+    num_sessions: int = 200  # >= 1
+    num_requests: int = 2000  # >= 1
+    zipf_exponent: float = 1.0  # >= 0; 0 is uniform
+    block_tokens: int = DEFAULT_BLOCK_TOKENS  # >= 1
+    num_system_prompts: int = 4  # >= 1
+    system_tokens: int = 1024  # >= 1
+    user_tokens_median: float = 400.0  # > 0
+    reply_tokens_median: float = 300.0  # > 0
+    length_sigma: float = 0.6  # > 0, lognormal sigma of user and reply lengths
+    max_input_tokens: int = 32768  # > system_tokens
+
+    def __post_init__(self) -> None:
+        ints = ("num_sessions", "num_requests", "block_tokens", "num_system_prompts")
+        for name in (*ints, "system_tokens", "max_input_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise HkvError(f"zipf_sessions.{name}: got {value!r}; expected an integer >= 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise HkvError(f"zipf_sessions.seed: got {self.seed!r}; expected an integer >= 0")
+        for name in ("user_tokens_median", "reply_tokens_median", "length_sigma"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise HkvError(f"zipf_sessions.{name}: got {value!r}; expected a number > 0")
+        exponent = self.zipf_exponent
+        if not isinstance(exponent, int | float) or not 0 <= exponent <= 100:
+            raise HkvError(
+                f"zipf_sessions.zipf_exponent: got {exponent!r}; expected a number in [0, 100]"
+            )
+        if self.max_input_tokens <= self.system_tokens:
+            raise HkvError(
+                f"zipf_sessions.max_input_tokens: got {self.max_input_tokens}; expected > "
+                f"system_tokens ({self.system_tokens})"
+            )
+
+
+def generate_zipf_sessions(spec: ZipfSessionSpec | None = None, **overrides) -> Trace:
+    """A trace of `spec.num_requests` turns over `spec.num_sessions` Zipf-popular sessions."""
+    spec = spec or ZipfSessionSpec(**overrides)
+    rng = np.random.default_rng(spec.seed)
+    namer = _BlockNamer(spec.block_tokens)
+    next_id = iter(range(1, 1 << 62))
+    systems = [_Segment(next(next_id), spec.system_tokens) for _ in range(spec.num_system_prompts)]
+    weights = 1.0 / np.arange(1, spec.num_sessions + 1) ** float(spec.zipf_exponent)
+    picks = rng.choice(spec.num_sessions, size=spec.num_requests, p=weights / weights.sum())
+    ranks = rng.permutation(spec.num_sessions)  # popularity is not the session id
+    start = [systems[int(i)] for i in rng.integers(0, len(systems), spec.num_sessions)]
+    prompts: dict[int, list[_Segment]] = {}
+
+    def length(median: float) -> int:
+        return max(1, round(float(rng.lognormal(math.log(median), spec.length_sigma))))
+
+    requests = []
+    for index, pick in enumerate(picks):
+        session = int(ranks[pick])
+        user = _Segment(next(next_id), length(spec.user_tokens_median))
+        prompt = [*prompts.get(session, [start[session]]), user]
+        if sum(s.tokens for s in prompt) > spec.max_input_tokens:
+            prompt = [start[session], user]  # a new conversation
+        reply = _Segment(next(next_id), length(spec.reply_tokens_median))
+        ids, _ = namer.name(prompt)
+        tokens = sum(s.tokens for s in prompt)
+        requests.append(Request(float(index), tokens, reply.tokens, ids, None, session))
+        prompts[session] = [*prompt, reply]
+    source = f"zipf_sessions(seed={spec.seed}, exponent={spec.zipf_exponent:g})"
+    return Trace(tuple(requests), spec.block_tokens, source)

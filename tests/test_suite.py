@@ -1,0 +1,159 @@
+"""The policy suite (`hkv.sim.suite`, `hkv suite`, `bench.policy_suite`) on CI-sized generated
+workloads: structure and sanity, never tuned numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hkv.cli import main
+from hkv.cost import CostModel
+from hkv.errors import HkvError
+from hkv.policies import policy_names
+from hkv.sim import simulate, write_trace
+from hkv.sim.suite import (
+    FRACTIONS,
+    NATIVES,
+    YARDSTICK,
+    capacity_for,
+    price_hits,
+    run_suite,
+    sim_runners,
+    suite_table,
+)
+from hkv.sim.suite_workloads import generated_workloads
+from hkv.sim.zipf_sessions import ZipfSessionSpec, generate_zipf_sessions
+
+SHAPES = ("anchor_round_robin", "zipf_sessions_a1", "multimodal")
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    return CostModel.default()
+
+
+@pytest.fixture(scope="module")
+def results(cost_model):
+    traces = {name: t for name, t in generated_workloads("ci").items() if name in SHAPES}
+    return traces, run_suite(traces, sim_runners(cost_model), cost_model)
+
+
+def test_every_workload_runs_every_policy_at_the_capacities_asked(results):
+    traces, out = results
+    assert list(out["workloads"]) == list(SHAPES)
+    expected = {f"hkv:{n}" for n in policy_names(online_only=True)} | {*NATIVES, YARDSTICK}
+    for name, entry in out["workloads"].items():
+        assert [c["capacity_frac"] for c in entry["cells"]] == list(FRACTIONS)
+        for cell in entry["cells"]:
+            assert cell["capacity_blocks"] == capacity_for(traces[name], cell["capacity_frac"])
+            assert set(cell["policies"]) == expected
+            for row in cell["policies"].values():
+                assert 0.0 <= row["block_hit_rate"] <= 1.0
+                assert row["recompute_s_saved"] >= 0.0
+
+
+def test_regret_is_measured_from_the_best_competitor(results):
+    for entry in results[1]["workloads"].values():
+        for cell in entry["cells"]:
+            rows = cell["policies"]
+            assert rows[cell["best_competitor"]]["regret_points"] == 0
+            assert all(rows[c]["regret_points"] >= 0 for c in NATIVES)
+            best = cell["best_hkv"]
+            assert cell["best_hkv_regret_points"] == rows[best]["regret_points"]
+            hkv = [r for k, r in rows.items() if k.startswith("hkv:") and k != "hkv:random"]
+            assert rows[best]["block_hit_rate"] == max(r["block_hit_rate"] for r in hkv)
+
+
+def test_belady_is_at_least_every_online_policy_in_every_cell(results):
+    for entry in results[1]["workloads"].values():
+        for cell in entry["cells"]:
+            rows = cell["policies"]
+            opt = rows[YARDSTICK]["block_hit_rate"]
+            assert all(r["block_hit_rate"] <= opt + 1e-12 for r in rows.values()), cell
+            assert cell["belady_block_hit_rate"] == opt
+
+
+def test_the_table_has_a_line_per_policy_and_the_regret(results):
+    table = suite_table(results[1])
+    assert "best hkv regret (pts)" in table
+    assert table.count("hkv:lru ") == len(SHAPES)
+
+
+def test_hits_counted_elsewhere_are_priced_like_the_simulator(cost_model):
+    trace = generate_zipf_sessions(ZipfSessionSpec(seed=3, num_sessions=5, num_requests=40))
+    seen: set = set()
+    num_hits = []
+    for request in trace.requests:  # a tier holding everything: the longest seen prefix hits
+        n = 0
+        while n < len(request.hash_ids) and request.hash_ids[n] in seen:
+            n += 1
+        num_hits.append(n)
+        seen.update(request.hash_ids)
+    big = trace.distinct_blocks()
+    sim = simulate(trace, ["lru"], big, cost_model=cost_model, store="per_request")[0]
+    saved_s, load_s = price_hits(trace, num_hits, cost_model)
+    assert sim.block_hits == sum(num_hits)
+    assert saved_s == pytest.approx(sim.recompute_s_saved)
+    assert load_s == pytest.approx(sim.load_s)
+
+
+def test_zipf_sessions_are_seeded_and_skewed():
+    a = generate_zipf_sessions(ZipfSessionSpec(seed=1, zipf_exponent=1.5, num_requests=400))
+    assert a == generate_zipf_sessions(ZipfSessionSpec(seed=1, zipf_exponent=1.5, num_requests=400))
+    flat = generate_zipf_sessions(ZipfSessionSpec(seed=1, zipf_exponent=0.0, num_requests=400))
+
+    def top_share(trace):
+        counts: dict = {}
+        for r in trace.requests:
+            counts[r.session] = counts.get(r.session, 0) + 1
+        return max(counts.values()) / len(trace)
+
+    assert top_share(a) > 3 * top_share(flat)
+    with pytest.raises(HkvError, match="zipf_sessions.zipf_exponent"):
+        ZipfSessionSpec(zipf_exponent=-1)
+
+
+def test_cli_suite_json_is_one_object(tmp_path, capsys):
+    trace = generate_zipf_sessions(ZipfSessionSpec(seed=2, num_sessions=10, num_requests=80))
+    path = write_trace(trace.requests, tmp_path / "small.jsonl")
+    code = main(["suite", "--trace", str(path), "--capacities", "0.05", "0.1", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"competitors", "workloads"}
+    assert list(out["workloads"]) == ["small"]
+    assert [c["capacity_frac"] for c in out["workloads"]["small"]["cells"]] == [0.05, 0.1]
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--capacities", "1.5"], "--capacities"),
+        (["--seed", "-1"], "--seed"),
+        (["--trace", "/no/such/trace.jsonl"], "--trace"),
+    ],
+)
+def test_cli_suite_mistakes_are_one_line_and_exit_2(argv, flag, capsys):
+    assert main(["suite", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
+
+
+@pytest.mark.slow
+def test_bench_drives_vllm_natives_and_reports_missing_peers(tmp_path):
+    pytest.importorskip("vllm")
+    from bench import policy_suite
+    from bench.peers import PEERS, peer_status
+
+    assert set(peer_status()) == set(PEERS)
+    out = tmp_path / "suite.json"
+    argv = ["--size", "ci", "--no-trace", "--only", "zipf_sessions_a1", "--capacities", "0.1"]
+    assert policy_suite.main([*argv, "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert list(saved)[:5] == ["generated_by", "date_utc", "machine", "versions", "parameters"]
+    rows = saved["workloads"]["zipf_sessions_a1"]["cells"][0]["policies"]
+    assert rows["vllm:lru"]["measured_in"].startswith("vllm")
+    assert abs(rows["vllm:lru"]["sim_diff_points"]) < 1.0  # the simulator models vLLM's lru
+    for label, why in peer_status().items():
+        assert (label in rows) == (why is None)
+        assert (label in saved["missing"]["peers"]) == (why is not None)
