@@ -22,6 +22,13 @@ from hkv.tiny_model import TinyMiniMaxSettings, tiny_config
 pytestmark = pytest.mark.gpu
 
 VOCAB = 320
+NUM_LAYERS = 3
+# The first test (the README states these): a prompt of PROMPT_TOKENS, NEW_TOKENS greedy tokens,
+# HOT_BLOCKS of BLOCK_TOKENS on the GPU for all layers together, the rest in pinned host RAM
+PROMPT_TOKENS = 600
+NEW_TOKENS = 48
+BLOCK_TOKENS = 32
+HOT_BLOCKS = 20
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +47,7 @@ def model():
         "Tok", (), {"__len__": lambda self: VOCAB, "bos_token_id": 1, "eos_token_id": 2}
     )
     settings = TinyMiniMaxSettings(
-        num_layers=3, hidden_size=256, num_attention_heads=8, num_kv_heads=2, head_dim=64
+        num_layers=NUM_LAYERS, hidden_size=256, num_attention_heads=8, num_kv_heads=2, head_dim=64
     )
     config = tiny_config(settings, tokenizer())
     config._experts_implementation = "eager"
@@ -55,13 +62,14 @@ def prompt(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_greedy_tokens_identical_with_most_kv_in_host_ram(model) -> None:
-    input_ids = prompt(600)
-    reference = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=48)
-    again = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=48)
+    input_ids = prompt(PROMPT_TOKENS)
+    dynamic = DynamicCache(config=model.config)
+    reference = generate(model, input_ids, dynamic, new_tokens=NEW_TOKENS)
+    again = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=NEW_TOKENS)
     assert torch.equal(reference, again), "DynamicCache itself is not deterministic here"
-    settings = HkvCacheSettings(block_tokens=32, hot_blocks=20, host_blocks=256)
+    settings = HkvCacheSettings(block_tokens=BLOCK_TOKENS, hot_blocks=HOT_BLOCKS, host_blocks=256)
     cache = HkvCache(model.config, settings)
-    out = generate(model, input_ids, cache, new_tokens=48)
+    out = generate(model, input_ids, cache, new_tokens=NEW_TOKENS)
     m = cache.manager
     cold = len(m.block_ids(Tier.HOST))
     print(

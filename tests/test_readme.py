@@ -8,16 +8,26 @@ than a value ("under a fifth") has a function that asserts it and returns no fie
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
+import re
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hkv import ModelSpec
-from hkv.report import bench_claim, bench_e2e, bench_results, bench_vllm, eviction
+from hkv.report import (
+    bench_claim,
+    bench_e2e,
+    bench_results,
+    bench_vllm,
+    bench_vllm_tail,
+    eviction,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = " ".join((ROOT / "README.md").read_text().split())  # line breaks as spaces
@@ -156,6 +166,229 @@ def tp2_plan() -> tuple[str, str, float]:
     )
 
 
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+TAIL = "hkv_bip+tail_first"  # tail first on: today's default (the file predates it)
+
+
+def module_constant(path: Path, name: str) -> Any:
+    """The literal a module assigns to `name` at top level, read without importing the module
+    (the GPU and quantization tests import torch)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} assigns no {name}")
+
+
+def _decimal(value: float) -> str:
+    """0.2 as the README writes a bound, "0.20"; 0.015 as "0.015"."""
+    return f"{value:.2f}" if round(value, 2) == value else f"{value:g}"
+
+
+def quant_bounds() -> tuple[str, ...]:
+    bounds = module_constant(ROOT / "tests" / "test_quant.py", "BOUNDS")
+    assert list(bounds) == ["q8", "q6", "q4"]
+    assert all(b["key"] == b["value"] for b in bounds.values()), bounds
+    return tuple(_decimal(b[k]) for k in ("key", "attention") for b in bounds.values())
+
+
+def gpu_greedy_test() -> tuple[int, str]:
+    """The GPU test's greedy tokens and the share of the KV's blocks in host RAM at its end."""
+    path = ROOT / "tests" / "test_gpu_transformers.py"
+    const = {
+        n: module_constant(path, n)
+        for n in ("NUM_LAYERS", "PROMPT_TOKENS", "NEW_TOKENS", "BLOCK_TOKENS", "HOT_BLOCKS")
+    }
+    kv_tokens = const["PROMPT_TOKENS"] + const["NEW_TOKENS"] - 1  # the last token is not fed
+    blocks = const["NUM_LAYERS"] * (kv_tokens // const["BLOCK_TOKENS"])
+    cold = 1 - Fraction(const["HOT_BLOCKS"], blocks)
+    return const["NEW_TOKENS"], {Fraction(2, 3): "two thirds"}[cold]
+
+
+def e2e_model() -> tuple[int, int, int]:
+    model = result("e2e_h200.json")["model"]
+    assert model["num_experts_per_tok"] == spec().num_experts_per_tok
+    return model["num_experts_per_tok"], model["layers"], model["num_experts"]
+
+
+def e2e_sessions() -> tuple[int, int, int, int]:
+    s = result("e2e_h200.json")["sessions"]
+    return s["count"], s["context"] // 1024, s["turn_tokens"], s["decode_tokens"]
+
+
+def sessions_target() -> tuple[float, float, str]:
+    met = bench_e2e.sessions_target_met(bench_e2e.lockstep_table(result("e2e_h200.json")))
+    saved, slower = bench_e2e.SESSIONS_TARGET_SAVED, bench_e2e.SESSIONS_TARGET_SLOWDOWN
+    return 100 * saved, 100 * slower, "met" if met else "not met"
+
+
+def lockstep_slowdown(hot_fraction: float) -> float:
+    rows = bench_e2e.lockstep_table(result("e2e_h200.json")).set_index("hot_fraction")
+    return 100 * rows.loc[hot_fraction, "slowdown_vs_dynamic"]
+
+
+def paired_slowdown(hot_fraction: float) -> tuple[float, float]:
+    table = bench_e2e.session_table(result("e2e_h200.json"))
+    return 100 * hot_fraction, 100 * table.loc[hot_fraction, "slowdown (paired runs)"]
+
+
+def disk_restores() -> tuple[float, float, float]:
+    ttft = bench_e2e.ttft_table(result("e2e_h200.json"))
+    speedup = ttft["recompute, s"] / ttft["restore from disk, s"]
+    below = speedup[speedup.index <= 32768]
+    assert below.max() < 1 < speedup[65536], speedup
+    return below.min(), below.max(), speedup[65536]
+
+
+@functools.cache
+def gpu_acceptance() -> tuple[dict[str, Any], Any, Any]:
+    """Notebook 06's acceptance numbers for hkv_bip, its targets table and the runs."""
+    runs = bench_vllm.gpu_runs(result("vllm_h200.json"))
+    pairs = bench_vllm.sim_pairs(result("vllm_h200_sim.json"))
+    acceptance = bench_vllm.acceptance(
+        bench_vllm.gpu_table(runs), runs, pairs, "hkv_bip", 8.0, 16.0
+    )
+    return acceptance, bench_vllm.targets_table(acceptance), runs
+
+
+def target(starts: str, met: bool) -> str:
+    """The wanted number of the target whose name starts with `starts`, checked met or not."""
+    targets = gpu_acceptance()[1]
+    row = targets[targets.index.str.startswith(starts)].iloc[0]
+    assert bool(row["met"]) is met, row
+    return re.search(r"\d+", row["wanted"]).group()
+
+
+def targets_met() -> tuple[str, str, float]:
+    acceptance = gpu_acceptance()[0]
+    assert target("failed stores", met=True) == "0"
+    return (
+        target("cached share", met=True),
+        target("wall time vs lru", met=True),
+        100 * acceptance["wall_vs_lru_full_tier"],
+    )
+
+
+def wall_cut() -> tuple[float, str, float, float]:
+    acceptance, _, runs = gpu_acceptance()
+    assert acceptance["better_vllm_policy"] == "lru"
+    half = runs[(runs["variant"] == "text") & (runs["cpu_gib"] == 8.0)]
+    wall = half.pivot(index="repeat", columns="policy", values="wall_s")
+    repeats = 100 * (1 - wall["hkv_bip"] / wall["lru"])
+    assert len(repeats) == 2
+    cut = 100 * acceptance["wall_cut_vs_better_vllm"]
+    return cut, target("wall time cut", met=False), *repeats
+
+
+def step_shares(policy: str) -> tuple[float, ...]:
+    """The policy's share of a step over all its runs, then over the text runs at 8 GiB."""
+    runs = gpu_acceptance()[2]
+    runs = runs[runs["policy"] == policy]
+    text = runs[(runs["variant"] == "text") & (runs["cpu_gib"] == 8.0)]
+    shares = [100 * r["policy_frac_of_step_net"] for r in (runs, text)]
+    return tuple(f(s) for s in shares for f in (min, max))
+
+
+def gpu_mm() -> tuple[float, ...]:
+    table = bench_vllm.gpu_table(gpu_acceptance()[2]).loc[("mm", "8 GiB")]
+    return tuple(
+        100 * table.loc[p, "cached_share"] for p in ("hkv_bip", "hkv_modality_aware", "lru")
+    )
+
+
+def tp2_bip() -> tuple[float, ...]:
+    by_policy = bench_vllm.tp2_policies(result("vllm_h200_tp2.json"))
+    bip, lru = (100 * by_policy.loc[p] for p in ("hkv_bip", "lru"))
+    assert round(lru["cached share TP=1"], 1) == round(lru["cached share TP=2"], 1)
+    diff = f"{by_policy.loc['hkv_bip', 'difference, points']:+.1f}".replace("-", "\u2212")
+    return bip["cached share TP=2"], bip["cached share TP=1"], diff, lru["cached share TP=1"]
+
+
+@functools.cache
+def tail() -> tuple[Any, Any, Any]:
+    """vllm_h200_tail_first.json: its runs, the per-engine table and the 8 GiB head to head."""
+    runs = bench_vllm_tail.tail_runs(result("vllm_h200_tail_first.json"))
+    table = bench_vllm_tail.tail_table(runs)
+    return runs, table, bench_vllm_tail.head_to_head(table, 8.0)
+
+
+def tail_first_vs_bip() -> tuple[Any, ...]:
+    """Engines at 8 GiB; tail first's and bip's cached share; tail first's wall time against
+    bip's, lower in some engines and higher in the others."""
+    half = tail()[1].xs("8 GiB", level="CPU tier")
+    on, off = (half.xs(p, level="policy") for p in (TAIL, "hkv_bip"))
+    assert (on["cached_share"] > off["cached_share"]).all()
+    wall = 100 * (on["wall_s"] / off["wall_s"] - 1)
+    lower, higher = -wall[wall < 0], wall[wall > 0]
+    return (
+        WORDS[len(on)],
+        *_pct_range(list(on["cached_share"]), (1, 1)),
+        *_pct_range(list(off["cached_share"]), (1, 1)),
+        lower.min(),
+        lower.max(),
+        WORDS[len(lower)],
+        higher.min(),
+        higher.max(),
+        WORDS[len(higher)],
+    )
+
+
+def tail_step_shares() -> tuple[Any, ...]:
+    """bip's share of a step (lower bound) in the first and last engine at 8 GiB, and vLLM
+    lru's in the last."""
+    shares = tail()[2]["policy share (lower)"].xs("hkv_bip", level="policy")
+    last = shares.index[-1]
+    lru = tail()[2].loc[(last, "hkv_bip"), "vLLM lru share (lower)"]
+    return 100 * shares.iloc[0], shares.index[0], 100 * shares.iloc[-1], last, 100 * lru
+
+
+def tail_split() -> tuple[Any, ...]:
+    engine, split = bench_vllm_tail.policy_time_split(tail()[0], 8.0)
+    own, calls = split["per-request calls"], split["per-block calls"]
+    return engine, *(100 * x for x in (own["hkv_bip"], calls["hkv_bip"], own["lru"], calls["lru"]))
+
+
+def tail_wall_cuts() -> tuple[str, ...]:
+    cuts = tail()[2][bench_vllm_tail.WALL_CUT]
+    return tuple(
+        x for p in ("hkv_bip", TAIL) for x in _pct_range(list(cuts.xs(p, level="policy")), (1, 1))
+    )
+
+
+def oracle() -> tuple[Any, ...]:
+    _, table, head = tail()
+    ceiling = bench_vllm_tail.oracle_ceiling(table, head, 8.0)
+    assert len(ceiling) == 1 and ceiling["best hkv policy"].iloc[0] == TAIL
+    row = ceiling.iloc[0]
+    cuts = (row["oracle wall cut"], row["its wall cut"])
+    return ceiling.index[0], 100 * row["oracle cached"], *(100 * c for c in cuts)
+
+
+def oracle_short_of_target() -> tuple[str]:
+    wanted = target("wall time cut", met=False)
+    assert oracle()[2] < int(wanted)
+    return (wanted,)
+
+
+def tail_full_tier() -> tuple[Any, ...]:
+    table = tail()[1]
+    full = table.xs("16 GiB", level="CPU tier")
+    versus = bench_vllm_tail.full_tier_vs_lru(table, 16.0)
+    return (
+        WORDS[len(versus)],
+        *_pct_range(list(full["cached_share"]), (1, 1)),
+        *(100 * versus["hkv_bip"]),
+        *(100 * versus[TAIL]),
+    )
+
+
+def tail_12gib() -> tuple[float, float, float]:
+    tier = tail()[1].xs("12 GiB", level="CPU tier")
+    assert tier.index.get_level_values("engine").nunique() == 1
+    tier = tier.droplevel("engine")
+    shares = (100 * tier.loc[p, "cached_share"] for p in (TAIL, "lru"))
+    return *shares, -100 * tier.loc[TAIL, "wall vs lru"]
+
+
 CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     # MiniMax-M2.5's config (data/models/minimax-m2.5)
     ("{:.0f} KiB per token", lambda: (spec().kv_bytes_per_token() / 1024,)),
@@ -262,6 +495,113 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     (
         "{:,} blocks, {:.0f} GiB a rank",
         lambda: (tp2_check()["vllm_cpu_blocks"], tp2_check()["vllm_cpu_bytes_per_rank"] / 2**30),
+    ),
+    # vllm_h200.json: the targets (bench_vllm.targets_table), multimodal, the simulator
+    (
+        "a cached share of at least {} % at 8 GiB with no failed stores, and within {} % of "
+        "LRU's wall time at 16 GiB ({:+.1f} %)",
+        targets_met,
+    ),
+    (
+        "The wall-time cut against LRU at 8 GiB is {:.0f} %, not {} % ({:.0f} % and {:.0f} % "
+        "in the two repeats)",
+        wall_cut,
+    ),
+    (
+        "The policy's own time is {:.1f}-{:.1f} % of a scheduler step ({:.1f}-{:.1f} % in the "
+        "text runs at 8 GiB), not under {} %",
+        lambda: (*step_shares("hkv_bip"), target("policy time", met=False)),
+    ),
+    ("vLLM's own LRU measures {:.1f}-{:.1f} % the same way", lambda: step_shares("lru")[:2]),
+    ("8 GiB: bip {:.1f} %, modality_aware {:.1f} %, LRU {:.1f} %", gpu_mm),
+    (
+        "predicted every measured cached share within {:.1f} points",
+        lambda: (gpu_acceptance()[0]["sim_max_abs_diff_points"],),
+    ),
+    # vllm_h200_tail_first.json (tail first is today's default)
+    (
+        "tail first kept {}-{} % cached against {}-{} % "
+        "without it in every engine; its wall time was {:.1f}-{:.1f} % lower in {} of them and "
+        "{:.1f}-{:.1f} % higher in the other {}.",
+        lambda: tail_first_vs_bip()[1:],
+    ),
+    (
+        "(`data/results/vllm_h200_tail_first.json`, {} engines at 8 GiB) tail first",
+        lambda: tail_first_vs_bip()[:1],
+    ),
+    (
+        "(`vllm_h200_tail_first.json`, {} engines, one H200 each",
+        lambda: (WORDS[tail()[0]["engine"].nunique()],),
+    ),
+    (
+        "bip's share of a step fell from {:.1f} % ({}) to {:.1f} % ({}). vLLM's own LRU "
+        "measured {:.1f} % in the same engine.",
+        tail_step_shares,
+    ),
+    (
+        "Split ({}, mean of the runs): bip's own code (touch, evict) took {:.2f} % of the step "
+        "and vLLM's calls per block into it (get, insert, the evictability hooks) {:.2f} %; for "
+        "vLLM's LRU, {:.2f} % and {:.2f} %.",
+        tail_split,
+    ),
+    (
+        "at 8 GiB: {}-{} % for bip and {}-{} % for bip with `tail_first`",
+        tail_wall_cuts,
+    ),
+    (
+        "In engine {} it kept {:.1f} % cached and cut the wall time by {:.1f} %; bip with "
+        "`tail_first` cut {:.1f} % in the same engine.",
+        oracle,
+    ),
+    ("No eviction policy reaches the {} % target at 8 GiB", oracle_short_of_target),
+    (
+        "16 GiB ({} engines): every policy keeps {}-{} %. Against LRU, bip was {:+.1f} %, "
+        "{:+.1f} % and {:+.1f} %, and bip with `tail_first` {:+.1f} %, {:+.1f} % and {:+.1f} %.",
+        tail_full_tier,
+    ),
+    (
+        "Runs of one configuration in one engine spread by up to {:.0f} %",
+        lambda: (100 * bench_vllm_tail.full_tier_vs_lru(tail()[1], 16.0)["widest spread"].max(),),
+    ),
+    (
+        "12 GiB: bip with `tail_first` kept {:.1f} % against LRU's {:.1f} % and was {:.1f} % "
+        "faster.",
+        tail_12gib,
+    ),
+    # vllm_h200_tp2.json: the workload at TP=2
+    (
+        "keeps {:.1f} % cached against {:.1f} % at TP=1 ({} points); LRU keeps {:.1f} % at both",
+        tp2_bip,
+    ),
+    # e2e_h200.json: the model, the sessions, restores from disk
+    (
+        "MiniMax-M2.5's attention and its {} active experts per token, {} layers and {} routed "
+        "experts",
+        e2e_model,
+    ),
+    ("({} conversations of {}K tokens taking turns of {} new + {} decoded tokens", e2e_sessions),
+    ("The target, at least {:.0f} % saved at most {:.0f} % slower, is **{}**", sessions_target),
+    ("already costs about {:.0f} %", lambda: (lockstep_slowdown(1.0),)),
+    (
+        "identical DynamicCache runs differ by up to {:.0f} %",
+        lambda: (100 * bench_e2e.dynamic_drift(result("e2e_h200.json")),),
+    ),
+    ("the {:.0f} % point measured {:+.1f} %", lambda: paired_slowdown(0.25)),
+    (
+        "At 8K even KV that never left the GPU is only {:.1f}x faster than recompute",
+        lambda: (
+            bench_e2e.ttft_table(result("e2e_h200.json")).loc[8192, bench_e2e.RESTORE_CEILING],
+        ),
+    ),
+    ("slower than recompute up to 32K ({:.1f}-{:.1f}x) and {:.1f}x faster at 64K", disk_restores),
+    # the tests' own constants: quantization bounds, the GPU greedy test
+    (
+        "(relative L2 of K and V <= {} / {} / {}, of attention outputs <= {} / {} / {})",
+        quant_bounds,
+    ),
+    (
+        "on the H200: {} greedy tokens identical with {} of the KV in pinned host RAM",
+        gpu_greedy_test,
     ),
 ]
 
