@@ -8,7 +8,7 @@
 - `priority`: `PriorityPolicy`, the one heap evictor of priority-function policies
   (gdsf, cost_aware, modality_aware through `prefix`)
 - `registry`: names -> classes, `make_policy`, the online/offline check
-- one module per policy (`predictive`: learned online; `auto`: the recommended default);
+- one module per policy (`predictive`, learned online, and `auto` are experimental);
   `admission` wraps any policy with vLLM's `store_threshold`
 
 Each policy lives in its own module and is imported on first use. `make_policy` offers run

@@ -53,10 +53,7 @@ class DIPPolicy(QueuePolicy):
         eviction end already leave newest, i.e. tail, first). False touches the reused blocks in
         prefix order and leaves new ones as inserted, the behaviour behind the committed H200
         results of `hkv_bip` (`data/results/vllm_h200*.json`; `hkv_bip+tail_first` there is
-        this default). Simulated on the anchor workload (`bench/vllm_gpu_sim.py`, bip) tail
-        first raised the cached share from 35.4 % to 38.2 % at 8 GiB and from 58.5 % to 62.6 %
-        at 12 GiB; in vLLM 0.26 on an H200 (`data/results/vllm_h200_tail_first.json`) it kept
-        35.7 % cached against 33.3 %, at the same wall time within noise."""
+        this default; the README gives what it changed there)."""
         if self.tail_first:
             super().after_request(stored, reused)
         elif reused:
