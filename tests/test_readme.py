@@ -389,6 +389,25 @@ def tail_12gib() -> tuple[float, float, float]:
     return *shares, -100 * tier.loc[TAIL, "wall vs lru"]
 
 
+def restore_target() -> tuple[float]:
+    """The restore target holds at 32K and 64K and not at 8K, as the README says."""
+    speedup = dict(zip(("2048", "8192", "32768", "65536"), restore_speedups(), strict=True))
+    target = bench_e2e.RESTORE_TARGET
+    assert speedup["8192"] < target <= min(speedup["32768"], speedup["65536"])
+    return (target,)
+
+
+def decode_hot_fraction() -> tuple[float]:
+    decode = result("e2e_h200.json")["decode"]
+    assert 0.32 in {row.get("hot_fraction") for row in decode}
+    return (32,)
+
+
+def tp2_workload_gpu_kv() -> tuple[float]:
+    (workload,) = [p for p in result("vllm_h200_tp2.json")["plan"] if p["kind"] == "workload"]
+    return (workload["gpu_kv_gib"],)
+
+
 CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     # MiniMax-M2.5's config (data/models/minimax-m2.5)
     ("{:.0f} KiB per token", lambda: (spec().kv_bytes_per_token() / 1024,)),
@@ -603,6 +622,13 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         "on the H200: {} greedy tokens identical with {} of the KV in pinned host RAM",
         gpu_greedy_test,
     ),
+    ("The target of {:.0f}x from 8K holds at 32K and 64K, not at 8K", restore_target),
+    ("bound by the host link: at {} % hot,", decode_hot_fraction),
+    (
+        "The engine was sized by `gpu_memory_utilization` {}.",
+        lambda: (tp2_check()["inputs"]["gpu_memory_utilization"],),
+    ),
+    ("with the same GPU KV in tokens ({:.0f} GiB a GPU)", tp2_workload_gpu_kv),
 ]
 
 

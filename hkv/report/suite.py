@@ -1,0 +1,57 @@
+"""The policy suite's results (`data/results/policy_suite.json`) as the README and notebooks
+state them: per-policy regret against the best of vLLM's options and the peers, cells where a
+policy falls below vLLM's `lru`, and the best hkv policy per cell. Standard library only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+LRU = "vllm:lru"
+
+
+def cells(results: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(workload name, cell) for every cell of the suite, in file order."""
+    for name, workload in results["workloads"].items():
+        for cell in workload["cells"]:
+            yield name, cell
+
+
+def _rate(cell: dict[str, Any], policy: str) -> float:
+    """A policy's block hit rate in a cell, in percent."""
+    return 100 * cell["policies"][policy]["block_hit_rate"]
+
+
+def regret_summary(results: dict[str, Any], policy: str) -> dict[str, Any]:
+    """`policy`'s regret in points against each cell's best competitor: the largest and the
+    mean, the cells over half a point, and the cells below vLLM's `lru` (rounded to 0.01)."""
+    regrets, below_lru = [], 0
+    for _, cell in cells(results):
+        rate = _rate(cell, policy)
+        regrets.append(100 * cell["best_competitor_block_hit_rate"] - rate)
+        below_lru += round(rate, 2) < round(_rate(cell, LRU), 2)
+    return {
+        "cells": len(regrets),
+        "max_regret": max(regrets),
+        "mean_regret": sum(regrets) / len(regrets),
+        "cells_over_half_point": sum(r > 0.5 for r in regrets),
+        "cells_below_lru": below_lru,
+    }
+
+
+def best_hkv_summary(results: dict[str, Any]) -> dict[str, Any]:
+    """Over all cells, how the best hkv policy of each cell stands against the best competitor:
+    cells within 1 point (or ahead), the largest lead, and the cells where it trails by more."""
+    regrets = {f"{name}@{cell['capacity_frac']:g}": cell["best_hkv_regret_points"]
+               for name, cell in cells(results)}  # fmt: skip
+    return {
+        "cells": len(regrets),
+        "within_one_point": sum(r <= 1 for r in regrets.values()),
+        "largest_lead": -min(regrets.values()),
+        "trailing": {k: r for k, r in regrets.items() if r > 1},
+    }
+
+
+def regret_table(results: dict[str, Any], policies: list[str]) -> list[dict[str, Any]]:
+    """One row per policy: `regret_summary`'s numbers, for a table in a notebook."""
+    return [{"policy": p, **regret_summary(results, p)} for p in policies]
