@@ -8,20 +8,17 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hkv.report.figures import save_figure
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from hkv.report.bench_claim import ArticleClaim
 
-DPI = 150
-
 
 def _save(figure: Any, figures_dir: str | os.PathLike[str], name: str) -> Path:
     """Save `figure` (a matplotlib Figure or a seaborn grid) as 06_<name>.png."""
-    path = Path(figures_dir) / f"06_{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
-    return path
+    return save_figure(figure, Path(figures_dir) / f"06_{name}.png")
 
 
 def transfer_figure(

@@ -8,13 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hkv.report.eviction import KIND_ORDER, OFFLINE
-
-
-def _save(fig, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=150)
-    return target
+from hkv.report.figures import save_figure
 
 
 def plot_hit_rates(
@@ -55,7 +49,7 @@ def plot_hit_rates(
     grid.set_axis_labels("cache size (% of the trace's distinct blocks)", "block hit rate")
     grid.set_titles("{col_name}")
     grid.figure.suptitle("Block hit rate against cache size, per policy", y=1.03)
-    return _save(grid.figure, path)
+    return save_figure(grid.figure, path)
 
 
 def plot_gap_closed(
@@ -88,7 +82,7 @@ def plot_gap_closed(
     )
     ax.legend(title="workload", loc="upper right")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_rereference(
@@ -123,4 +117,4 @@ def plot_rereference(
         title="How long blocks wait before they are asked for again",
     )
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -10,13 +10,7 @@ from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.cost import CostModel
-
-
-def _save(fig, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=150)
-    return target
+from hkv.report.figures import save_figure
 
 
 def plot_load_vs_recompute(
@@ -68,7 +62,7 @@ def plot_load_vs_recompute(
     )
     sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), title=None, frameon=False)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_break_even(
@@ -99,4 +93,4 @@ def plot_break_even(
         title=title,
     )
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -13,6 +13,7 @@ from typing import Any
 
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.plan import GIB, MemoryPlan, PlanInputs, plan, weights_bytes
+from hkv.report.figures import save_figure
 
 WEIGHTS_DTYPES = ("bf16", "fp8", "int4")
 MULTIMODAL_WORDS = ("vision", "audio", "image", "video")
@@ -243,14 +244,7 @@ def plot_kv_memory(
     )
     ax.legend(title="concurrent sequences", loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
-
-
-def _save(fig, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=150)
-    return target
+    return save_figure(fig, path)
 
 
 def spec_results(spec: ModelSpec, seq_tokens: int) -> dict[str, Any]:

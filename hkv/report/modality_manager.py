@@ -16,6 +16,7 @@ from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.cost import CostModel
+from hkv.report.figures import save_figure
 from hkv.sim import Trace
 
 # (tokens, position) of the blocks whose load-or-recompute decision notebook 07 shows
@@ -274,7 +275,4 @@ def plot_savings(memory, errors, device: str, path: str | os.PathLike[str]) -> P
     ax_err.legend(title=None, loc="upper left", ncol=3, fontsize="small")
     fig.suptitle(f"the article's HybridKVCacheConfig on hkv's block manager ({device})")
     fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=150)
-    return target
+    return save_figure(fig, path)
