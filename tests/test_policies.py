@@ -460,14 +460,36 @@ def test_predictive_learns_that_one_off_blocks_do_not_return():
     assert set(policy._averse) and 0 not in policy._averse
 
 
-def test_auto_serves_vllms_lru_floor_and_learns_from_every_request():
-    trace = generate(WorkloadSpec(seed=7, num_sessions=80))
-    auto = replay(trace, make_policy("auto", 40), store="per_request")
-    lru = replay(trace, make_policy("lru", 40), store="per_request")
-    # a small trace (2,193 references): the duel has little to go on, so auto stays close to
-    # LRU rather than above it (issue 16's report says where auto falls short)
-    assert auto.block_hit_rate >= lru.block_hit_rate - 0.03
-    assert auto.declined == 0  # admission is placement: nothing is refused
+def test_auto_duel_picks_bimodal_insertion_on_a_cyclic_workload_and_recency_on_a_skewed_one():
+    """Six sessions of 4 blocks revisited round by round through a tier of half of them:
+    normal insertion makes every block evict the next one due (cost_aware keeps nothing),
+    bimodal insertion keeps sessions whole. Three hot sessions at a time, the hot set moving
+    every 30 requests: bimodal insertion is slow to let a new hot set in, so the duel keeps
+    cost_aware's own insertion, and decides exactly as cost_aware."""
+
+    def run(name: str, requests: list[list[int]]):
+        policy = make_policy(name, 12, **({"psel_max": 64} if name == "auto" else {}))
+        return policy, replay(trace_of(*requests), policy, store="per_request").block_hits
+
+    sessions = [[100 * s + b for b in range(4)] for s in range(6)]
+    auto, hits = run("auto", sessions * 40)
+    assert auto.bimodal_now
+    assert hits > 200 > run("cost_aware", sessions * 40)[1]
+    rng = random.Random(3)
+    skewed = [
+        [1000 * phase + 10 * rng.randrange(3) + b for b in range(3)]
+        for phase in range(8)
+        for _ in range(30)
+    ]
+    auto, hits = run("auto", skewed)
+    assert not auto.bimodal_now
+    assert hits == run("cost_aware", skewed)[1] > run("bip", skewed)[1]
+
+
+def test_auto_hyperparameters_are_checked_by_name():
+    for field, value in (("bip_every", -1), ("psel_max", 0), ("margin", 1.5)):
+        with pytest.raises(HkvError, match=rf"auto\.{field}: got"):
+            make_policy("auto", 8, **{field: value})
 
 
 def test_dip_follows_lru_on_a_recency_friendly_stream():
@@ -549,7 +571,7 @@ RECORDED_DECISIONS = {
     "cost_aware": "5c0413e853866686dec131e00bb8b28415f443bef32c5c96fff99c2a32b853e8",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "3616e73858e64947d368b10bc65ece8850875ad741d074bbf56b19850620a43b",
+    "auto": "5c0413e853866686dec131e00bb8b28415f443bef32c5c96fff99c2a32b853e8",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -561,7 +583,9 @@ run now reports a request's accesses after its store (`after_request`, as vLLM d
 request finishes) instead of touching inline, and the queue and priority policies re-rank a
 request's stored blocks tail first. That moved every online policy but `random` (whose victims
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
-recorded when they were added (issue 16)."""
+recorded when they were added (issue 16); `auto` again when it became cost_aware plus duelled
+bimodal insertion (issue 16, scope 4): on these short runs its duel never leaves normal
+insertion, so it decides exactly as `cost_aware` (the same digest)."""
 
 
 @pytest.mark.parametrize("name", policy_names())
