@@ -1,4 +1,4 @@
-"""`auto`, the recommended default: cost-aware GreedyDual, with bimodal insertion when it pays."""
+"""`auto` (experimental): cost-aware GreedyDual, with bimodal insertion when it pays."""
 
 from __future__ import annotations
 
