@@ -427,6 +427,33 @@ def _check_modality_manager_prose(r: dict[str, Any]) -> None:
     assert CostModel.default().profile.links["disk"].to_gpu_gbps == 1.1  # "at ... 1.1 GB/s"
 
 
+def check_predictive(r: dict[str, Any]) -> None:
+    from hkv.report.bench_results import load_result
+    from hkv.report.suite import best_hkv_summary, regret_summary
+
+    assert r["buckets"] > 0 and r["labels"] > 0 and 0.0 < r["block_hit_rate"] < 1.0
+    curve = r["reliability"]
+    assert curve and all(row["labels"] > 0 for row in curve)  # bins non-empty
+    for row in curve:
+        assert 0.0 <= row["predicted"] <= 1.0 and 0.0 <= row["observed"] <= 1.0, row
+    assert sum(row["labels"] for row in curve) == pytest.approx(r["labels"])
+    # the printed claim is the committed suite's numbers
+    suite = load_result("policy_suite")
+    assert r["suite_cells"] == best_hkv_summary(suite)["cells"] == 32
+    for policy in ("hkv:predictive", "hkv:auto"):
+        claim, expected = r["claim"][policy], regret_summary(suite, policy)
+        assert claim["mean_regret"] == pytest.approx(expected["mean_regret"]), policy
+        assert claim["cells_below_lru"] == expected["cells_below_lru"], policy
+        assert claim["cells"] == r["suite_cells"], policy
+    assert r["claim"]["hkv:auto"]["mean_regret"] <= r["claim"]["hkv:predictive"]["mean_regret"]
+    # the closing prose: it gains on vLLM's lru on average but ranks behind these four
+    predictive = r["claim"]["hkv:predictive"]
+    assert predictive["mean_gain_over_lru"] > 0
+    ahead = ("vllm:lru+st2", "hkv:s3fifo", "hkv:cost_aware", "hkv:modality_aware")
+    assert all(regret_summary(suite, p)["mean_regret"] < predictive["mean_regret"] for p in ahead)
+    assert len(r["figures"]) == 3 and all(Path(f).is_file() for f in r["figures"])
+
+
 CHECKS = {
     "01_installation": check_installation,
     "02_loading_minimax_m25": check_loading,
@@ -435,6 +462,7 @@ CHECKS = {
     "05_failure_modes": check_failure_modes,
     "06_benchmarks": check_benchmarks,
     "07_custom_modality_manager": check_custom_modality_manager,
+    "08_predictive": check_predictive,
 }
 
 

@@ -236,3 +236,32 @@ class PredictivePolicy(QueuePolicy):
                 break
             averse[key] = friendly.pop(key)
             averse.move_to_end(key, last=False)
+
+    # -- read-only view of what the model learned (for reports; decisions do not use it) ----
+    def learned_table(self) -> list[dict]:
+        """One row per bucket that holds labels: its features, its estimate `p` (as of the
+        last table rebuild), its (decayed) label count and positives, and whether admission
+        trusts it. `references` is the references before this one (0: a first reference)."""
+        modalities = {index: modality.value for modality, index in _MODALITIES.items()}
+        rows = []
+        for bucket, num in enumerate(self._num):
+            if not num:
+                continue
+            fine, coarse = divmod(bucket, _COARSE)
+            rest, extends = divmod(coarse, 2)
+            references, gap = divmod(rest, _GAPS)
+            depth, modality = divmod(fine, 3)
+            rows.append(
+                {
+                    "depth": depth,
+                    "modality": modalities[modality],
+                    "references": references,
+                    "gap": gap,
+                    "extends": bool(extends),
+                    "p": self._p[bucket],
+                    "labels": num,
+                    "positives": self._pos[bucket],
+                    "trusted": self._trusted[bucket],
+                }
+            )
+        return rows

@@ -1,0 +1,127 @@
+"""Notebook 08's analysis: what hkv's `predictive` policy learns on a generated workload (its
+bucket table, a reliability curve, estimates by feature) and how it and every other policy fare
+in the committed policy suite (`data/results/policy_suite.json`).
+
+Tables are pandas DataFrames; pandas is imported by the functions that use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hkv.policies import make_policy
+from hkv.report.suite import LRU, cells, regret_summary
+from hkv.sim import Trace, replay
+
+
+def run_predictive(trace: Trace, capacity_percent: float, store: str = "per_request", **params):
+    """Replay `trace` through a fresh `predictive` policy whose capacity is `capacity_percent` %
+    of the trace's distinct blocks; return (the policy, afterwards, and the ReplayResult)."""
+    capacity = max(1, round(trace.distinct_blocks() * capacity_percent / 100))
+    policy = make_policy("predictive", capacity, **params)
+    return policy, replay(trace, policy, store=store)
+
+
+def learned_table(policy):
+    """The policy's learned buckets (`PredictivePolicy.learned_table`) as a DataFrame, with the
+    observed return rate (positives / labels) of each."""
+    import pandas as pd
+
+    table = pd.DataFrame(policy.learned_table())
+    if table.empty:
+        raise ValueError("the policy holds no labels yet: replay a longer trace through it")
+    return table.assign(observed=table["positives"] / table["labels"])
+
+
+def reliability(table, bins: int = 10):
+    """Predicted probability of return within the horizon against the observed rate: buckets
+    grouped into `bins` equal-width bins of `p`, each bin's label-weighted mean `p` and its
+    positives / labels; only bins that hold labels."""
+    import pandas as pd
+
+    edges = [i / bins for i in range(bins + 1)]
+    binned = table.assign(
+        bin=pd.cut(table["p"], edges, include_lowest=True),
+        weighted_p=table["p"] * table["labels"],
+    )
+    grouped = binned.groupby("bin", observed=True)[["weighted_p", "positives", "labels"]].sum()
+    grouped = grouped[grouped["labels"] > 0]
+    return pd.DataFrame(
+        {
+            "bin": [f"{b.left:.1f}-{b.right:.1f}" for b in grouped.index],
+            "predicted": grouped["weighted_p"] / grouped["labels"],
+            "observed": grouped["positives"] / grouped["labels"],
+            "labels": grouped["labels"],
+        }
+    ).reset_index(drop=True)
+
+
+def by_feature(table, rows: str = "depth", columns: str = "references", value: str = "p"):
+    """A `rows` x `columns` table of the label-weighted mean of `value` (`p` or `observed`)."""
+    weighted = table.assign(w=table[value] * table["labels"])
+    sums = weighted.groupby([rows, columns])[["w", "labels"]].sum()
+    return (sums["w"] / sums["labels"]).unstack(columns)
+
+
+def suite_long(results: dict[str, Any]):
+    """One row per (workload, capacity, policy) of the suite: block hit rate (%) and the kind
+    (vLLM, peer, hkv, offline)."""
+    import pandas as pd
+
+    rows = [
+        {
+            "workload": name,
+            "capacity %": 100 * cell["capacity_frac"],
+            "policy": policy,
+            "kind": policy.split(":")[0] if ":" in policy else "offline",
+            "block hit rate %": 100 * numbers["block_hit_rate"],
+        }
+        for name, cell in cells(results)
+        for policy, numbers in cell["policies"].items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def regret_frame(results: dict[str, Any], policies: Sequence[str] | None = None):
+    """Policy x cell (`workload@capacity`) of points below the cell's best competitor (negative:
+    ahead of it); `policies` defaults to every policy but the offline yardstick."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            f"{name}@{cell['capacity_frac']:g}": {
+                policy: 100 * (cell["best_competitor_block_hit_rate"] - n["block_hit_rate"])
+                for policy, n in cell["policies"].items()
+            }
+            for name, cell in cells(results)
+        }
+    )
+    keep = [p for p in frame.index if p != "belady"] if policies is None else list(policies)
+    return frame.loc[keep]
+
+
+def future_work_claim(results: dict[str, Any], policies: Sequence[str]) -> dict[str, Any]:
+    """Each policy's `regret_summary` plus its mean hit-rate gain over vLLM's `lru` (points)."""
+    claim = {}
+    for policy in policies:
+        gains = [
+            100 * (c["policies"][policy]["block_hit_rate"] - c["policies"][LRU]["block_hit_rate"])
+            for _, c in cells(results)
+        ]
+        claim[policy] = {**regret_summary(results, policy), "mean_gain_over_lru": _mean(gains)}
+    return claim
+
+
+def claim_line(policy: str, numbers: dict[str, Any]) -> str:
+    """One sentence of `future_work_claim`'s numbers for `policy`."""
+    return (
+        f"{policy}: mean regret {numbers['mean_regret']:.2f} points (max "
+        f"{numbers['max_regret']:.2f}) against the best of vLLM's options and the peers; "
+        f"{numbers['mean_gain_over_lru']:+.2f} points over vLLM's lru on average; below vLLM's "
+        f"lru in {numbers['cells_below_lru']} of {numbers['cells']} cells"
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
