@@ -125,7 +125,7 @@ class Mover:
         if self.host is None:  # no cold tier: the blocks are recomputed when next needed
             self.drop(blocks)
             return
-        self._reuse_disk_copies([b for b in blocks if b.disk_slot is not None])
+        self._reuse_copies([b for b in blocks if b.disk_slot is not None], Tier.DISK)
         by_fmt = defaultdict(list)
         for block in blocks:
             if block.disk_slot is None:
@@ -137,29 +137,20 @@ class Mover:
                 kept = self._admit_cold(Tier.HOST, batch)
                 kept_ids = {b.key for b in kept}
                 self.drop([b for b in batch if b.key not in kept_ids])
-                self._reuse_host_copies([b for b in kept if b.host_offset is not None])
+                self._reuse_copies([b for b in kept if b.host_offset is not None], Tier.HOST)
                 dirty = [b for b in kept if b.host_offset is None]
                 if dirty:
                     self._copy_to_host(dirty, fmt)
 
-    def _reuse_host_copies(self, blocks: list[BlockRecord]) -> None:
-        for block in blocks:  # the host still has its bytes: nothing to copy
-            del self.table.copies[Tier.HOST][block.key]
-            self.leave_gpu(block)
-            block.meta.tier = Tier.HOST
-            self.policies[Tier.HOST].insert(block.key, block.meta)
-        self.stats.demoted["host"] += len(blocks)
-        self.stats.demoted_clean += len(blocks)
-
-    def _reuse_disk_copies(self, blocks: list[BlockRecord]) -> None:
-        """Back to the disk slot they were loaded from (its slot was never given back, so the
-        disk policy has room for them)."""
+    def _reuse_copies(self, blocks: list[BlockRecord], tier: Tier) -> None:
+        """Back to the copy each block kept in `tier`: its host bytes, or the disk slot it was
+        loaded from (never given back, so the tier's policy has room). Nothing is copied."""
         for block in blocks:
-            del self.table.copies[Tier.DISK][block.key]
+            del self.table.copies[tier][block.key]
             self.leave_gpu(block)
-            block.meta.tier = Tier.DISK
-            self.policies[Tier.DISK].insert(block.key, block.meta)
-        self.stats.demoted["disk"] += len(blocks)
+            block.meta.tier = tier
+            self.policies[tier].insert(block.key, block.meta)
+        self.stats.demoted[tier.name.lower()] += len(blocks)
         self.stats.demoted_clean += len(blocks)
 
     def _copy_to_host(self, kept: list[BlockRecord], fmt: str) -> None:
