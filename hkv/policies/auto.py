@@ -70,6 +70,8 @@ class AutoPolicy(CostAwarePolicy):
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Notes the miss for the shadows, then `cost_aware`'s admission (bypass)."""
+        if len(self._misses) > 4 * self.capacity_blocks + 1024:
+            self._misses.clear()  # no end of request was reported (vLLM 0.26): keep it bounded
         self._misses.append((meta.position, key))
         return super().admit(key, meta)
 

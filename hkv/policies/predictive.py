@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta, Modality
@@ -216,11 +215,6 @@ class PredictivePolicy(QueuePolicy):
         bucket = self._bucket(key, meta)
         self._record(key, bucket)
         (self._friendly if self._is_friendly(bucket) else self._averse)[key] = meta
-
-    def touch_all(self, keys: Iterable[Key]) -> None:
-        touch = self.touch
-        for key in keys:
-            touch(key)
 
     def after_request(self, stored, reused) -> None:
         super().after_request(stored, reused)
