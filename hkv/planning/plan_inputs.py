@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from hkv.errors import HkvError
+from hkv.errors import HkvError, shown
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.sizes import GIB
 
@@ -132,7 +132,7 @@ class PlanInputs:
 
 def _count(field: str, value: Any, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise HkvError(f"{field}: got {_short(value)}; expected an integer in [1, {high:,}]")
+        raise HkvError(f"{field}: got {shown(value)}; expected an integer in [1, {high:,}]")
 
 
 def check_gib(field: str, value: Any, *, positive: bool = False) -> None:
@@ -141,18 +141,11 @@ def check_gib(field: str, value: Any, *, positive: bool = False) -> None:
     ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
     if not ok or value > MAX_GIB:
         low = "> 0" if positive else ">= 0"
-        raise HkvError(f"{field}: got {_short(value)}; expected GiB {low} and at most {MAX_GIB:,}")
+        raise HkvError(f"{field}: got {shown(value)}; expected GiB {low} and at most {MAX_GIB:,}")
 
 
 def _fraction(field: str, value: Any, *, open_low: bool = False) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not (0 < value <= 1 if open_low else 0 <= value <= 1):
         interval = "(0, 1]" if open_low else "[0, 1]"
-        raise HkvError(f"{field}: got {_short(value)}; expected a fraction in {interval}")
-
-
-def _short(value: Any) -> str:
-    """`value` for a message, a huge integer shortened to its size."""
-    if isinstance(value, int) and abs(value) > 10**15:
-        return f"an integer of {len(str(abs(value)))} digits"
-    return repr(value)
+        raise HkvError(f"{field}: got {shown(value)}; expected a fraction in {interval}")

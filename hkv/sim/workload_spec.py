@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from hkv.errors import HkvError
+from hkv.errors import HkvError, shown
 from hkv.sim.trace import DEFAULT_BLOCK_TOKENS
 
 
@@ -146,9 +146,7 @@ def _check_field(name: str, value: Any, kind: Any) -> None:
         low = 0 if name == "seed" else 1
         ok = isinstance(value, int) and not isinstance(value, bool)
         if not ok or not low <= value <= high:
-            raise HkvError(
-                f"{where}: got {_short(value)}; expected an integer in [{low}, {high:,}]"
-            )
+            raise HkvError(f"{where}: got {shown(value)}; expected an integer in [{low}, {high:,}]")
         return
     if name not in _FRACTIONS and isinstance(value, int | float) and not low <= value <= high:
         raise HkvError(f"{where}: got {value!r}; expected a number in [{low:g}, {high:g}]")
@@ -160,9 +158,3 @@ def _check_field(name: str, value: Any, kind: Any) -> None:
         raise HkvError(f"{where}: got {value!r}; expected a number >= 1")
     if name not in _FRACTIONS and value <= 0:
         raise HkvError(f"{where}: got {value!r}; expected a number > 0")
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, int) and abs(value) > 10**15:
-        return f"an integer of {len(str(abs(value)))} digits"
-    return repr(value)
