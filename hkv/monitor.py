@@ -15,9 +15,9 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hkv.planning.sizes import GIB
 from hkv.report.provenance import package_versions
 
-GIB = 1 << 30
 
 REPORTED_PACKAGES = (
     "hkv",
