@@ -18,7 +18,6 @@ from typing import Any
 from hkv.planning.sizes import GIB
 from hkv.report.provenance import package_versions
 
-
 REPORTED_PACKAGES = (
     "hkv",
     "numpy",
