@@ -8,6 +8,7 @@ from hkv.blocks import Modality, Tier
 from hkv.cost import CostModel
 from hkv.errors import HkvError
 from hkv.policies import make_policy, policy_names
+from hkv.policies.lru import LRUPolicy
 from hkv.sim.replay import replay, simulate
 from hkv.sim.trace import Request, Trace
 
@@ -147,3 +148,28 @@ def test_replay_continues_on_a_warm_policy(store):
     replay(trace_of([1, 2]), policy, store=store)
     warm = replay(trace_of([1, 2, 3]), policy, store=store)
     assert warm.block_hits == 2
+
+
+def test_per_request_stores_what_a_policy_declines_aside_as_vllm_does():
+    """vLLM stores every block it is asked to: one the policy declines sits outside the policy,
+    is found by a lookup, and is the first to be evicted; only vLLM's `store_threshold` refuses
+    a store (`VllmTier`)."""
+    from hkv.blocks import BlockMeta
+    from hkv.policies.admission import StoreThreshold
+    from hkv.policies.tier import VllmTier
+
+    class Picky(LRUPolicy):  # declines odd keys
+        def admit(self, key, meta):
+            return key % 2 == 0
+
+    tier = VllmTier(Picky(4))
+    meta = BlockMeta(tokens=512)
+    assert tier.store([(k, meta) for k in (0, 1, 2)]) == ([0, 2], 1, 0, 0)
+    assert 1 in tier and 1 not in tier.policy and tier.hits([0, 1, 2]) == 3
+    # two evictions for three new blocks: the one aside first, then the policy's least recent
+    # (a chain is given up from its tail: 2 before 0)
+    assert tier.store([(k, meta) for k in (4, 6, 8)])[2] == 2
+    assert 1 not in tier and 2 not in tier and set(tier.policy) == {0, 4, 6, 8}
+    refusing = VllmTier(StoreThreshold(4, inner=LRUPolicy(4), threshold=2))
+    stored, declined, _, _ = refusing.store([(k, meta) for k in (0, 1)])
+    assert stored == [] and declined == 2 and len(refusing) == 0  # first offers: not stored

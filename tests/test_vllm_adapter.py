@@ -22,7 +22,7 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from hkv.blocks import Modality
 from hkv.integrations import vllm as adapter
 from hkv.integrations.vllm.policy import policy_class
-from hkv.policies import policy_names
+from hkv.policies import make_policy, policy_names
 
 ONLINE = policy_names(online_only=True)
 
@@ -228,13 +228,13 @@ def manager_evictions(policy: str, chunks: int, make=manager) -> list[int | None
 
 RECORDED_MANAGER_EVICTIONS = {
     "lru": "3328ba0ad852cb77b3a25f9c443535cd97f41d692f22aa58e80fe148728a75ff",
-    "arc": "ae730756800a9f8ca0858257908366ccc2fa69b3bf50e746aede37d744b5b387",
+    "arc": "8182a10252dc8cecd67907a363b5c0d6a9bca52e0a5f5267527df122eb2a508f",
     "s3fifo": "db94de61d3a3db44fa7f793f1810061626ef30ccd2cde4d885d5255fd30ff117",
     "gdsf": "3328ba0ad852cb77b3a25f9c443535cd97f41d692f22aa58e80fe148728a75ff",
     "dip": "f7fdba30e285068557a71abb72f70e5b50f85bc0039f0af00fa944e3ad157537",
     "bip": "cdb3e1135f9294d7f9e8c5a971ff342845556296057c4953562d307c4a50ea1e",
-    "cost_aware": "eef343a81ffc71f63e11fefb6e6b394bbc315dc7d534b45312dc900aa31527d9",
-    "modality_aware": "8ae91fd8b55417ae8a4ab90308547f92d98444ee2f53f0c0ead9ca1bbb658562",
+    "cost_aware": "1ee9cb6edc80abc44d990f513799651b52341c0e2f35f900c502123743084529",
+    "modality_aware": "ae3e898fd52ce7d2ed93a36a079e65246425ac54058b374ba5c4ad1b9be6d1dd",
     "random": "d19e079cda62185f78d94200be8776ac02b7e253ee996328b5e22ce5089cd5ae",
 }
 """sha256 of `manager_evictions` at 40 and 16 chunks, recorded from the adapter and policies as
@@ -243,7 +243,9 @@ they were before their hot paths were optimised: a faster adapter must decide ex
 Re-recorded for issue 16 (chains given up from the tail: `on_request_finished` re-ranks a
 request's stored blocks and touches its reused ones tail first): lru, arc, s3fifo, gdsf, dip
 and bip moved; cost_aware, modality_aware (prefix-capped, already tail first) and random did
-not. hkv_lru now evicts exactly as vLLM's own lru on this sequence (test below)."""
+not. hkv_lru now evicts exactly as vLLM's own lru on this sequence (test below). Again for
+issue 16: policies with admission (arc, cost_aware, modality_aware) are asked at vLLM's store
+miss, before it evicts room, as hkv's replay asks them, instead of at insert."""
 
 
 def test_hkv_lru_evicts_as_vllms_own_lru():
@@ -306,3 +308,22 @@ def test_a_tier_too_small_for_one_chunk_refuses_stores_as_vllms_lru_does(policy)
         assert store(m, [1, 2], ctx) is None
         m.on_request_finished(ctx)
         assert resident(m, [1, 2]) == []
+
+
+def test_auto_inside_vllms_manager_sees_whole_requests_as_the_simulator_does():
+    """vLLM names every store miss (`on_store_miss`), also when the store then fails: `auto`'s
+    shadows see each request whole, as in hkv's replay, and the tier hits what the simulator
+    predicts (admission asked before vLLM's eviction, declined blocks kept aside)."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager
+    from hkv.sim.replay import replay
+    from hkv.sim.workload import WorkloadSpec, generate
+
+    trace = generate(WorkloadSpec.multimodal(seed=5, num_sessions=40))
+    manager = hkv_manager("auto", trace, 30)
+    measured = drive(trace, manager)
+    in_vllm = manager._policy.policy
+    simulated = make_policy("auto", 30)
+    expected = replay(trace, simulated, store="per_request")
+    assert in_vllm.scores() == pytest.approx(simulated.scores())
+    assert in_vllm.switches == simulated.switches > 0
+    assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)

@@ -26,6 +26,7 @@ class StoreThreshold(EvictionPolicy):
     threshold: int = 2
     max_tracker_size: int = 64_000
     name = "store_threshold"
+    refuses_stores = True  # vLLM's manager filters before it allocates: a decline stores nothing
 
     def validate(self) -> None:
         if not isinstance(self.inner, EvictionPolicy):

@@ -187,6 +187,17 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""
 
+    def note_misses(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:  # noqa: B027
+        """A request's blocks that are absent from the tier, with their metas, before its store
+        (vLLM's `on_store_miss`, which names them all even when the store then fails; `admit`
+        hears only of those stored). Optional: the default ignores them (`auto` replays them
+        in its shadow tiers)."""
+
+    @property
+    def notes_misses(self) -> bool:
+        """Whether `note_misses` does anything (callers on a hot path skip it otherwise)."""
+        return type(self).note_misses is not EvictionPolicy.note_misses
+
     def refresh_all(self, keys: Iterable[Key]) -> None:  # noqa: B027 (optional: see below)
         """Re-rank resident `keys`, in order, as if just stored, without counting a reference
         (absent keys are ignored): the last one given is the last of them to be evicted. Used

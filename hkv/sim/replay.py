@@ -8,12 +8,14 @@ A request never evicts its own blocks (they are `protected`); when nothing else 
 is not stored. Every reference therefore reaches the policy exactly once, as a `touch` (resident)
 or an `admit` (absent): offline policies (`belady`) follow the trace through these calls.
 
-`store="per_request"` models vLLM's CPU tier (`CPUOffloadingManager`) instead: a request's
-missing blocks are offered (`admit`) in order, the tier evicts what they need in one call
-(`evict(n)`, all or nothing: if it cannot, none of them is stored), inserts them all, and only
-then the policy hears of the request (`after_request(stored, reused)`: vLLM records accesses
-when the request finishes), which gives chains up from the tail, as vLLM's own lru and arc do
-and as hkv's vLLM adapter calls it.
+`store="per_request"` models vLLM's CPU tier (`CPUOffloadingManager`) with hkv's adapter
+instead (`hkv.policies.tier.VllmTier`): a request's missing blocks are offered (`admit`) in
+order, the tier evicts what they need in one call (`evict(n)`, all or nothing: if it cannot,
+none of them is stored), stores them all (a block the policy declined outside the policy, first
+to be evicted, as vLLM stores it anyway; only vLLM's `store_threshold` refuses a store), and
+only then the policy hears of the request (`after_request(stored, reused)`: vLLM records
+accesses when the request finishes), which gives chains up from the tail, as vLLM's own lru and
+arc do and as hkv's vLLM adapter calls it.
 `bench/vllm_replay.py` checks this mode against vLLM's manager. Offline policies need the
 per-block order and do not run in this mode.
 
@@ -33,6 +35,7 @@ from hkv.blocks import BlockMeta, Tier
 from hkv.cost import CostModel
 from hkv.errors import HkvError
 from hkv.policies import EvictionPolicy, get_policy_class, make_policy, policy_names
+from hkv.policies.tier import VllmTier
 from hkv.sim.trace import Trace
 
 
@@ -236,43 +239,21 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
 def _replay_loop_per_request(
     trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts
 ) -> dict:
-    """`store="per_request"`: one all-or-nothing eviction per request, touches at its end."""
+    """`store="per_request"`: each request stored as vLLM's CPU tier stores it (`VllmTier`:
+    one all-or-nothing eviction, declined blocks kept aside, touches at its end)."""
     tally = _Tally(trace, policy, tier, costs)
+    vllm = tally.resident = VllmTier(policy)
     totals = dict.fromkeys(("evictions", "inserts", "declined", "store_failed"), 0)
+    meta = tally.meta
     for request in trace.requests:
         tally.lookup(request)
-        _store_request(request, policy, tally, totals)
+        pairs = [(key, meta(request, i, key)) for i, key in enumerate(request.hash_ids)]
+        stored, declined, evicted, failed = vllm.store(pairs)
+        totals["inserts"] += len(stored)
+        totals["declined"] += declined
+        totals["evictions"] += evicted
+        totals["store_failed"] += failed
     return tally.totals() | totals
-
-
-def _store_request(request, policy: EvictionPolicy, tally: _Tally, totals: dict) -> None:
-    """vLLM's tier after a request: store its absent blocks the policy admits (evicting all
-    room needed at once, or storing none), then tell the policy what it stored and reused."""
-    ids, resident = request.hash_ids, tally.resident
-    reused = [key for key in ids if key in resident]
-    to_store: dict[Hashable, BlockMeta] = {}
-    for index, key in enumerate(ids):
-        if key in resident or key in to_store:
-            continue
-        meta = tally.meta(request, index, key)
-        if policy.admit(key, meta):
-            to_store[key] = meta
-        else:
-            totals["declined"] += 1
-    need = len(resident) + len(to_store) - policy.capacity_blocks
-    if need > 0:
-        victims = policy.evict(need, frozenset(ids))
-        if victims is None:
-            totals["store_failed"] += len(to_store)
-            to_store = {}
-        else:
-            resident.difference_update(victims)
-            totals["evictions"] += len(victims)
-    for key, meta in to_store.items():
-        policy.insert(key, meta)
-        resident.add(key)
-    totals["inserts"] += len(to_store)
-    policy.after_request(list(to_store), reused)
 
 
 def simulate(

@@ -63,7 +63,9 @@ def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any
     spans = request_spans(req_context)
     if spans:
         meta = span_meta(spans, adapter.block_tokens)
-        pending.update([(keys[i], meta(i)) for i in absent])
+        noted = [(keys[i], meta(i)) for i in absent]
     else:
         metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
-        pending.update([(keys[i], metas[i]) for i in absent])
+        noted = [(keys[i], metas[i]) for i in absent]
+    pending.update(noted)
+    adapter.note_misses(noted)

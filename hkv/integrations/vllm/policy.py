@@ -78,6 +78,7 @@ class HkvCachePolicy(CachePolicy):
             self.insert = self.chunks.__setitem__  # the policy learns of it at `sync`
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
+        self.decided: dict[Any, bool] = {}  # admission asked at the store miss, by key
         self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = make_policy(
@@ -144,7 +145,10 @@ class HkvCachePolicy(CachePolicy):
                 meta = pending.pop(key, None)
                 if meta is None or req_context is not None:
                     meta = self.meta(key, req_context)
-            if self.admits_all or policy.admit(key, meta):
+            admitted = self.admits_all or self.decided.pop(key, None)
+            if admitted is None:
+                admitted = policy.admit(key, meta)
+            if admitted:
                 policy.insert(key, meta)
             else:
                 self.bypassed[key] = None
@@ -165,17 +169,40 @@ class HkvCachePolicy(CachePolicy):
         self.policy.touch_all(keys)
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
-        """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context.
+        """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context,
+        and ask the policy's admission now, before vLLM evicts room for them, as hkv's replay
+        does (asked at `insert`, after the eviction, a policy would always find room).
 
         A store miss is not a reference to a resident block, so nothing is touched.
         """
-        if self.shared_meta is not None:
-            return  # the policy reads no metadata
-        pending, meta = self.pending_meta, self.meta
+        if self.shared_meta is not None and self.admits_all:
+            return  # the policy reads no metadata and admits everything
+        keys = list(keys)
+        pending = self.pending_meta
         if len(pending) > 4 * self.cache_capacity:
             pending.clear()  # stores that never happened (a refused prepare_store)
-        for key in keys:
-            pending[key] = meta(key, req_context)
+            self.decided.clear()
+        if self.shared_meta is None:
+            meta = self.meta
+            for key in keys:
+                pending[key] = meta(key, req_context)
+            misses = [(key, pending[key]) for key in keys]
+        else:
+            misses = [(key, self.shared_meta) for key in keys]
+        self.note_misses(misses)
+
+    def note_misses(self, misses: list[tuple[Any, BlockMeta]]) -> None:
+        """Tell the policy of a request's store misses (if it listens) and take its admission
+        decisions for them, used when vLLM inserts them (`_hand_over`)."""
+        self.sync()
+        policy = self.policy
+        if policy.notes_misses:
+            policy.note_misses(misses)
+        if not self.admits_all:
+            admit, decided = policy.admit, self.decided
+            for key, meta in misses:
+                if key not in decided:
+                    decided[key] = admit(key, meta)
 
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
@@ -231,6 +258,7 @@ class HkvCachePolicy(CachePolicy):
         self.busy.clear()
         self.bypassed.clear()
         self.pending_meta.clear()
+        self.decided.clear()
         self.touched_requests.clear()
         self.policy.clear()
 
