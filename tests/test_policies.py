@@ -12,6 +12,7 @@ from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
 from hkv.policies import get_policy_class, make_policy, policy_names, register_policy
 from hkv.policies.admission import StoreThreshold
+from hkv.policies.shadow import make_expert
 from hkv.sim.replay import replay
 from hkv.sim.trace import Request, Trace
 from hkv.sim.workload import WorkloadSpec, generate
@@ -460,36 +461,98 @@ def test_predictive_learns_that_one_off_blocks_do_not_return():
     assert set(policy._averse) and 0 not in policy._averse
 
 
-def test_auto_duel_picks_bimodal_insertion_on_a_cyclic_workload_and_recency_on_a_skewed_one():
-    """Six sessions of 4 blocks revisited round by round through a tier of half of them:
-    normal insertion makes every block evict the next one due (cost_aware keeps nothing),
-    bimodal insertion keeps sessions whole. Three hot sessions at a time, the hot set moving
-    every 30 requests: bimodal insertion is slow to let a new hot set in, so the duel keeps
-    cost_aware's own insertion, and decides exactly as cost_aware."""
+@pytest.mark.parametrize("expert", ["arc", "cost_aware", "depth_lfu_static"])
+def test_auto_led_by_one_expert_decides_exactly_as_that_expert_alone(expert):
+    """The tier is its leader's whole policy, admission included: with the lead never changing
+    (one expert, or a margin no score can pass) `auto` hits exactly what the expert hits.
+    (Not `lru+st2`: vLLM's `store_threshold` refuses stores in its manager, before any policy;
+    led by it, `auto` can only decline, and vLLM then stores the block aside.)"""
+    chat = generate(WorkloadSpec.multimodal(seed=7, num_sessions=60))
+    alone = replay(chat, make_expert(expert, 40), store="per_request")
+    for params in ({"experts": [expert], "first": expert}, {"first": expert, "margin": 1.0}):
+        policy = make_policy("auto", 40, **params)
+        led = replay(chat, policy, store="per_request")
+        assert policy.switches == 0 and policy.leader == expert
+        assert led.block_hits == alone.block_hits and led.inserts == alone.inserts
 
-    def run(name: str, requests: list[list[int]]):
-        policy = make_policy(name, 12, **({"psel_max": 64} if name == "auto" else {}))
-        return policy, replay(trace_of(*requests), policy, store="per_request").block_hits
 
+def test_auto_hands_the_tier_to_the_expert_that_hits_and_then_hits_like_it():
+    """Sessions of 4 blocks revisited round by round through a tier too small for all of them:
+    LRU evicts every block before its turn comes; a static frequency ranking keeps some heads.
+    Started on LRU, `auto` switches once its shadow scores show it, keeps nearly all of the
+    better expert's hits and stays there."""
     sessions = [[100 * s + b for b in range(4)] for s in range(6)]
-    auto, hits = run("auto", sessions * 40)
-    assert auto.bimodal_now
-    assert hits > 200 > run("cost_aware", sessions * 40)[1]
-    rng = random.Random(3)
-    skewed = [
-        [1000 * phase + 10 * rng.randrange(3) + b for b in range(3)]
-        for phase in range(8)
-        for _ in range(30)
-    ]
-    auto, hits = run("auto", skewed)
-    assert not auto.bimodal_now
-    assert hits == run("cost_aware", skewed)[1] > run("bip", skewed)[1]
+    trace = trace_of(*(sessions * 40))
+    lru = replay(trace, make_policy("lru", 12), store="per_request").block_hits
+    static = replay(trace, make_policy("depth_lfu", 12, aging=False), store="per_request")
+    policy = make_policy("auto", 12, experts=["lru", "depth_lfu_static"], first="lru")
+    hits = replay(trace, policy, store="per_request").block_hits
+    assert lru == 0 < static.block_hits
+    assert policy.leader == "depth_lfu_static" and policy.switches == 1
+    assert hits >= 0.9 * static.block_hits
+    scores = policy.scores()
+    assert scores["depth_lfu_static"] > scores["lru"] == 0.0
+
+
+def test_auto_on_vllm_026s_order_sees_each_request_when_the_next_one_is_looked_up():
+    """vLLM 0.26 reports a request's hits at lookup, before its stores, and never its end: with
+    `request_end_reported` False the shadows still replay whole requests (one request late)."""
+    chat = generate(WorkloadSpec(seed=3, num_sessions=30))
+    per_request = make_policy("auto", 30)
+    replay(chat, per_request, store="per_request")
+    late = make_policy("auto", 30)
+    late.request_end_reported = False
+    resident = set()
+    for request in chat.requests:  # the 0.26 order: the hits at lookup, then the stores
+        ids = request.hash_ids
+        late.after_request((), [key for key in ids if key in resident])
+        new = []
+        for index, key in enumerate(ids):
+            meta = request.block_meta(index, chat.block_tokens, Tier.HOST)
+            if key not in resident and key not in new and late.admit(key, meta):
+                new.append(key)
+        room = len(late) + len(new) - 30
+        if room > 0:
+            victims = late.evict(room, frozenset(ids))
+            resident.difference_update(victims or ())
+            new = new if victims is not None else []
+        for key in new:
+            late.insert(key, request.block_meta(ids.index(key), chat.block_tokens, Tier.HOST))
+        resident.update(new)
+    late.after_request((), [])  # the last request's stores reach the shadows
+    assert late._refs == pytest.approx(per_request._refs, rel=0.05)
+    assert max(late.scores().values()) > 0
 
 
 def test_auto_hyperparameters_are_checked_by_name():
-    for field, value in (("bip_every", -1), ("psel_max", 0), ("margin", 1.5)):
-        with pytest.raises(HkvError, match=rf"auto\.{field}: got"):
-            make_policy("auto", 8, **{field: value})
+    bad = (
+        ("experts", ["lru", "nope"]),
+        ("experts", "lru"),
+        ("half_life", 0),
+        ("margin", 1.5),
+        ("first", "arc"),
+    )
+    for field, value in bad:
+        params = {field: value} if field != "first" else {"experts": ["lru"], "first": value}
+        with pytest.raises(HkvError, match=r"auto\.(experts|half_life|margin|first)"):
+            make_policy("auto", 8, **params)
+
+
+def test_depth_lfu_keeps_shared_heads_over_deep_tails_and_static_keeps_them_through_a_burst():
+    """Two blocks with the same count: the shallower stays. A burst of one-off requests: the
+    aged ranking lets them in and the hot head goes; the static one keeps the head."""
+    policy = make_policy("depth_lfu", 2, bypass=False)
+    policy.insert("deep", meta(5))
+    policy.insert("head", meta(0))
+    assert policy.evict(1) == ["deep"]
+    hot = [[0, 1]] * 8
+    burst = [[1000 + i] for i in range(40)]
+    trace = trace_of(*hot, *burst, [0, 1])
+    aged = replay(trace, make_policy("depth_lfu", 4), store="per_request")
+    static = replay(trace, make_policy("depth_lfu", 4, aging=False), store="per_request")
+    assert static.block_hits == aged.block_hits + 2
+    with pytest.raises(HkvError, match=r"depth_lfu\.aging: got"):
+        make_policy("depth_lfu", 4, aging="no")
 
 
 def test_dip_follows_lru_on_a_recency_friendly_stream():
@@ -569,9 +632,10 @@ RECORDED_DECISIONS = {
     "dip": "94331a025a19d8dac4f5336ddd8ff2789f4fb10caba2ea608f5473cfbf3dcad6",
     "bip": "37533728c98db9498201d16df0ab6b2605c8466c58f41f22a5d9dda5efb58640",
     "cost_aware": "5c0413e853866686dec131e00bb8b28415f443bef32c5c96fff99c2a32b853e8",
+    "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "5c0413e853866686dec131e00bb8b28415f443bef32c5c96fff99c2a32b853e8",
+    "auto": "6ad05f2640c0a37214550fdca6d61dddee59c01c6916ba7e7714036b898cd6c3",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -583,9 +647,8 @@ run now reports a request's accesses after its store (`after_request`, as vLLM d
 request finishes) instead of touching inline, and the queue and priority policies re-rank a
 request's stored blocks tail first. That moved every online policy but `random` (whose victims
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
-recorded when they were added (issue 16); `auto` again when it became cost_aware plus duelled
-bimodal insertion (issue 16, scope 4): on these short runs its duel never leaves normal
-insertion, so it decides exactly as `cost_aware` (the same digest)."""
+recorded when they were added (issue 16); `auto` again each time it was rebuilt (issue 16,
+scope 4), last when it became the leader of shadowed experts; `depth_lfu` when it was added."""
 
 
 @pytest.mark.parametrize("name", policy_names())

@@ -8,7 +8,8 @@
 - `priority`: `PriorityPolicy`, the one heap evictor of priority-function policies
   (gdsf, cost_aware, modality_aware through `prefix`)
 - `registry`: names -> classes, `make_policy`, the online/offline check
-- one module per policy (`predictive`, learned online, and `auto` are experimental);
+- one module per policy (`predictive`, learned online, is experimental); `auto` runs the
+  best lately of several expert policies, each replayed in a `shadow` tier;
   `admission` wraps any policy with vLLM's `store_threshold`
 
 Each policy lives in its own module and is imported on first use. `make_policy` offers run
@@ -43,6 +44,7 @@ for _name, _module, _cls in (
     ("dip", "dip", "DIPPolicy"),
     ("bip", "dip", "BIPPolicy"),
     ("cost_aware", "cost_aware", "CostAwarePolicy"),
+    ("depth_lfu", "depth_lfu", "DepthLFUPolicy"),
     ("modality_aware", "modality_aware", "ModalityAwarePolicy"),
     ("predictive", "predictive", "PredictivePolicy"),
     ("auto", "auto", "AutoPolicy"),

@@ -1,138 +1,222 @@
-"""`auto` (experimental): cost-aware GreedyDual, with bimodal insertion when it pays."""
+"""`auto`: the expert whose shadow tier has hit the most lately runs the tier."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import takewhile
+import copy
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from hkv.blocks import BlockMeta
-from hkv.policies.base import EvictionPolicy, Key, check_float, check_int
-from hkv.policies.cost_aware import CostAwarePolicy
-from hkv.policies.dip import BIPPolicy
-from hkv.policies.lru import LRUPolicy
+from hkv.errors import HkvError
+from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float
+from hkv.policies.shadow import EXPERTS, make_expert
+from hkv.policies.tier import VllmTier, replay_request
+
+DEFAULT_EXPERTS = tuple(EXPERTS)
 
 
 @dataclass(eq=False)
-class AutoPolicy(CostAwarePolicy):
-    """`cost_aware`, whose new blocks enter at the eviction end when the traffic cycles.
+class AutoPolicy(EvictionPolicy):
+    """Follow the leader: every expert policy runs in a shadow tier; the best lately runs the
+    real one.
 
-    The core is `cost_aware` unchanged: GreedyDual priority `L + count x worth` with
-    long-history (TinyLFU) counts, the prefix cap, and bypass admission. What `auto` adds is
-    where a request's new blocks enter:
+    No single policy wins everywhere (hkv's policy suite: vLLM's `lru` + `store_threshold` 2
+    leads on Mooncake's trace, a frequency-per-depth ranking on small tiers under shared
+    prompts, plain `lru` on strongly skewed sessions at large tiers). So `auto` does not guess
+    the regime: each expert (`experts`, labels of `shadow.EXPERTS`) replays every request in a
+    shadow tier of the same capacity that holds keys only, and scores its prefix hits, decayed
+    with a half-life of `half_life` x `capacity_blocks` block references. The tier itself is
+    run by one live instance of the leading expert, so its decisions, admission included, are
+    the leader's own. When another expert's score passes the leader's by more than `margin`
+    of the (decayed) references, that is by `100 x margin` points of hit rate, the tier
+    switches: the new expert's shadow is copied, with its whole learned state, as the live
+    instance; blocks the shadow holds that the tier does not are dropped from the copy (a tier
+    cannot conjure them), and blocks the tier holds that the shadow had given up are kept
+    aside and evicted first. This is the multi-expert idea of ACME and LeCaR (Ari et al.,
+    "ACME: Adaptive Caching Using Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache
+    Replacement with ML-based LeCaR", HotStorage 2018) made exact for a prefix tier: a shadow
+    hits what its expert alone would, and the tier is its leader's whole policy, not a blend.
 
-    - normal insertion: at their GreedyDual priority, as in `cost_aware`;
-    - bimodal insertion (BIP, Qureshi et al., "Adaptive Insertion Policies for High Performance
-      Caching", ISCA 2007): below every GreedyDual priority (all are >= the inflation floor
-      `L` >= 0), the newest lowest, so a new block is the next victim unless referenced first (a
-      reference promotes it to its normal priority); one insert in `bip_every` enters normally,
-      so the kept set turns over. Where sessions come back round after round but together
-      outgrow the tier, normal insertion makes each new block evict one that is due soon and
-      every session loses its tail; bimodal insertion keeps a stable share of them whole.
+    Causal: the shadows see each request after it ends and nothing later. Cost: each request
+    is replayed once per expert (seven by default), so `auto` spends several times a single
+    policy's time; vLLM's tier calls it once per request and per eviction.
 
-    Which one, the duel decides (DIP's set dueling, with its leader sets made shadows): every
-    request is replayed, as vLLM's tier stores it, in two shadow tiers of the same capacity that
-    hold keys only, one inserting at the recent end (`lru`) and one bimodally (`bip`). A
-    saturating counter moves up by the first's prefix misses and down by the second's, within
-    `[-psel_max, psel_max]`; the tier inserts bimodally while it is above `margin` x `psel_max`.
-    Leader groups inside the tier itself (DIP's way, and this policy's first version) do not
-    work for a prefix tier: the tier is one fully associative cache, so a bimodal leader's new
-    blocks are the first victims of every follower's insert and bimodal never wins (the anchor
-    workload at 60 % of its blocks: bip 46 %, cost_aware 15 %, the duel never switched), and
-    sessions that share a system prompt share a chain head, so one leader group can hold half
-    the traffic (Zipf sessions at 10 %: 7.5 points lost). The shadows cost two queue policies'
-    bookkeeping per block, in C containers, and no hit.
-
-    Requests are told apart as `cost_aware` does (positions starting over); a request's side is
-    applied when it ends (`after_request`, right after its store in the replay and in vLLM's
-    manager).
+    The shadows replay a request when `after_request(stored, reused)` reports it: its absent
+    blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
+    store then fails) or, where no caller notes misses (hkv's replay), those offered to
+    `admit`; its other blocks are the reused ones. vLLM 0.26 reports a request at its lookup,
+    before its stores, with its misses noted just before: the shadows see it whole there too.
+    Where no end of request is ever reported (the per-block replay of DESIGN §2, the block
+    manager), the shadows never run and `auto` is its `first` expert throughout.
     """
 
-    bip_every: int = 32
-    psel_max: int = 2048
-    margin: float = 0.25
+    cost_model: Any = field(default=None, repr=False)
+    config: Any = field(default=None, repr=False)
+    experts: tuple[str, ...] = DEFAULT_EXPERTS
+    half_life: float = 20.0
+    margin: float = 0.005
+    first: str = "cost_aware"
     name = "auto"
+    context_fields = ("cost_model", "config")
 
     def validate(self) -> None:
-        super().validate()
-        check_int(self.name, "bip_every", self.bip_every, 0)
-        check_int(self.name, "psel_max", self.psel_max, 1)
+        if isinstance(self.experts, str) or not isinstance(self.experts, Sequence):
+            raise HkvError(f"auto.experts: got {self.experts!r}; expected a list of expert names")
+        self.experts = tuple(self.experts)
+        for label in (*self.experts, self.first):
+            if label not in EXPERTS:
+                valid = ", ".join(EXPERTS)
+                raise HkvError(f"auto.experts: unknown expert {label!r}; valid: {valid}")
+        if self.first not in self.experts:
+            raise HkvError(f"auto.first: got {self.first!r}; expected one of auto.experts")
+        check_float(self.name, "half_life", self.half_life, 0.0, open_low=True)
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
 
     def reset(self) -> None:
-        super().reset()
         capacity = self.capacity_blocks
-        self._shadows = (LRUPolicy(capacity), BIPPolicy(capacity, bip_every=self.bip_every))
-        self._psel = 0  # > margin x psel_max: the recent-end shadow misses more -> bimodal
-        self._misses: list[tuple[int, Key]] = []  # (position, key) offered since the last end
-        self._cold = 0  # bimodal inserts so far: each goes below the one before
-        self._inserts = 0
-
-    def admit(self, key: Key, meta: BlockMeta) -> bool:
-        """Notes the miss for the shadows, then `cost_aware`'s admission (bypass)."""
-        if len(self._misses) > 4 * self.capacity_blocks + 1024:
-            self._misses.clear()  # no end of request was reported (vLLM 0.26): keep it bounded
-        self._misses.append((meta.position, key))
-        return super().admit(key, meta)
+        context = {"cost_model": self.cost_model, "config": self.config}
+        # refuses=False: run by `auto` behind vLLM's adapter, even `lru+st2` can only decline
+        self._shadows = [
+            VllmTier(make_expert(name, capacity, **context), refuses=False) for name in self.experts
+        ]
+        self._scores = [0.0] * len(self._shadows)
+        self._refs = 0.0  # decayed block references, the scores' denominator
+        self._leader = self.experts.index(self.first)
+        self._live = make_expert(self.first, capacity, **context)
+        self._aside: dict[Key, BlockMeta] = {}  # held, but given up by the leader: evicted first
+        self._metas: dict[Key, BlockMeta] = {}  # every held key's meta (for the shadows)
+        self._declined: dict[Key, BlockMeta] = {}  # recent misses the leader declined
+        self._pending: list[tuple[Key, BlockMeta]] = []  # misses since the last request's end
+        self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
+        self.switches = 0
 
     @property
-    def bimodal_now(self) -> bool:
-        """Whether new blocks go in bimodally (the duel's current verdict)."""
-        return self._psel > self.margin * self.psel_max
+    def leader(self) -> str:
+        """The expert running the tier now."""
+        return self.experts[self._leader]
+
+    def scores(self) -> dict[str, float]:
+        """Each expert's recent prefix hit rate in its shadow tier (decayed)."""
+        refs = self._refs or 1.0
+        pairs = zip(self.experts, self._scores, strict=True)
+        return {label: score / refs for label, score in pairs}
+
+    def __len__(self) -> int:
+        return len(self._aside) + len(self._live)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._live or key in self._aside
+
+    def __iter__(self) -> Iterator[Key]:
+        yield from self._aside
+        yield from self._live
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        """The leader decides; the miss is kept for the shadows unless `note_misses` names
+        misses (then it already has)."""
+        if not self._noted:
+            self._keep([(key, meta)])
+        if self._live.admit(key, meta):
+            return True
+        declined = self._declined
+        declined[key] = meta
+        if len(declined) > self.capacity_blocks + 64:
+            del declined[next(iter(declined))]
+        return False
+
+    def note_misses(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:
+        self._noted = True
+        self._keep(misses)
+
+    def _keep(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:
+        pending = self._pending
+        if len(pending) > 4 * self.capacity_blocks + 1024:
+            pending.clear()  # misses of requests whose end never came
+        pending.extend(misses)
+
+    def insert(self, key: Key, meta: BlockMeta) -> None:
+        self._check_insert(key, len(self), key in self)
+        self._live.insert(key, meta)  # the live policy has room: the keys aside hold it
+        self._metas[key] = meta
+
+    def touch(self, key: Key) -> None:
+        self._live.touch(key)
+
+    def touch_all(self, keys) -> None:
+        self._live.touch_all(keys)
+
+    def refresh_all(self, keys) -> None:
+        self._live.refresh_all(keys)
+
+    def remove(self, key: Key) -> None:
+        if self._aside.pop(key, None) is None:
+            self._live.remove(key)
+        self._metas.pop(key, None)
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        """The keys set aside first (oldest first), then the leader's own victims."""
+        if n <= 0:
+            return []
+        first = []
+        if self._aside:
+            first = [
+                key for key, meta in self._aside.items() if key not in protected and not meta.pinned
+            ][:n]
+        rest = self._live.evict(n - len(first), protected) if len(first) < n else []
+        if rest is None:
+            return None
+        metas = self._metas
+        for key in first:
+            del self._aside[key]
+        for key in (*first, *rest):
+            metas.pop(key, None)
+        return first + rest if first else rest
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        """Replay the request in the shadows, place its new blocks, then `cost_aware`'s
-        touches of the reused ones."""
-        if self.capacity_blocks:
-            self._duel(self._request_keys(reused))
-        if stored and self.bimodal_now:
-            self._insert_at_eviction_end(stored)
-        super().after_request(stored, reused)
+        """The leader hears of the request; every shadow replays it; the lead may change."""
+        aside, live = self._aside, self._live
+        back = [key for key in reused if key in aside]
+        for key in back:  # held aside and wanted again: the leader takes it (it has room)
+            live.insert(key, aside.pop(key))
+        live.after_request(stored, reused)
+        pending, self._pending = self._pending, []
+        request = self._request(pending, reused)
+        if request and self.capacity_blocks:
+            self._score(request)
 
-    def _request_keys(self, reused: Sequence[Key]) -> list[Key]:
-        """The request's keys in prefix order: its misses and its reused blocks."""
-        entries, misses = self._entries, self._misses
-        self._misses = []
-        found = [(e.meta.position, k) for k in reused if (e := entries.get(k)) is not None]
-        return [key for _, key in sorted(misses + found, key=_position)]
+    def _request(self, misses: list[tuple[Key, BlockMeta]], hits: Sequence[Key]):
+        """The request's `(key, meta)` pairs in prefix order."""
+        metas, declined = self._metas, self._declined
+        pairs = dict(misses)
+        for key in hits:
+            meta = metas.get(key) or declined.get(key)
+            if meta is not None and key not in pairs:
+                pairs[key] = meta
+        return sorted(pairs.items(), key=_position)
 
-    def _duel(self, keys: list[Key]) -> None:
-        recent, bimodal = (_replay_in(shadow, keys) for shadow in self._shadows)
-        psel = self._psel + recent - bimodal
-        self._psel = max(-self.psel_max, min(self.psel_max, psel))
+    def _score(self, request: list[tuple[Key, BlockMeta]]) -> None:
+        refs = len(request)
+        decay = 0.5 ** (refs / (self.half_life * self.capacity_blocks))
+        scores = self._scores
+        for i, shadow in enumerate(self._shadows):
+            scores[i] = scores[i] * decay + replay_request(shadow, request)
+        self._refs = self._refs * decay + refs
+        best = max(range(len(scores)), key=scores.__getitem__)
+        if scores[best] - scores[self._leader] > self.margin * self._refs:
+            self._switch(best)
 
-    def _insert_at_eviction_end(self, stored: Sequence[Key]) -> None:
-        """BIP: the request's new blocks below every GreedyDual priority, the last stored (the
-        chain's tail) lowest; one in `bip_every` stays where `cost_aware` put it."""
-        entries, every = self._entries, self.bip_every
-        for key in stored:
-            entry = entries.get(key)
-            if entry is None:
-                continue
-            self._inserts += 1
-            if every and not self._inserts % every:
-                continue
-            self._cold += 1
-            self._push_with(key, entry, -float(self._cold))
-
-
-def _position(item: tuple[int, Key]) -> int:
-    return item[0]
-
-
-_SHADOW_META = BlockMeta(tokens=1)
+    def _switch(self, best: int) -> None:
+        """The tier is run from now on by a copy of expert `best`'s shadow, fitted to the tier."""
+        memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
+        live = copy.deepcopy(self._shadows[best].policy, memo)
+        held = self._metas
+        for key in [key for key in live if key not in held]:
+            live.remove(key)
+        self._aside = {key: meta for key, meta in held.items() if key not in live}
+        self._live, self._leader = live, best
+        self.switches += 1
 
 
-def _replay_in(shadow: EvictionPolicy, keys: list[Key]) -> int:
-    """Store a request in a shadow tier as vLLM does (one eviction for all its misses, then
-    `after_request`) and return its prefix misses there: the keys after its longest resident
-    prefix."""
-    hits = sum(1 for _ in takewhile(shadow.__contains__, keys))
-    reused = [key for key in keys if key in shadow]
-    new = list(dict.fromkeys(key for key in keys if key not in shadow))
-    room = len(shadow) + len(new) - shadow.capacity_blocks
-    if room > 0 and shadow.evict(room, frozenset(keys)) is None:
-        new = []
-    shadow.insert_all(new, _SHADOW_META)
-    shadow.after_request(new, reused)
-    return len(keys) - hits
+def _position(pair: tuple[Key, BlockMeta]) -> int:
+    return pair[1].position
