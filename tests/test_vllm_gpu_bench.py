@@ -43,6 +43,27 @@ def test_same_seed_same_sequence_and_every_turn_once_round_by_round():
         assert all(anchor.TOKEN_LOW <= t < anchor.TOKEN_HIGH for t in s.tokens)
 
 
+def test_skewed_popularity_keeps_the_tokens_and_count_and_sends_popular_sessions_more():
+    """The skewed variant: the anchor's sessions and request count, waves of distinct sessions,
+    turns in order per session (a session past its last turn re-sends it), Zipf-skewed visits."""
+    big = anchor.Workload(**{**SMALL.__dict__, "sessions": 16, "turns": 4, "wave": 4})
+    skewed = anchor.Workload(**{**big.__dict__, "popularity": 1.5})
+    plain, plain_waves = anchor.build_sessions(big)
+    sessions, waves = anchor.build_sessions(skewed)
+    assert [s.tokens for s in sessions] == [s.tokens for s in plain]
+    assert sum(map(len, waves)) == sum(map(len, plain_waves)) == 64
+    assert all(len(set(s for s, _ in wave)) == len(wave) for wave in waves)
+    visits: dict[int, list[int]] = {}
+    for wave in waves:
+        for session, turn in wave:
+            visits.setdefault(session, []).append(turn)
+    for turns in visits.values():
+        assert turns == [min(i, 3) for i in range(len(turns))]
+    assert max(map(len, visits.values())) >= 3 * 64 / 16
+    with pytest.raises(ValueError, match="Workload.popularity: got -1"):
+        anchor.Workload(popularity=-1)
+
+
 def test_a_later_turn_resends_the_previous_prompt():
     sessions, requests = anchor.request_sequence(SMALL)
     for r in requests:
@@ -531,12 +552,12 @@ RECORDED_026_EVICTIONS = {
         "457edf7d230bd6a11fe1444d90cbfa0ddd931ff975b3f5c53014ac3849ed448a",
     ],
     "cost_aware": [
-        "e2143c91c084fa503120fb20437486913532f1c5fc207090e414e936f5a1b2cc",
-        "d46a3a35f57bbbb8715c27c26d795d2fb21c26664863d71b37e0227a263728fe",
+        "4a1deaabe7b19a84023c9fdc0b01eafe3c798f70bbc60d7fca31b00f55185816",
+        "64a86ba5bc74b0f8cd7ff917d1387b894c2d55083852f03946c86fe4d0120cc3",
     ],
     "modality_aware": [
-        "656faa9eac7c12a6244747f26b633ee14bebb354326827e8740839b231c6379a",
-        "8b48637561970d9eea91d16c18f0bb0837f7c531db7c07837aec1b6b3cc1ae23",
+        "a0a5ad47d5603a9a84c97c68e97b42700d3c57797858042f7fa910e9db90ac66",
+        "caa565ff572f6c2d206496eb5f2b5c5e3aaf68f0d3a30e7104ab974ec6800813",
     ],
     "random": [
         "060e94cd820c753b3d0f02ebff90ede9eda3f9fe55a8a2415f9cca259e4bfaeb",
@@ -546,7 +567,9 @@ RECORDED_026_EVICTIONS = {
 """sha256 of the evicted keys at 150 and 60 blocks, recorded from the adapter and policies as
 they were before their hot paths were optimised: a faster adapter must decide exactly alike.
 Re-recorded for issue 16 where 0.26's first touch of a request now goes tail first for every
-policy (it was prefix order but for bip with `tail_first`): lru, arc, gdsf, dip, bip moved."""
+policy (it was prefix order but for bip with `tail_first`): lru, arc, gdsf, dip, bip moved.
+Again for issue 16: cost_aware and modality_aware, whose admission is now asked when the request
+is looked up (its store misses noted), before vLLM evicts room, as in hkv's replay."""
 
 
 @pytest.mark.parametrize("policy", list(RECORDED_026_EVICTIONS))
@@ -625,3 +648,52 @@ def test_oracle_keeps_more_than_every_online_policy_under_vllm_026s_calls(monkey
     policy.get(b"a2").ref_cnt = -1  # still being written
     victims = [k for k, _ in policy.evict(3, {b"b1"})]
     assert victims == [b"out", b"a1", b"a0"]  # untagged first, then session 0 (next used last)
+
+
+def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
+    """`fold`: one results file from `run` files (one engine each), each run's summary without
+    vLLM's metric deltas and per-method timers, each engine's workload summarised."""
+    from bench.vllm_gpu.summary import fold
+    from hkv.report import bench_vllm_auto
+
+    files = []
+    for gib, popularity in ((8.0, 0.0), (8.0, 1.0)):
+        runs = [
+            {
+                "policy": name,
+                "repeat": 0,
+                "requests": [{"cached_tokens": 1, "ttft_s": 0.1}],
+                "summary": {
+                    "cached_frac": 0.1 * (i + 1),
+                    "failed_stores": int(i == 1),
+                    "ttft_mean_s": 0.2,
+                    "policy_s_per_step_net": 0.001 * (i + 1),
+                    "metrics_delta": {"x": 1},
+                    "policy_by_method": {"evict": {}},
+                },
+            }
+            for i, name in enumerate(bench_vllm_auto.POLICIES)
+        ]
+        data = {
+            "date_utc": "2026-12-01",
+            "machine": {"cpus": 16},
+            "versions": {"vllm": "0.26.0"},
+            "parameters": {"variant": "text", "popularity": popularity, "cpu_gib": gib},
+            "cpu_blocks": 16384,
+            "status": "done",
+            "repeats": runs,
+        }
+        path = tmp_path / f"run_{popularity:g}.json"
+        write_json(path, data)
+        files.append(path)
+    folded = fold(files, tmp_path / "folded.json")
+    assert len(folded["runs"]) == 8 and set(folded["workloads"]) == {"text@0", "text@1"}
+    assert not any(key in run for run in folded["runs"] for key in ("metrics_delta", "requests"))
+    table = bench_vllm_auto.cached_table(folded)
+    assert "| anchor | 8 GiB | 10.0 % | 20.0 % (1 failed stores) |" in table
+    assert "| skewed (Zipf 1) | 8 GiB |" in table
+    ms = bench_vllm_auto.policy_ms_per_step(folded, "anchor", 8.0)
+    assert ms["lru"] == pytest.approx(1.0) and ms["hkv_auto"] == pytest.approx(3.0)
+    write_json(files[1], {**json.loads(files[1].read_text()), "status": "error"})
+    with pytest.raises(SystemExit, match="did not finish"):
+        fold(files, tmp_path / "again.json")

@@ -15,6 +15,7 @@ Modes, each one process:
     python -m bench.vllm_gpu drive --plan full --devices 0,1 --out data/results/vllm_h200.json
     python -m bench.vllm_gpu drive --plan tp2 --devices 0,1 --out data/results/vllm_h200_tp2.json
     python -m bench.vllm_gpu workload                 # the request sequence's summary (CPU)
+    python -m bench.vllm_gpu fold R1.json R2.json --out data/results/vllm_h200_auto.json
 
 `run` (`engine`) measures one engine (CPU tier x variant x tensor-parallel size) in this
 process, engine core in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's

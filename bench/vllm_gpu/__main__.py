@@ -14,6 +14,7 @@ from bench.vllm_gpu import __doc__ as DOC
 from bench.vllm_gpu.capacity import run_capacity
 from bench.vllm_gpu.driver import drive, measure_link
 from bench.vllm_gpu.engine import run_config
+from bench.vllm_gpu.summary import fold
 from hkv.report import write_json
 from hkv.sim.anchor import Workload, workload_summary
 
@@ -30,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     )
     one.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     one.add_argument("--variant", choices=("text", "mm"), default="text")
+    one.add_argument(
+        "--popularity", type=float, default=0.0, help="Zipf exponent of session popularity"
+    )
     one.add_argument("--repeats", type=int, default=1)
     one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
     one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
@@ -53,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     many.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
     many.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_gpu")
     many.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_h200.json")
+    folded = sub.add_parser("fold", help="several run files as one small results file")
+    folded.add_argument("files", type=Path, nargs="+")
+    folded.add_argument("--out", type=Path, required=True)
     sub.add_parser("link", help="pinned host<->GPU bandwidth as one JSON line")
     sub.add_parser("workload", help="the request sequence's summary as JSON")
     return parser
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(code)  # vLLM's teardown is slow and can hang on exit; results are written
     if args.mode == "drive":
         drive(args)
+    elif args.mode == "fold":
+        fold(args.files, args.out)
     elif args.mode == "link":
         print(json.dumps(measure_link()))
     else:

@@ -159,12 +159,14 @@ def run_config(args, result: dict) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
     policies = policy_list(args.policy)
-    w = Workload(images=args.variant == "mm")
+    popularity = getattr(args, "popularity", 0.0)
+    w = Workload(images=args.variant == "mm", popularity=popularity)
     parameters = {
         "policy": policies[0] if len(policies) == 1 else ",".join(policies),
         "policies": policies,
         "cpu_gib": args.cpu_gib,
         "variant": args.variant,
+        "popularity": popularity,
         "tp": getattr(args, "tp", 1),
         "gpu_kv_gib": args.gpu_kv_gib,
         "repeats": args.repeats,

@@ -1,7 +1,11 @@
 """One run's summary: cached shares, TTFT, bytes moved, and the policy's time net of the
-timer's own cost."""
+timer's own cost; `fold`, many runs' files as one small results file."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from hkv.report import write_json
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -117,3 +121,38 @@ def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
         "policy_by_method": used.get("policy_by_method"),
         "metrics_delta": metrics,
     }
+
+
+FOLDED_DROP = ("metrics_delta", "policy_by_method")
+"""Per-run keys `fold` leaves out (vLLM's raw metric deltas, the per-method timer table)."""
+
+
+def fold(files: list, out) -> dict:
+    """One small results file from several `run` files (one engine each): each engine's
+    parameters and sizes, and a row per run (its summary, without the per-request arrays)."""
+    from hkv.inputs import read_json
+    from hkv.sim.anchor import Workload, workload_summary
+
+    engines, runs, variants = [], [], {}
+    for path in files:
+        data = read_json(path, "fold")
+        if data.get("status") != "done":
+            raise SystemExit(f"fold: {path} did not finish ({data.get('status')!r})")
+        params = data["parameters"]
+        engines.append({**params, "cpu_blocks": data["cpu_blocks"], "file": Path(path).name})
+        popularity = params.get("popularity", 0.0)
+        variants[f"{params['variant']}@{popularity:g}"] = workload_summary(
+            Workload(images=params["variant"] == "mm", popularity=popularity)
+        )
+        for one in data["repeats"]:
+            summary = {k: v for k, v in one["summary"].items() if k not in FOLDED_DROP}
+            runs.append({"policy": one["policy"], "repeat": one["repeat"],
+                         "cpu_gib": params["cpu_gib"], "variant": params["variant"],
+                         "popularity": popularity, **summary})  # fmt: skip
+    first = read_json(files[0], "fold")
+    head = {k: first[k] for k in ("date_utc", "machine", "versions")}
+    command = "python -m bench.vllm_gpu run ..., one engine a call (`engines`), then fold"
+    result = {"generated_by": command, **head, "parameters": {"engines": engines},
+              "workloads": variants, "runs": runs}  # fmt: skip
+    write_json(out, result)
+    return result

@@ -37,12 +37,17 @@ class Workload:
     image_seed: int = 1
     image_median_tokens: int = 570
     block_tokens: int = 16
+    popularity: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("sessions", "turns", "wave", "first_min", "delta_min", "block_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Workload.{name}: got {value!r}; expected an integer >= 1")
+        if not isinstance(self.popularity, int | float) or not 0 <= self.popularity <= 8:
+            raise ValueError(
+                f"Workload.popularity: got {self.popularity!r}; expected a Zipf exponent in [0, 8]"
+            )
         if self.first_max < self.first_min or self.delta_max < self.delta_min:
             raise ValueError(
                 f"Workload: first_max/delta_max ({self.first_max}/{self.delta_max}) must be >= "
@@ -84,8 +89,8 @@ def build_sessions(w: Workload) -> tuple[list[Session], list[list[tuple[int, int
         for delta in deltas:
             lens.append(lens[-1] + delta)
         drafts.append((tokens, lens))
-    waves = []
-    for turn in range(w.turns):
+    waves = popular_waves(w) if w.popularity else []
+    for turn in range(w.turns if not w.popularity else 0):
         order = list(range(w.sessions))
         rng.shuffle(order)
         for start in range(0, len(order), w.wave):
@@ -96,6 +101,31 @@ def build_sessions(w: Workload) -> tuple[list[Session], list[list[tuple[int, int
         for tokens, lens in drafts
     ]
     return sessions, waves
+
+
+def popular_waves(w: Workload) -> list[list[tuple[int, int]]]:
+    """The skewed variant's waves: as many requests as the anchor's, each wave `wave` distinct
+    sessions drawn by Zipf popularity (exponent `popularity`, ranks in a random order; its own
+    random stream, so the sessions' tokens stay the anchor's). A session drawn goes to its next
+    turn; one drawn after its last turn sends its last prompt again (a popular conversation or
+    document asked about once more)."""
+    rng = random.Random(w.seed + 7919)
+    ranks = list(range(w.sessions))
+    rng.shuffle(ranks)
+    weights = [1.0 / (1 + ranks[s]) ** w.popularity for s in range(w.sessions)]
+    visits = [0] * w.sessions
+    waves, left = [], w.sessions * w.turns
+    while left:
+        wave: list[int] = []
+        while len(wave) < min(w.wave, left, w.sessions):
+            (session,) = rng.choices(range(w.sessions), weights)
+            if session not in wave:
+                wave.append(session)
+        waves.append([(s, min(visits[s], w.turns - 1)) for s in wave])
+        for s in wave:
+            visits[s] += 1
+        left -= len(wave)
+    return waves
 
 
 def image_spans(prompt_lens: list[int], w: Workload, rng: random.Random) -> list:
