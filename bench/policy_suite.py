@@ -3,6 +3,9 @@
     PYTHONPATH=.peers python -m bench.policy_suite          # writes data/results/policy_suite.json
     python -m bench.policy_suite --size ci --no-trace --out out/policy_suite_ci.json   # seconds
     python -m bench.policy_suite --no-vllm                  # the simulator alone (`hkv suite`)
+    python -m bench.policy_suite --only mooncake --out A.json &    # shards, run side by side,
+    python -m bench.policy_suite --no-trace --out B.json; wait     # then merged into one file:
+    python -m bench.policy_suite --merge A.json B.json
 
 Workloads: Mooncake's synthetic trace (`--trace`, read where it lies, never copied), hkv's
 generated ones (`hkv.sim.suite_workloads`, explicit seeds) and any Mooncake-format trace given
@@ -48,6 +51,7 @@ from hkv.sim.suite import (
 from hkv.sim.suite_workloads import generated_workloads
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("hkv", "numpy", "vllm", "evoke-vllm", "vllm-marconi-offload")
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 
 
@@ -138,11 +142,48 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-vllm", action="store_true", help="simulator only")
     parser.add_argument("--profile", default=None, help="calibration profile (default: H200)")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/policy_suite.json")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", default=None, metavar="FILE",
+        help="write the workloads of results files from separate runs (shards) as one",
+    )  # fmt: skip
     return parser.parse_args(argv)
+
+
+def merge(files: list[Path], out: Path) -> Path:
+    """One results file from shards run with the same code and parameters but different
+    `--only`/`--no-trace`: their workloads side by side, each shard's command kept."""
+    from hkv.inputs import read_json
+
+    shards = [read_json(path, "--merge") for path in files]
+    first = shards[0]
+    workloads, shard_info = {}, []
+    for path, shard in zip(files, shards, strict=True):
+        clash = set(workloads) & set(shard["workloads"])
+        if clash or shard["competitors"] != first["competitors"]:
+            raise SystemExit(f"--merge: {path} repeats {sorted(clash)} or has other competitors")
+        workloads |= shard["workloads"]
+        shard_info.append({"generated_by": shard["generated_by"], "elapsed_s": shard["elapsed_s"]})
+    parameters = dict(first["parameters"])
+    traces = [shard["parameters"]["trace"] for shard in shards if shard["parameters"]["trace"]]
+    parameters["trace"] = traces[0] if traces else None
+    results = {
+        "competitors": first["competitors"],
+        "workloads": workloads,
+        "missing": first["missing"],
+        "elapsed_s": max(info["elapsed_s"] for info in shard_info),
+        "shards": shard_info,
+    }
+    command = "python -m bench.policy_suite --merge " + " ".join(p.name for p in files)
+    return save_results(
+        out, results, generated_by=command, parameters=parameters, packages=PACKAGES
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.merge:
+        print(f"wrote {merge(args.merge, args.out)}")
+        return 0
     started = time.perf_counter()
     cost_model = CostModel.default(profile=HardwareProfile.load(args.profile))
     traces, missing_traces = workloads(args)
@@ -172,9 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         "policies": list(runners),
     }
     command = " ".join(["python -m bench.policy_suite", *(sys.argv[1:] if argv is None else argv)])
-    packages = ("hkv", "numpy", "vllm", "evoke-vllm", "vllm-marconi-offload")
     out = save_results(
-        args.out, results, generated_by=command, parameters=parameters, packages=packages
+        args.out, results, generated_by=command, parameters=parameters, packages=PACKAGES
     )
     print(f"wrote {out} in {results['elapsed_s']} s")
     return 0

@@ -172,6 +172,11 @@ def check_policies(r: dict[str, Any]) -> None:
         assert all(gaps["lru"][c] == 0.0 and gaps["belady"][c] == 1.0 for c in capacities)
     best = r["best_online_policy"]
     assert best in online
+    # section 8: the suite's ranking, as the README recommends (auto first, then cost_aware)
+    ranking = r["suite_ranking"]
+    keys = [(row["cells_over_half_point"], row["mean_regret"]) for row in ranking]
+    assert keys == sorted(keys) and "belady" not in {row["policy"] for row in ranking}
+    assert [row["policy"] for row in ranking[:2]] == ["hkv:auto", "hkv:cost_aware"]
     assert r["mean_gap_closed"][best] == max(r["mean_gap_closed"][p] for p in online) > 0.0
     assert all(rate > 0 for rate in r["lru_refs_per_s"].values())
     for workload, reuse in r["rereference"].items():

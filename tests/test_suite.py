@@ -157,3 +157,26 @@ def test_bench_drives_vllm_natives_and_reports_missing_peers(tmp_path):
     for label, why in peer_status().items():
         assert (label in rows) == (why is None)
         assert (label in saved["missing"]["peers"]) == (why is not None)
+
+
+def test_shards_run_side_by_side_merge_into_one_suite(tmp_path):
+    """`--merge`: shards of one suite (`--only`) joined, their commands kept; a workload in
+    two shards is refused."""
+    from bench import policy_suite
+
+    base = ["--size", "ci", "--no-trace", "--no-vllm", "--capacities", "0.1"]
+    shards = []
+    for name in ("bursty", "multimodal"):
+        shard = tmp_path / f"{name}.json"
+        assert policy_suite.main([*base, "--only", name, "--out", str(shard)]) == 0
+        shards.append(shard)
+    out = tmp_path / "merged.json"
+    assert policy_suite.main(["--merge", *map(str, shards), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert list(merged["workloads"]) == ["bursty", "multimodal"]
+    assert [s["generated_by"] for s in merged["shards"]] == [
+        json.loads(s.read_text())["generated_by"] for s in shards
+    ]
+    assert list(merged)[:5] == ["generated_by", "date_utc", "machine", "versions", "parameters"]
+    with pytest.raises(SystemExit, match="repeats"):
+        policy_suite.main(["--merge", str(shards[0]), str(shards[0]), "--out", str(out)])

@@ -55,3 +55,12 @@ def best_hkv_summary(results: dict[str, Any]) -> dict[str, Any]:
 def regret_table(results: dict[str, Any], policies: list[str]) -> list[dict[str, Any]]:
     """One row per policy: `regret_summary`'s numbers, for a table in a notebook."""
     return [{"policy": p, **regret_summary(results, p)} for p in policies]
+
+
+def ranking(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every policy of the suite but the yardstick, the safest first: fewest cells more than
+    half a point behind the best competitor, then the lowest mean regret (which policy to use)."""
+    _, first = next(cells(results))
+    names = [name for name in first["policies"] if name != "belady"]
+    rows = regret_table(results, names)
+    return sorted(rows, key=lambda row: (row["cells_over_half_point"], row["mean_regret"]))
