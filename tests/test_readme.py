@@ -498,6 +498,18 @@ def auto_h200_ttft_worse_everywhere() -> tuple[()]:
     return ()
 
 
+def auto_h200_relations() -> tuple[float]:
+    """12 GiB anchor: points over the better of lru and arc; 8 GiB: between them; skewed:
+    within 1 point of the better."""
+    cells = bench_vllm_auto.runs_by_cell(result("vllm_h200_auto.json"))
+    share = {c: {p: run["cached_frac"] for p, run in runs.items()} for c, runs in cells.items()}
+    at12, at8 = share[("anchor", 12.0)], share[("anchor", 8.0)]
+    assert min(at8["lru"], at8["arc"]) < at8["hkv_auto"] < max(at8["lru"], at8["arc"])
+    skewed = [s for (workload, _), s in share.items() if workload.startswith("skewed")]
+    assert skewed and all(max(s["lru"], s["arc"]) - s["hkv_auto"] < 0.01 for s in skewed)
+    return (100 * (at12["hkv_auto"] - max(at12["lru"], at12["arc"])),)
+
+
 CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     # MiniMax-M2.5's config (data/models/minimax-m2.5)
     ("{:.0f} KiB per token", lambda: (spec().kv_bytes_per_token() / 1024,)),
@@ -754,6 +766,11 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         auto_h200_policy_ms,
     ),
     ("enough to make its mean TTFT worse than lru's in every row", auto_h200_ttft_worse_everywhere),
+    (
+        "`auto` caches {:.0f} points more than the better of lru and arc on the round-robin anchor "
+        "at 12 GiB, falls between them at 8 GiB, and stays within a point",
+        auto_h200_relations,
+    ),
     ("`predictive` costs {:.1f} ms.", lambda: auto_h200_policy_ms()[2:]),
 ]
 
