@@ -178,8 +178,8 @@ class HkvCachePolicy(CachePolicy):
         if self.shared_meta is not None and self.admits_all:
             return  # the policy reads no metadata and admits everything
         keys = list(keys)
-        pending = self.pending_meta
-        if len(pending) > 4 * self.cache_capacity:
+        pending, limit = self.pending_meta, 4 * self.cache_capacity
+        if len(pending) > limit or len(self.decided) > limit:
             pending.clear()  # stores that never happened (a refused prepare_store)
             self.decided.clear()
         if self.shared_meta is None:
@@ -200,9 +200,8 @@ class HkvCachePolicy(CachePolicy):
             policy.note_misses(misses)
         if not self.admits_all:
             admit, decided = policy.admit, self.decided
-            for key, meta in misses:
-                if key not in decided:
-                    decided[key] = admit(key, meta)
+            for key, meta in misses:  # a key again: a later request's offer, asked afresh
+                decided[key] = admit(key, meta)
 
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
