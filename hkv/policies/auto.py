@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -159,10 +160,9 @@ class AutoPolicy(EvictionPolicy):
         if n <= 0:
             return []
         first = []
-        if self._aside:
-            first = [
-                key for key, meta in self._aside.items() if key not in protected and not meta.pinned
-            ][:n]
+        if self._aside:  # the first n that may go, without a scan of every key aside
+            aside = self._aside.items()
+            first = list(islice((k for k, m in aside if k not in protected and not m.pinned), n))
         rest = self._live.evict(n - len(first), protected) if len(first) < n else []
         if rest is None:
             return None

@@ -54,13 +54,15 @@ class VllmTier:
         policy, aside = self.policy, self.aside
         keys = [key for key, _ in request]
         held = self.__contains__
-        reused = [key for key in keys if held(key)]
+        reused: list[Key] = []
         taken: dict[Key, BlockMeta] = {}
         declined: dict[Key, BlockMeta] = {}
-        for key, meta in request:
-            if key in taken or key in declined or held(key):
+        for key, meta in request:  # one membership test a block
+            if held(key):
+                reused.append(key)
+            elif key in taken or key in declined:
                 continue
-            if policy.admit(key, meta):
+            elif policy.admit(key, meta):
                 taken[key] = meta
             else:
                 declined[key] = meta
