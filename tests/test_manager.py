@@ -426,3 +426,21 @@ def test_without_kept_copies_quantized_blocks_drift(tmp_path) -> None:
     cycle(m, [0], 19)
     assert rel_errors(m, 0, "q8", outlier_kv(0))[1] > once[1]
     assert m.stats.requantized == 19
+
+
+def test_ready_slots_cover_blocks_still_arriving(tmp_path) -> None:
+    m = manager(tmp_path, gpu=6, host=8, disk=0)
+    fill(m, range(6))
+    m.demote([0, 1, 2, 3])
+    pending = m.prepare_access([0, 1, 2, 3], starts=[0, 2])  # two readers' units
+    assert m.gpu_slots_of([0, 1]) is None  # in flight: not readable to a plain reader
+    slots = m.ready_slots([4, 0, 1])  # one hot, two arriving
+    assert slots is not None and len(set(slots)) == 3
+    assert m.ready_slots([0, 99]) is None  # not held
+    ((transfer, _),) = pending.transfers
+    assert [end for end, _ in transfer.arrivals] == [2, 4]  # a chunk per unit
+    result = m.complete_access(pending)
+    assert [result.gpu_slots[k] for k in (0, 1)] == slots[1:]
+    assert m.ready_slots([0, 1]) == m.gpu_slots_of([0, 1]) == slots[1:]
+    m.demote([5])
+    assert m.ready_slots([5]) is None  # gone to host: no longer on the GPU

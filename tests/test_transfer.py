@@ -12,7 +12,7 @@ from hkv.storage import transfer
 from hkv.storage.layout import BlockLayout
 from hkv.storage.quant import codec
 from hkv.storage.tiers import GpuTier, HostTier
-from hkv.storage.transfer import TransferEngine, copy_runs, split_runs
+from hkv.storage.transfer import TransferEngine, copy_runs, split_at, split_runs
 
 LAYOUT = BlockLayout(block_tokens=16, kv_heads=2, head_dim=32, num_layers=2)  # 8 KiB blocks
 
@@ -40,6 +40,9 @@ def test_copy_runs_and_pipeline_chunks() -> None:
     assert copy_runs(np.array([0, 100, 200]), 100) == [(0, 3, 0)]
     assert copy_runs(np.array([300, 0, 100, 500]), 100) == [(0, 1, 300), (1, 2, 0), (3, 1, 500)]
     assert copy_runs(np.array([], dtype=np.int64), 100) == []
+    # a reader's units (layers) start new chunks too, offsets following within a run
+    assert split_at([(0, 5, 0), (5, 1, 900)], [2, 5], 100) == [(0, 2, 0), (2, 3, 200), (5, 1, 900)]
+    assert split_at([(0, 3, 0)], [], 100) == [(0, 3, 0)]
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])

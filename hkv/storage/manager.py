@@ -25,6 +25,8 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
   in `lost`, never returned.
 - Overlap: `prepare_access` launches the host -> GPU copies and returns; `complete_access` waits.
   Demotions needed to make room are finished inside `prepare_access`. One access may be pending.
+  `ready_slots` lets a reader use blocks still arriving: the current stream waits on the device
+  for the copy chunks that bring them (`starts` cuts a chunk per reader's unit), the CPU not.
 - Encoded once: a block loaded from a cold tier keeps the bytes it came from (host extent or
   disk slot; `retain_host_copies`, default on, covers both), and demoting it while its values are
   unchanged reuses them: no copy, and a quantized block is never encoded again from its decoded
@@ -204,16 +206,18 @@ class HybridKVCacheManager:
         return pending if isinstance(pending, AccessResult) else self.complete_access(pending)
 
     def prepare_access(
-        self, block_ids: Iterable[int], *, pin: bool = False
+        self, block_ids: Iterable[int], *, pin: bool = False, starts: Iterable[int] = ()
     ) -> PendingAccess | AccessResult:
-        """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room."""
+        """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room.
+        `starts`: keys that each begin a reader's unit (a copy chunk each: `ready_slots`)."""
         if self._pending is not None:
             raise HkvError("prepare_access: an access is pending; complete_access() it first")
         ids = list(dict.fromkeys(int(b) for b in block_ids))
         hot, cold, missing = self.table.sort_access(ids)
         mover = self.mover
         recompute = [b for b in cold if mover.cheaper_to_recompute(b, b.meta.tier)]
-        loads = [b for b in cold if b not in set(recompute)]
+        recomputed = set(recompute)
+        loads = [b for b in cold if b not in recomputed]
         reason = mover.no_room(len(loads), hot)
         if reason is not None:
             self.stats.refused += 1
@@ -227,11 +231,12 @@ class HybridKVCacheManager:
             self.policies[block.meta.tier].remove(block.key)
             block.inflight = True
         lost, scratch = mover.read_disk([b for b in loads if b.meta.tier is Tier.DISK])
-        loads = [b for b in loads if b not in set(lost)]
+        lost_set = set(lost)
+        loads = [b for b in loads if b not in lost_set]
         hits = Counter(b.meta.tier.name.lower() for b in hot + loads)
         slots = mover.gpu_slots(len(loads), set(ids))
         assert not isinstance(slots, str), slots  # room was checked above
-        transfers = self._launch_loads(loads, slots, scratch)
+        transfers, arrivals = self.mover.launch_loads(loads, slots, scratch, frozenset(starts))
         for block in hot if pin else ():
             self.table.pin(block)
         self._pending = PendingAccess(
@@ -244,12 +249,17 @@ class HybridKVCacheManager:
             tuple(BlockId(b.key) for b in recompute),
             tuple(BlockId(b.key) for b in lost),
             tuple(BlockId(k) for k in missing),
+            arrivals,
         )
         return self._pending
 
-    def _launch_loads(self, loads: list[BlockRecord], slots: list[int], scratch: dict[int, int]):
-        """The mover's `launch_loads` (a seam tests count loads through)."""
-        return self.mover.launch_loads(loads, slots, scratch)
+    def ready_slots(self, block_ids: Iterable[int], wait: bool = True) -> list[int] | None:
+        """The GPU slots of `block_ids` if each is on the GPU or arriving in the pending access
+        (else None); with `wait` the current stream waits on the device for the arriving ones,
+        the CPU never. Valid while `gpu_departures` is unchanged (module docstring: Overlap)."""
+        arrivals = self._pending.arrivals if self._pending is not None else {}
+        found = self.table.ready_slots(block_ids, arrivals)
+        return None if found is None else self.engine.after(*found) if wait else found[0]
 
     @property
     def pending(self) -> PendingAccess | None:
@@ -380,14 +390,8 @@ class HybridKVCacheManager:
         return len(self.table)
 
     def usage(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Per modality and tier: `blocks`, `raw_bytes` (in the layout's dtype) and
-        `stored_bytes` (what the tier spends: a GPU slot, host pages, a disk slot)."""
-        stored = {
-            Tier.GPU: lambda b: self.layout.nbytes,
-            Tier.HOST: lambda b: self._host_stride(b.fmt),
-            Tier.DISK: lambda b: self.disk.stride,
-        }
-        return self.table.usage(self.layout.nbytes, lambda b: stored[b.meta.tier](b))
+        """Per modality and tier: `blocks`, `raw_bytes` and `stored_bytes` (`Mover.usage`)."""
+        return self.mover.usage()
 
     def close(self) -> None:
         """Close the disk tier's file (and release its lock)."""

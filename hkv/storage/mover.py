@@ -74,6 +74,16 @@ class Mover:
     def host_stride(self, fmt: str) -> int:
         return self.host.stride_bytes(codec(self.layout, fmt).payload_bytes)
 
+    def usage(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per modality and tier: `blocks`, `raw_bytes` (in the layout's dtype) and
+        `stored_bytes` (what the tier spends: a GPU slot, host pages, a disk slot)."""
+        stored = {
+            Tier.GPU: lambda b: self.layout.nbytes,
+            Tier.HOST: lambda b: self.host_stride(b.fmt),
+            Tier.DISK: lambda b: self.disk.stride,
+        }
+        return self.table.usage(self.layout.nbytes, lambda b: stored[b.meta.tier](b))
+
     # ---- room on the GPU ------------------------------------------------------------------
 
     def no_room(self, needed: int, hot: list[BlockRecord]) -> str | None:
@@ -285,8 +295,16 @@ class Mover:
         if self.scratch is None or self.scratch.capacity_bytes < need:
             self.scratch = HostTier(need, self.host.page_bytes, pin_memory=self.host.pinned)
 
-    def launch_loads(self, loads: list[BlockRecord], slots: list[int], scratch: dict[int, int]):
-        """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots."""
+    def launch_loads(
+        self,
+        loads: list[BlockRecord],
+        slots: list[int],
+        scratch: dict[int, int],
+        starts: frozenset[int] = frozenset(),
+    ):
+        """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots.
+        A copy chunk starts at each block whose key is in `starts` (see `prepare_load`).
+        Returns [(transfer, link)] and each block's arrival event (`Transfer.arrival`)."""
         groups = defaultdict(list)
         for block, slot in zip(loads, slots, strict=True):
             self.table.pin(block)  # in flight: no eviction may pick it
@@ -294,15 +312,18 @@ class Mover:
             block.exact = block.fmt in LOSSLESS_FORMATS  # else the GPU holds a decoded copy
             from_disk = block.key in scratch
             groups[(from_disk, block.fmt)].append((block, slot))
-        transfers = []
+        transfers, arrivals = [], {}
         for (from_disk, fmt), group in groups.items():
             source = self.scratch if from_disk else self.host
             offsets = [scratch[b.key] if from_disk else b.host_offset for b, _ in group]
+            cuts = [i for i, (b, _) in enumerate(group) if b.key in starts]
             transfer = self.engine.prepare_load(
-                source, offsets, self.gpu, [s for _, s in group], fmt
+                source, offsets, self.gpu, [s for _, s in group], fmt, cuts
             )
             transfers.append((transfer, Link.DISK_TO_GPU if from_disk else Link.HOST_TO_GPU))
-        return transfers
+            events = transfer.block_arrivals()
+            arrivals.update((b.key, event) for (b, _), event in zip(group, events, strict=True))
+        return transfers, arrivals
 
     def settle_load(self, block: BlockRecord) -> None:
         """A loaded block keeps the cold copy it came from (or gives it up without

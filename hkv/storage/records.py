@@ -116,3 +116,5 @@ class PendingAccess:
     recompute: tuple[BlockId, ...]
     lost: tuple[BlockId, ...]
     missing: tuple[BlockId, ...]
+    arrivals: dict[int, Any] = field(default_factory=dict)
+    """key -> the event after which that loaded block is in its slot (None off CUDA)."""

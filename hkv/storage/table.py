@@ -122,6 +122,24 @@ class BlockTable:
             slots.append(block.gpu_slot)
         return slots
 
+    def ready_slots(
+        self, keys: Iterable[int], arrivals: dict[int, Any]
+    ) -> tuple[list[int], list[Any]] | None:
+        """The GPU slots of `keys`, in order, if each is on the GPU, or in flight with an entry
+        in `arrivals` (key -> event or None); and the distinct events to wait for."""
+        slots, events = [], {}
+        for key in keys:
+            block = self.records.get(key)
+            if block is None or block.gpu_slot is None:
+                return None
+            if block.inflight:
+                if key not in arrivals:
+                    return None
+                if (event := arrivals[key]) is not None:
+                    events[id(event)] = event
+            slots.append(block.gpu_slot)
+        return slots, list(events.values())
+
     def slots_on_gpu(self, keys: Iterable[int]) -> dict[int, int]:
         """key -> GPU slot of those of `keys` held on the GPU."""
         records = self.records

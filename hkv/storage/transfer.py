@@ -27,6 +27,7 @@ only then). Host extents are given as byte offsets into a `HostTier`'s arena; ea
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,9 +78,19 @@ class Transfer:
     _end: Any = None
     _keep: tuple = ()
     _stats: TransferStats | None = field(default=None, repr=False)
+    arrivals: list[tuple[int, Any]] = field(default_factory=list, repr=False)
+    """A load's chunks as (end index in the batch, event after its scatter; None off CUDA)."""
 
     def done(self) -> bool:
         return self._end is None or self._end.query()
+
+    def block_arrivals(self) -> list[Any]:
+        """A load's blocks in batch order: the event after which each is in its slot."""
+        out, start = [], 0
+        for end, event in self.arrivals:
+            out += [event] * (end - start)
+            start = end
+        return out
 
 
 def copy_runs(offsets: np.ndarray, stride: int) -> list[tuple[int, int, int]]:
@@ -119,8 +130,8 @@ class TransferEngine:
         transfer = self._begin(GPU_TO_HOST, fmt, len(offsets), stride, len(runs))
         with self._stream():
             self._mark_start(transfer)
-            index = torch.as_tensor(np.asarray(gpu_slots, dtype=np.int64)).to(self.device)
-            words = _as_words(gpu.kv).index_select(0, index)
+            index = self._device_index(gpu_slots)
+            words = as_words(gpu.kv).index_select(0, index)
             blocks = words.view(torch.uint8).view(gpu.layout.torch_dtype)
             payload = c.encode(blocks.view(len(offsets), *gpu.layout.shape))
             staging = _rows(payload, stride)
@@ -137,18 +148,23 @@ class TransferEngine:
         gpu: GpuTier,
         gpu_slots: Sequence[int],
         fmt: str,
+        starts: Sequence[int] = (),
     ) -> Transfer:
-        """Launch: decode the `fmt` payloads at `host_offsets` into GPU slots `gpu_slots`."""
+        """Launch: decode the `fmt` payloads at `host_offsets` into GPU slots `gpu_slots`.
+
+        A chunk also starts at each index of `starts` (a reader's unit, a layer say): its
+        event in `arrivals` then tells when that unit is in place, before the whole load."""
         c = codec(gpu.layout, fmt)
         stride = host.stride_bytes(c.payload_bytes)
         offsets = _offsets(host_offsets, gpu_slots)
-        chunks = split_runs(copy_runs(offsets, stride), stride, LOAD_CHUNK_BYTES)
+        runs = split_runs(copy_runs(offsets, stride), stride, LOAD_CHUNK_BYTES)
+        chunks = split_at(runs, starts, stride)
         transfer = self._begin(HOST_TO_GPU, fmt, len(offsets), stride, len(chunks))
         with self._stream():
             self._mark_start(transfer)
-            index = torch.as_tensor(np.asarray(gpu_slots, dtype=np.int64)).to(self.device)
+            index = self._device_index(gpu_slots)
             staging = torch.empty((len(offsets), stride), dtype=torch.uint8, device=self.device)
-        pool, pieces = _as_words(gpu.kv), []
+        pool, pieces = as_words(gpu.kv), []
         for first, count, offset in chunks:
             with self._stream():
                 host_rows = host.buf[offset : offset + count * stride].view(count, stride)
@@ -156,13 +172,31 @@ class TransferEngine:
             self._hand_over()
             with self._stream(self.scatter_stream):
                 blocks = c.decode(staging[first : first + count, : c.payload_bytes])
-                pool.index_copy_(0, index[first : first + count], _as_words(blocks))
+                pool.index_copy_(0, index[first : first + count], as_words(blocks))
                 pieces.append(blocks)
+                event = torch.cuda.Event() if self.is_cuda else None
+                if event is not None:
+                    event.record(self.scatter_stream)
+                transfer.arrivals.append((first + count, event))
         if self.is_cuda:  # made on the copy stream, read on the scatter stream
             index.record_stream(self.scatter_stream)
             staging.record_stream(self.scatter_stream)
         transfer._keep = (index, staging, pieces)
         return self._launched(transfer, self.scatter_stream)
+
+    def _device_index(self, gpu_slots: Sequence[int]) -> torch.Tensor:
+        """`gpu_slots` on the device, copied from pinned memory on the current stream without
+        the CPU waiting for it (a pageable copy would wait for the stream's earlier work)."""
+        index = torch.as_tensor(np.asarray(gpu_slots, dtype=np.int64))
+        if not self.is_cuda:
+            return index
+        return index.pin_memory().to(self.device, non_blocking=True)
+
+    def after(self, result: Any, events: Sequence[Any]) -> Any:
+        """`result`, once the current stream waits (on the device) for `events`."""
+        for event in events:
+            torch.cuda.current_stream(self.device).wait_event(event)
+        return result
 
     def complete_store(self, transfer: Transfer) -> TransferStats:
         """Wait for a store; its source slots may be reused and its host bytes read after this."""
@@ -245,7 +279,22 @@ def split_runs(
     ]
 
 
-def _as_words(rows: torch.Tensor) -> torch.Tensor:
+def split_at(
+    chunks: list[tuple[int, int, int]], starts: Sequence[int], stride: int
+) -> list[tuple[int, int, int]]:
+    """`chunks` (first, count, host offset) also cut where a block index of `starts` falls
+    inside one (a chunk is one run of extents `stride` bytes apart)."""
+    if not starts:
+        return chunks
+    cuts = sorted(set(starts))
+    out = []
+    for first, count, offset in chunks:
+        edges = [first, *(s for s in cuts if first < s < first + count), first + count]
+        out += [(a, b - a, offset + (a - first) * stride) for a, b in itertools.pairwise(edges)]
+    return out
+
+
+def as_words(rows: torch.Tensor) -> torch.Tensor:
     """Contiguous `rows` `[n, ...]` as `[n, row_bytes / w]` of the widest integer type dividing a
     row: gather and scatter kernels work per element, so 8-byte words move rows faster than
     2-byte values."""
