@@ -89,6 +89,7 @@ def test_second_turn_restored_from_host_matches_dynamic_cache(model) -> None:
     cache = store.cache_for("chat", turn1)
     out1 = generate(model, turn1, cache, new_tokens=16)
     store.finish_turn("chat", cache, out1)
+    store.park("chat")
     assert not cache.manager.block_ids(Tier.GPU)
     turn2 = torch.cat([out1, prompt(20, seed=2)], dim=1)
     out2 = generate(model, turn2, store.cache_for("chat", turn2), new_tokens=16)
@@ -98,3 +99,28 @@ def test_second_turn_restored_from_host_matches_dynamic_cache(model) -> None:
     ref2 = generate(model, turn2, reference, new_tokens=16)
     print(f"\nturn 2 restored from host, tokens identical: {torch.equal(ref2, out2)}")
     assert torch.equal(ref1, out1) and torch.equal(ref2, out2)
+
+
+@pytest.mark.parametrize("hot_blocks", [200, 40])
+def test_sessions_taking_turns_match_dynamic_cache(model, hot_blocks) -> None:
+    """Three conversations, two rounds of turns, the next one prefetched while one runs: with a
+    pool that holds them all nothing moves; with a small one they cycle through host RAM. Every
+    layer decodes from its working copy once its blocks are on the GPU."""
+    settings = HkvCacheSettings(block_tokens=32, hot_blocks=hot_blocks, host_blocks=256)
+    store = HkvSessionStore(model.config, settings)
+    ids = {s: prompt(150 + 40 * s, seed=30 + s) for s in range(3)}
+    refs = {s: DynamicCache(config=model.config) for s in range(3)}
+    for r in range(2):
+        for s in range(3):
+            if r:
+                ids[s] = torch.cat([ids[s], prompt(24, seed=40 + s)], dim=1)
+            cache = store.cache_for(str(s), ids[s])
+            store.prefetch(str((s + 1) % 3))
+            out = generate(model, ids[s], cache, new_tokens=12)
+            assert all(layer._work is not None for layer in cache.layers)
+            store.finish_turn(str(s), cache, out)
+            assert torch.equal(out, generate(model, ids[s], refs[s], new_tokens=12))
+            ids[s] = out
+    moved = store._manager.stats.bytes_moved
+    print(f"\npool {hot_blocks} blocks: bytes moved {dict(moved)}")
+    assert (sum(moved.values()) == 0) == (hot_blocks == 200)

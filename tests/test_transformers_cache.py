@@ -12,6 +12,7 @@ from transformers import DynamicCache, MiniMaxM2ForCausalLM
 from hkv.blocks import Tier
 from hkv.errors import HkvError
 from hkv.integrations.transformers import HkvCache, HkvCacheSettings, HkvSessionStore
+from hkv.integrations.transformers.kv_blocks import ALL_LAYERS
 from hkv.tiny_model import TinyMiniMaxSettings, tiny_config
 
 VOCAB = 320
@@ -69,6 +70,7 @@ def test_second_turn_prefills_only_new_tokens_and_matches_dynamic_cache(model) -
     cache = store.cache_for("chat", turn1)
     out1 = generate(model, turn1, cache, new_tokens=10)
     store.finish_turn("chat", cache, out1)
+    assert store.park("chat") > 0
     assert not cache.manager.block_ids(Tier.GPU)  # the whole session is in host RAM
     turn2 = torch.cat([out1, prompt(13, seed=3)], dim=1)
     cache2 = store.cache_for("chat", turn2)
@@ -94,6 +96,7 @@ def test_cost_model_may_choose_recompute(model) -> None:
     cache = store.cache_for("chat", turn1)
     out1 = generate(model, turn1, cache, new_tokens=4)
     store.finish_turn("chat", cache, out1)
+    store.park("chat")  # blocks still on the GPU would cost nothing to load
     cache2 = store.cache_for("chat", torch.cat([out1, prompt(5)], dim=1))
     assert cache2 is not cache and store.last_decision["action"] == "recompute"
     assert cache2.get_seq_length() == 0
@@ -164,6 +167,7 @@ def test_waiting_session_is_prefetched_while_another_runs(model) -> None:
         cache = store.cache_for(name, ids)
         outs[name] = generate(model, ids, cache, new_tokens=6)
         store.finish_turn(name, cache, outs[name])
+        store.park(name)  # to host RAM now (else it would wait on the GPU)
     next_b = torch.cat([outs["b"], prompt(5, seed=11)], dim=1)
     cache_b = store.cache_for("b", next_b)  # b's turn 2 starts (its first layer loading), a waits
     manager = cache_b.manager
@@ -205,6 +209,7 @@ def test_a_prefetch_leaves_the_running_session_the_room_it_still_needs(model) ->
         cache = store.cache_for(name, ids)
         outs[name] = generate(model, ids, cache, new_tokens=6)
         store.finish_turn(name, cache, outs[name])
+        store.park(name)
     next_b = torch.cat([outs["b"], prompt(5, seed=11)], dim=1)
     cache_b = store.cache_for("b", next_b)
     manager = cache_b.manager
@@ -216,16 +221,202 @@ def test_a_prefetch_leaves_the_running_session_the_room_it_still_needs(model) ->
     launched = store.prefetch("a")
     assert 0 < launched <= free - b_away - 2 * 2  # two a layer kept for b's new blocks
     loads: dict[int, int] = {}
-    launch = manager._launch_loads
+    launch = manager.mover.launch_loads
 
-    def counted(blocks, slots, scratch):
+    def counted(blocks, slots, scratch, *starts):
         for block in blocks:
             loads[block.key] = loads.get(block.key, 0) + 1
-        return launch(blocks, slots, scratch)
+        return launch(blocks, slots, scratch, *starts)
 
-    manager._launch_loads = counted
+    manager.mover.launch_loads = counted
     out = generate(model, next_b, cache_b, new_tokens=4)
-    assert max(loads[k] for k in loads if k in b_keys) == 1  # each of b's blocks loaded once
+    # none of b's blocks loaded more than once (all came back at cache_for here, with room)
+    assert all(n == 1 for k, n in loads.items() if k in b_keys)
     reference = DynamicCache(config=model.config)
     generate(model, prompt(30, seed=9), reference, new_tokens=6)
     assert torch.equal(out, generate(model, next_b, reference, new_tokens=4))
+
+
+def test_working_copy_appends_in_place_and_matches_dynamic_cache(model) -> None:
+    input_ids = prompt(70, seed=12)
+    reference = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=20)
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1)
+    cache = HkvCache(model.config, settings)
+    gathers = []
+    for layer in cache.layers:
+        gather = layer._gather
+        layer._gather = lambda *a, gather=gather: gathers.append(1) or gather(*a)
+    out = generate(model, input_ids, cache, new_tokens=20)
+    assert torch.equal(out, reference)
+    # built once per layer at its second update, then every step appended in place: 20 steps
+    # crossed two block boundaries (70 + 20 tokens, blocks of 8) and sealed from the copy
+    assert len(gathers) == len(cache.layers)
+    for layer in cache.layers:
+        assert layer._work is not None and layer.get_seq_length() == 89
+        assert layer.num_blocks == 11 and all(
+            cache.manager.where(k) is Tier.GPU for k in layer._keys
+        )
+    cache.release(demote=False)
+    assert all(layer._work is None for layer in cache.layers)  # freed at the end of the turn
+    assert [layer.tail_keys.shape[-2] for layer in cache.layers] == [1, 1]
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_working_copies_wait_until_the_whole_sequence_is_back(model, prefetch) -> None:
+    input_ids = prompt(60, seed=13)
+    reference = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=12)
+    settings = HkvCacheSettings(
+        block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1, prefetch=prefetch
+    )
+    cache = HkvCache(model.config, settings)
+    with torch.no_grad():
+        out = model(input_ids, past_key_values=cache, use_cache=True)
+        next_id = out.logits[:, -1:].argmax(-1)
+        tokens = [next_id]
+        for step in range(11):
+            if step == 4:  # a block of layer 1 goes to host RAM between two steps
+                copies = [layer._work for layer in cache.layers]
+                assert all(c is not None for c in copies)
+                cache.manager.demote([cache.layers[1].block_key(2)])
+            out = model(next_id, past_key_values=cache, use_cache=True)
+            next_id = out.logits[:, -1:].argmax(-1)
+            tokens.append(next_id)
+            if step == 4:
+                assert cache.manager.stats.hits["host"] == 1  # loaded back once
+                # layer 0 ran while the block was away: it dropped its copy. Layer 1 found it
+                # arriving (prefetched by layer 0), lossless: kept its own; or, without
+                # prefetch, loaded it itself and had none this step
+                assert cache.layers[0]._work is None
+                assert (cache.layers[1]._work is copies[1]) == prefetch
+            if step == 5:  # the whole sequence back: every layer has a copy again
+                assert all(layer._work is not None for layer in cache.layers)
+    assert torch.equal(torch.cat([input_ids, *tokens], dim=1), reference)
+
+
+def test_without_working_copy_every_step_gathers(model) -> None:
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=64, working_copy=False)
+    cache = HkvCache(model.config, settings)
+    out = generate(model, prompt(40, seed=14), cache, new_tokens=5)
+    assert out.shape[1] == 45 and all(layer._work is None for layer in cache.layers)
+
+
+def test_finished_sessions_stay_on_the_gpu_until_their_slots_are_wanted(model) -> None:
+    # a pool of 40 blocks; each session ends with 2 layers x 4 blocks: all fit, nothing moves
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=40, host_blocks=128)
+    store = HkvSessionStore(model.config, settings)
+    outs = {}
+    for name, seed in (("a", 20), ("b", 21), ("c", 22)):
+        ids = prompt(30, seed=seed)
+        cache = store.cache_for(name, ids)
+        outs[name] = generate(model, ids, cache, new_tokens=4)
+        store.finish_turn(name, cache, outs[name])
+    manager = cache.manager
+    assert manager.stats.bytes_moved["gpu_to_host"] == 0
+    # a small pool: a prefetch demotes the session that finished longest ago, never the next
+    small = HkvSessionStore(model.config, HkvCacheSettings(block_tokens=8, hot_blocks=20))
+    for name in ("a", "b", "c"):
+        cache = small.cache_for(name, outs[name][:, :30])
+        generate(model, outs[name][:, :30], cache, new_tokens=4)
+        small.finish_turn(name, cache, outs[name])
+    m = cache.manager
+    on_gpu = {
+        n: sum(m.where(k) is Tier.GPU for k in small._sessions[n].cache.block_keys())
+        for n in ("a", "b", "c")
+    }
+    assert on_gpu["c"] == 8 and on_gpu["a"] < on_gpu["b"]  # LRU order of the pool's policy
+    next_a = torch.cat([outs["a"], prompt(3, seed=23)], dim=1)
+    cache_c = small.cache_for("c", torch.cat([outs["c"], prompt(3, seed=24)], dim=1))
+    launched = small.prefetch("a")
+    assert launched > 0
+    a_keys = small._sessions["a"].cache.block_keys()
+    assert all(m.where(k) is Tier.GPU for k in a_keys)  # b was demoted for it, c kept
+    assert all(m.where(k) is Tier.GPU for k in cache_c.block_keys())
+    with pytest.raises(HkvError, match="park"):
+        small.park("c")  # running
+    assert small.park("b") == 0  # already in host RAM
+    assert small.park("a") == len(a_keys)
+    del next_a
+
+
+def test_lossy_cold_blocks_never_keep_a_stale_working_copy(model) -> None:
+    from hkv.planning.config import HybridKVCacheConfig
+
+    q8 = HybridKVCacheConfig(
+        offload_strategy="lru", modality_configs={"text": {"quantization": "q8"}}
+    )
+    settings = HkvCacheSettings(
+        block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1, config=q8
+    )
+    cache = HkvCache(model.config, settings)
+    with torch.no_grad():
+        next_id = model(prompt(60, seed=15), past_key_values=cache, use_cache=True).logits[:, -1:]
+        next_id = next_id.argmax(-1)
+        model(next_id, past_key_values=cache, use_cache=True)
+        copy = cache.layers[1]._work
+        assert copy is not None
+        key = cache.layers[1].block_key(2)
+        exact = cache.manager.gpu_view(key).clone()
+        cache.manager.demote([key])  # to host as q8; prefetched back (decoded) by layer 0
+        model(next_id, past_key_values=cache, use_cache=True)
+    layer = cache.layers[1]
+    assert layer._work is not copy  # rebuilt from the decoded block, not kept from before
+    b = 8
+    block = layer._work[:, :, 2 * b : 3 * b].permute(0, 2, 1, 3)
+    assert torch.equal(block, cache.manager.gpu_view(key)[0])
+    assert not torch.equal(block, exact[0])  # q8 changed it; the copy says what the pool says
+
+
+def test_a_resumed_turn_loads_every_layer_in_one_access_a_chunk_each(model) -> None:
+    store = HkvSessionStore(model.config, HkvCacheSettings(block_tokens=8, hot_blocks=40))
+    turn1 = prompt(50, seed=16)
+    cache = store.cache_for("chat", turn1)
+    out1 = generate(model, turn1, cache, new_tokens=6)
+    store.finish_turn("chat", cache, out1)
+    store.park("chat")
+    turn2 = torch.cat([out1, prompt(7, seed=17)], dim=1)
+    assert store.cache_for("chat", turn2) is cache
+    pending = cache.manager.pending
+    assert pending is not None and cache.store.prefetch_for == ALL_LAYERS
+    per_layer = [layer.num_blocks for layer in cache.layers]  # all parked, all loading
+    assert len(pending.loads) == sum(per_layer)
+    ((transfer, _),) = pending.transfers
+    assert [end for end, _ in transfer.arrivals] == [per_layer[0], sum(per_layer)]
+    out2 = generate(model, turn2, cache, new_tokens=6)
+    assert cache.manager.pending is None  # completed by the last layer's first update
+    assert cache.manager.stats.hits["host"] == sum(per_layer)  # each block loaded once
+    reference = DynamicCache(config=model.config)
+    generate(model, turn1, reference, new_tokens=6)
+    assert torch.equal(out2, generate(model, turn2, reference, new_tokens=6))
+
+
+def test_a_sequence_larger_than_the_pool_never_keeps_a_copy(model) -> None:
+    # 2 layers x 15 blocks through a pool of 26: one layer's blocks are all on the GPU at times
+    # (with a per-layer rule, that layer kept a copy: 1.4-1.7x DynamicCache's KV at 128K on the
+    # H200), but a copy of them holds what the pool does not: the memory stays the pool's
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=26, sink_blocks=1, recent_blocks=1)
+    cache = HkvCache(model.config, settings)
+    input_ids = prompt(120, seed=18)
+    copies = []
+    for layer in cache.layers:
+        append = layer._append_to_work
+        layer._append_to_work = lambda *a, append=append: copies.append(1) or append(*a)
+    out = generate(model, input_ids, cache, new_tokens=6)
+    assert not copies and all(layer._work is None for layer in cache.layers)
+    assert cache.manager.stats.hits["host"] > 0  # it did stream
+    assert torch.equal(out, generate(model, input_ids, DynamicCache(config=model.config), 6))
+
+
+def test_blocks_still_on_the_gpu_cost_nothing_to_load(model) -> None:
+    class HalfLoaded:
+        def decide(self, meta, tier, fmt):
+            return types.SimpleNamespace(load_s=1.0, recompute_s=0.5)
+
+    store = HkvSessionStore(
+        model.config, HkvCacheSettings(block_tokens=8, hot_blocks=40), HalfLoaded()
+    )
+    turn1 = prompt(40, seed=19)
+    cache = store.cache_for("chat", turn1)
+    out1 = generate(model, turn1, cache, new_tokens=4)
+    store.finish_turn("chat", cache, out1)  # all of it stays in the pool
+    assert store.cache_for("chat", torch.cat([out1, prompt(5)], dim=1)) is cache
+    assert store.last_decision["action"] == "load" and store.last_decision["load_s"] == 0.0

@@ -23,10 +23,18 @@ writes layer `i`'s whole K/V into one `[1, kv_heads, seq, head_dim]` pair, in ba
 that fit the free and streamed slots. Only one layer's K/V is assembled at a time, so device
 memory is the hot pool plus one layer.
 
-- Fast path: while every block of a layer stays in the GPU slot it had (the manager's
-  `gpu_departures` unchanged), the layer keeps its slot index on the device and assembles with
-  one gather kernel, no per-block Python; the policy hears of these blocks every `TOUCH_EVERY`
-  updates instead of every step.
+- Working copy (`working_copy`, on by default): once every block of the sequence (all layers)
+  is on the GPU, each layer gathers its blocks once into a `[2, kv_heads, capacity, head_dim]`
+  copy with room to grow and from then on writes each step's new tokens into it in place and
+  returns views of it: two small copies a step, no gather, no per-block Python. A completed
+  block is sealed from the copy into the pool. The copy stays while the whole sequence stays on
+  the GPU (checked when any block departs: the manager's `gpu_departures`); it is dropped at
+  `release`. Memory: the pool plus one copy of the running sequence (a sequence that streams
+  through a smaller pool never has one).
+- Gather path (a layer with blocks in host RAM, or `working_copy=False`): while every block of
+  a layer stays in the GPU slot it had, the layer keeps its slot index on the device and
+  assembles with one gather kernel, no per-block Python; the policy hears of these blocks every
+  `TOUCH_EVERY` updates instead of every step.
 - Prefetch: after assembling layer `i`, the loads of layer `i + 1`'s cold blocks (layer 0's
   after the last layer) are launched on the transfer streams, so they overlap layer `i`'s
   attention and MLP; layer `i + 1`'s `update` completes them.
@@ -39,9 +47,11 @@ bit, so greedy tokens are identical. Quantized formats (q8/q6/q4) trade that for
 Batch size 1 only; beam search and cropping are not supported.
 
 `HkvSessionStore` keeps one `HkvCache` per conversation over one shared manager: `finish_turn`
-demotes the session's blocks to host; `cache_for` on the next turn reuses them (the prefix is
-loaded, not recomputed) unless the cost model says recomputing the prefix is cheaper;
-`prefetch(next_session)` starts loading a waiting conversation while another one runs.
+unpins the session's blocks, which leave the GPU (to host RAM) only when their slots are wanted,
+the sessions that finished longest ago first; `cache_for` on the next turn reuses them (the
+prefix is loaded, not recomputed) unless the cost model says recomputing the prefix is cheaper;
+`prefetch(next_session)` starts loading a waiting conversation while another one runs, making
+room by demoting idle ones.
 """
 
 from __future__ import annotations
@@ -117,30 +127,40 @@ class HkvCache(Cache):
     def block_keys(self) -> list[int]:
         return [layer.block_key(i) for layer in self.layers for i in range(layer.num_blocks)]
 
-    def release(self) -> None:
-        """End of a turn: unpin every block, move tails to host, demote GPU blocks to host."""
+    def release(self, demote: bool = True) -> None:
+        """End of a turn: drop the working copies, unpin every block, move tails to host and,
+        with `demote`, the GPU blocks too (else they stay until their slots are wanted)."""
         if self.manager is not None:
             self.store.settle()  # a layer's prefetch may be in flight: its blocks are pinned
         for layer in self.layers:
             layer.release()
-        if self.manager is not None:
-            hot = [k for k in self.block_keys() if self.manager.evictable(k)]
-            if hot and self.manager.host is not None:
-                self.manager.demote(hot)
+        if demote:
+            self.park()
+
+    def park(self) -> int:
+        """Demote this cache's unpinned GPU blocks to host RAM now; returns how many moved."""
+        if self.manager is None or self.manager.host is None:
+            return 0
+        self.store.settle()
+        hot = [k for k in self.block_keys() if self.manager.evictable(k)]
+        if hot:
+            self.manager.demote(hot)
+        return len(hot)
 
     def resume(self) -> None:
         """Start of a turn: each layer pins its sink and recent blocks again at its next update,
-        and the first layer's blocks start loading now (the others load a layer ahead)."""
+        and the blocks in host RAM start loading now, all layers in one access, a chunk a layer
+        (`BlockStore.prefetch_all`)."""
         for layer in self.layers:
             layer.needs_pins = layer.num_blocks > 0
         if self.manager is not None and self.layers:
-            self.store.prefetch_next(len(self.layers) - 1)
+            self.store.prefetch_all()
 
 
 @dataclass
 class _Session:
     cache: HkvCache
-    token_ids: list[int]
+    token_ids: torch.Tensor  # 1-D, on the device the turn's ids came on
 
 
 class HkvSessionStore:
@@ -155,6 +175,11 @@ class HkvSessionStore:
     loading that prefix from host costs less than recomputing it (`cost_model.decide` summed over
     the prefix's blocks; without a cost model it always loads); otherwise it frees the session's
     blocks and returns a fresh cache. `last_decision` says which and why.
+
+    A finished session's blocks stay in the GPU pool until their slots are wanted: `prefetch`
+    demotes the sessions that finished longest ago first (never the running one), and so does
+    the manager's policy when a running session needs room. A pool that holds every session
+    moves nothing. `park` demotes a session to host RAM at once.
     """
 
     def __init__(self, config: Any, settings: HkvCacheSettings | None = None, cost_model=None):
@@ -166,16 +191,19 @@ class HkvSessionStore:
         self._sessions: dict[str, _Session] = {}
         self._next_base = itertools.count()
         self._running: str | None = None  # the session between its cache_for and finish_turn
+        self._idle: dict[str, None] = {}  # finished sessions, the longest finished first
         self.last_decision: dict[str, Any] = {}
 
     def cache_for(self, session_id: str, input_ids: Any) -> HkvCache:
-        ids = _token_list(input_ids)
+        ids = _token_tensor(input_ids)
         self._running = session_id
+        self._idle.pop(session_id, None)
         session = self._sessions.get(session_id)
         if session is not None:
             cached = session.cache.get_seq_length()
-            prefix_ok = session.token_ids[:cached] == ids[:cached] and cached < len(ids)
-            load_s, recompute_s = self._prefix_costs(cached)
+            known = session.token_ids[:cached]
+            prefix_ok = cached < len(ids) and torch.equal(known, ids[:cached].to(known.device))
+            load_s, recompute_s = self._prefix_costs(cached, session.cache)
             if prefix_ok and load_s <= recompute_s:
                 self.last_decision = {
                     "action": "load",
@@ -230,22 +258,54 @@ class HkvSessionStore:
         if running is not None:
             where = manager.where
             reserve += sum(1 for k in running.cache.block_keys() if where(k) is not Tier.GPU)
-        store, room = session.cache.store, manager.gpu.num_free - reserve
-        return store.launch(store.in_host(session.cache.block_keys())[: max(0, room)])
+        store = session.cache.store
+        per_layer = [store.in_host(layer._keys) for layer in session.cache.layers]
+        wanted = [k for keys in per_layer for k in keys]
+        if len(wanted) > manager.gpu.num_free - reserve:
+            self._demote_idle(len(wanted) - manager.gpu.num_free + reserve, session_id)
+        starts = [keys[0] for keys in per_layer if keys]
+        return store.launch(wanted[: max(0, manager.gpu.num_free - reserve)], starts=starts)
+
+    def _demote_idle(self, count: int, keep: str) -> None:
+        """Demote up to `count` GPU blocks of finished sessions (not `keep`), the sessions that
+        finished longest ago first."""
+        manager, victims = self._manager, []
+        for name in self._idle:
+            if name == keep:
+                continue
+            keys = self._sessions[name].cache.block_keys()
+            victims += [k for k in keys if manager.evictable(k)][: count - len(victims)]
+            if len(victims) >= count:
+                break
+        if victims:
+            manager.demote(victims)
+
+    def park(self, session_id: str) -> int:
+        """Demote a finished session's GPU blocks to host RAM now; returns how many moved."""
+        session = self._sessions.get(session_id)
+        if session is None or session_id == self._running:
+            raise HkvError(f"park: {session_id!r} is not a finished session of this store")
+        return session.cache.park()
 
     def finish_turn(self, session_id: str, cache: HkvCache, token_ids: Any) -> None:
-        """Record the turn's tokens (prompt + reply) and demote the session's blocks to host."""
+        """Record the turn's tokens (prompt + reply) and release the session's blocks: unpinned,
+        they stay on the GPU until their slots are wanted (the class docstring)."""
         session = self._sessions.get(session_id)
         if session is None or session.cache is not cache:
             raise HkvError(f"finish_turn: {session_id!r} is not the session of this cache")
-        session.token_ids = _token_list(token_ids)
+        session.token_ids = _token_tensor(token_ids)
         if self._running == session_id:
             self._running = None
-        cache.release()
+        cache.release(demote=False)
+        self._idle[session_id] = None
 
-    def _prefix_costs(self, tokens: int) -> tuple[float, float]:
+    def _prefix_costs(self, tokens: int, cache: HkvCache) -> tuple[float, float]:
+        """Loading the prefix's blocks that left the GPU (its share of the load of all of them)
+        against recomputing the prefix, by the cost model."""
         if self.cost_model is None:
             return 0.0, float("inf")
+        keys = cache.block_keys()
+        away = sum(1 for k in keys if self._manager.where(k) is not Tier.GPU) / max(1, len(keys))
         load = recompute = 0.0
         b = self.settings.block_tokens
         for start in range(0, tokens, b):
@@ -253,19 +313,21 @@ class HkvSessionStore:
             fmt = self.settings.config.modality(Modality.TEXT).quantization
             decision = self.cost_model.decide(meta, Tier.HOST, fmt)
             load, recompute = load + decision.load_s, recompute + decision.recompute_s
-        return load, recompute
+        return load * away, recompute
 
     def _drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
+        self._idle.pop(session_id, None)
         if session.cache.manager is not None:
             session.cache.manager.free(session.cache.block_keys())
 
 
-def _token_list(input_ids: Any) -> list[int]:
+def _token_tensor(input_ids: Any) -> torch.Tensor:
+    """A turn's token ids as a 1-D tensor (compared on their device: no copy to Python)."""
     if isinstance(input_ids, torch.Tensor):
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
                 raise HkvError(f"HkvSessionStore: batch size {input_ids.shape[0]}; expected 1")
             input_ids = input_ids[0]
-        return input_ids.tolist()
-    return list(input_ids)
+        return input_ids
+    return torch.tensor(list(input_ids), dtype=torch.long)

@@ -22,6 +22,9 @@ TOUCH_EVERY = 16
 """Updates between the policy's touches of a layer whose blocks all stay on the GPU: recency at
 a granularity of 16 steps, for a fraction of the per-step Python cost of touching every block."""
 
+ALL_LAYERS = -1
+"""`BlockStore.prefetch_for` when the access in flight loads every layer (`prefetch_all`)."""
+
 KEYS = 1 << 40
 """Keys per cache: `HkvSessionStore` gives each session's cache the next multiple as its base."""
 
@@ -45,6 +48,12 @@ class HkvCacheSettings:
     host arena (blocks of the layout's dtype); `disk_blocks` slots in a file at `disk_path` take
     what the arena cannot hold. `prefetch` loads the next layer's cold blocks while the current
     layer computes. `config` picks the policy and cold formats (default: LRU, lossless).
+
+    `working_copy`: while every block of the sequence (all layers) is on the GPU, each layer
+    keeps its K/V assembled between steps and appends new tokens in place (two small copies a
+    step, no gather). It costs a second copy of the sequence's KV while the turn runs (freed at
+    `release`): for many sessions one session's KV beside the pool; for one sequence that fits
+    the pool, twice its KV. Off, the GPU holds the pool and one layer's assembly.
     """
 
     block_tokens: int = 256
@@ -55,6 +64,7 @@ class HkvCacheSettings:
     disk_blocks: int = 0
     disk_path: str | None = None
     prefetch: bool = True
+    working_copy: bool = True
     config: HybridKVCacheConfig = field(default_factory=lambda: LOSSLESS)
 
     def __post_init__(self) -> None:
@@ -124,11 +134,31 @@ class BlockStore:
         self.prefetch_for: int | None = None  # the layer whose blocks are in flight
         self.prefetch_pending: Any = None  # and the manager's pending access that loads them
         self.prefetched = 0  # blocks loaded ahead of their layer
+        self._ready_key: tuple | None = None  # whole_sequence_ready's cache
+        self._ready = False
         unpinned = (
             settings.hot_blocks - (settings.sink_blocks + settings.recent_blocks) * num_layers
         )
         slack = max(1, unpinned // 4)  # slots kept for streaming cold blocks through
         self.window_blocks = max(0, (unpinned - slack) // num_layers)
+
+    def whole_sequence_ready(self) -> bool:
+        """Whether the sequence (every layer at the longest layer's length) fits the pool and
+        every block of every layer is on the GPU or arriving: a working copy is kept only then,
+        so it never holds what the pool cannot. Cached until a block departs, an access starts
+        or ends, or a block is sealed."""
+        m = self.manager
+        if self.num_layers * max(layer.num_blocks for layer in self.layers) > m.gpu.capacity_blocks:
+            return False
+        hits = m.stats.hits
+        key = (m.gpu_departures, id(m.pending), hits["host"] + hits["disk"], self._sealed())
+        if key != self._ready_key:
+            keys = [k for layer in self.layers for k in layer._keys]
+            self._ready_key, self._ready = key, m.ready_slots(keys, wait=False) is not None
+        return self._ready
+
+    def _sealed(self) -> int:
+        return sum(layer.num_blocks for layer in self.layers)
 
     def ensure_manager(self, keys: torch.Tensor) -> HybridKVCacheManager:
         if self.manager is None:
@@ -163,6 +193,8 @@ class BlockStore:
         if not self.settings.prefetch or manager is None or manager.pending is not None:
             return 0
         layer = self.layers[(layer_idx + 1) % self.num_layers]
+        if layer.work_is_current():
+            return 0  # assembled and all of it on the GPU
         cached = layer._slot_map
         if cached is not None and cached[:2] == (manager.gpu_departures, layer.num_blocks):
             return 0  # all of it is on the GPU where it was
@@ -173,17 +205,37 @@ class BlockStore:
         self.make_room(len(cold), set(keys))
         return self.launch(cold[: self.manager.gpu.num_free], layer.layer_idx)
 
+    def prefetch_all(self) -> int:
+        """Launch the loads of every layer's blocks in host RAM as one access (a turn resumed),
+        a copy chunk per layer: each layer's first update waits, on the device, for its own
+        chunk only (`manager.ready_slots`), so the CPU never waits and layer `l` computes
+        while later layers still load. Without room for all of them, layer 0's alone (the
+        others then load a layer ahead). Returns the blocks launched."""
+        manager = self.manager
+        if not self.settings.prefetch or manager is None or manager.pending is not None:
+            return 0
+        per_layer = [self.in_host(layer._keys) for layer in self.layers]
+        cold = [k for keys in per_layer for k in keys]
+        if not cold:
+            return 0
+        if len(cold) > self.available() - self.settings.recent_blocks:
+            return self.prefetch_next(self.num_layers - 1)
+        self.make_room(len(cold), set(cold))
+        starts = [keys[0] for keys in per_layer if keys]
+        return self.launch(cold[: manager.gpu.num_free], ALL_LAYERS, starts)
+
     def in_host(self, keys: list[int]) -> list[int]:
         """The keys whose blocks are in host RAM (what a prefetch can load without waiting)."""
         where = self.manager.where
         return [k for k in keys if where(k) is Tier.HOST]
 
-    def launch(self, keys: list[int], layer_idx: int | None = None) -> int:
+    def launch(self, keys: list[int], layer_idx: int | None = None, starts=()) -> int:
         """Start loading `keys` to the GPU and return the count (0 if none or no room); the
-        pending access is this store's prefetch (of layer `layer_idx`, if one)."""
+        pending access is this store's prefetch (of layer `layer_idx`, if one; `ALL_LAYERS`).
+        `starts`: the first key of each layer among `keys` (a copy chunk each)."""
         if not keys:
             return 0
-        pending = self.manager.prepare_access(keys)
+        pending = self.manager.prepare_access(keys, starts=starts)
         if isinstance(pending, AccessResult):
             return 0
         self.prefetch_for, self.prefetch_pending = layer_idx, pending

@@ -8,8 +8,11 @@ from collections import deque
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from hkv.blocks import Tier
 from hkv.errors import HkvError
-from hkv.integrations.transformers.kv_blocks import KEYS, TOUCH_EVERY, BlockStore
+from hkv.integrations.transformers.kv_blocks import ALL_LAYERS, KEYS, TOUCH_EVERY, BlockStore
+from hkv.storage.formats import LOSSLESS_FORMATS
+from hkv.storage.transfer import as_words
 
 
 class HkvLayer(DynamicLayer):
@@ -31,6 +34,11 @@ class HkvLayer(DynamicLayer):
         self._slot_map: tuple[int, int, torch.Tensor] | None = None  # (departures, n, slots)
         self.needs_pins = False  # a turn resumed: pin sinks and recent blocks at next update
         self._since_touch = 0  # fast-path updates since the policy last heard of these blocks
+        # the working copy: `[2, heads, capacity, dim]`, its first `_work_tokens` tokens this
+        # layer's K/V, kept while the whole sequence stays on the GPU (checked at departures)
+        self._work: torch.Tensor | None = None
+        self._work_tokens = 0
+        self._work_departures = -1
 
     def block_key(self, index: int) -> int:
         return self.key_base + index * self.store.num_layers + self.layer_idx
@@ -62,6 +70,10 @@ class HkvLayer(DynamicLayer):
             self.repin()
         self.updates += 1
         self.recent_updates.append(key_states.shape[-2])
+        if self._work is not None:
+            if self.work_is_current() or self._work_still_valid():
+                return self._append_to_work(key_states, value_states)
+            self._drop_work()
         self.tail_keys = torch.cat([self.tail_keys.to(key_states.device), key_states], dim=-2)
         self.tail_values = torch.cat([self.tail_values.to(value_states.device), value_states], -2)
         self._seal_full_blocks()
@@ -69,13 +81,88 @@ class HkvLayer(DynamicLayer):
             return self.tail_keys, self.tail_values
         _, heads, tail, dim = self.tail_keys.shape
         sealed = self.num_blocks * self.store.settings.block_tokens
-        shape = (2, heads, sealed + tail, dim)
-        kv = torch.empty(shape, dtype=self.tail_keys.dtype, device=self.tail_keys.device)
+        keep = self.store.settings.working_copy and self.store.whole_sequence_ready()
+        capacity = sealed + tail + (self._headroom(sealed + tail) if keep else 0)
+        kv = torch.empty(
+            (2, heads, capacity, dim), dtype=self.tail_keys.dtype, device=self.tail_keys.device
+        )
         self._assemble_into(kv)
-        kv[0, :, sealed:] = self.tail_keys[0]
-        kv[1, :, sealed:] = self.tail_values[0]
+        kv[0, :, sealed : sealed + tail] = self.tail_keys[0]
+        kv[1, :, sealed : sealed + tail] = self.tail_values[0]
+        if keep and self._slot_map is not None:  # every block on the GPU, none moved since
+            self._work, self._work_tokens = kv, sealed + tail
+            self._work_departures = self.store.manager.gpu_departures
+            self.tail_keys = self.tail_values = None  # in the working copy from now on
+        if store.prefetch_for == ALL_LAYERS and self.layer_idx == store.num_layers - 1:
+            store.settle()  # the turn's loads, launched at resume, arrived long ago
         self.store.prefetch_next(self.layer_idx)  # overlaps this layer's attention and MLP
-        return kv[0:1], kv[1:2]
+        return kv[0:1, :, : sealed + tail], kv[1:2, :, : sealed + tail]
+
+    # ---- the working copy ---------------------------------------------------------------
+
+    def work_is_current(self) -> bool:
+        """True while the working copy exists and no GPU block anywhere left since it was
+        checked (so all of this layer's blocks are still where they were)."""
+        return self._work is not None and self._work_departures == self.store.manager.gpu_departures
+
+    def _work_still_valid(self) -> bool:
+        """After departures: the copy stays if the whole sequence is still on the GPU (or
+        arriving) and fits the pool. With a lossy cold format it is dropped: a block that went
+        and came back would differ from it."""
+        manager = self.store.manager
+        fmt = manager.config.modality("text").quantization
+        if fmt not in LOSSLESS_FORMATS or not self._all_on_gpu():
+            return False
+        if not self.store.whole_sequence_ready():
+            return False
+        self._work_departures = manager.gpu_departures
+        return True
+
+    def _all_on_gpu(self) -> bool:
+        return self.store.manager.ready_slots(self._keys) is not None
+
+    def _headroom(self, tokens: int) -> int:
+        """Tokens of room past `tokens` a new working copy gets: a block, or an eighth."""
+        b = self.store.settings.block_tokens
+        return max(b, -(-tokens // 8 // b) * b)
+
+    def _append_to_work(self, keys: torch.Tensor, values: torch.Tensor):
+        """The fast path: the new tokens written in place, blocks completed sealed from the
+        copy, the policy told every `TOUCH_EVERY` updates; views of the copy returned."""
+        work, start = self._work, self._work_tokens
+        end = start + keys.shape[-2]
+        if end > work.shape[2]:
+            work = torch.empty(
+                (2, work.shape[1], end + self._headroom(end), work.shape[3]),
+                dtype=work.dtype,
+                device=work.device,
+            )
+            work[:, :, :start] = self._work[:, :, :start]
+            self._work = work
+        work[0].narrow(1, start, end - start).copy_(keys[0])
+        work[1].narrow(1, start, end - start).copy_(values[0])
+        self._work_tokens = end
+        b = self.store.settings.block_tokens
+        while end - self.num_blocks * b >= b:
+            first = self.num_blocks * b
+            block = work[:, :, first : first + b].permute(0, 2, 1, 3).unsqueeze(0)
+            self._seal_block(block)
+        if self.work_is_current():
+            self._since_touch += 1
+            if self._since_touch >= TOUCH_EVERY:
+                self.store.manager.touch(self._keys)
+                self._since_touch = 0
+        self.store.prefetch_next(self.layer_idx)
+        return work[0:1].narrow(2, 0, end), work[1:2].narrow(2, 0, end)
+
+    def _drop_work(self) -> None:
+        """Back to the tail tensor and per-step assembly (the copy's memory is freed)."""
+        if self._work is None:
+            return
+        sealed = self.num_blocks * self.store.settings.block_tokens
+        tail = self._work[:, :, sealed : self._work_tokens]
+        self.tail_keys, self.tail_values = tail[0:1].clone(), tail[1:2].clone()
+        self._work, self._work_tokens, self._work_departures = None, 0, -1
 
     def _is_pinned(self, index: int) -> bool:
         s = self.store.settings
@@ -83,37 +170,39 @@ class HkvLayer(DynamicLayer):
 
     def _seal_full_blocks(self) -> None:
         """Admit every complete block of the tail; keep sinks and the most recent pinned."""
-        manager, b = self.store.manager, self.store.settings.block_tokens
+        b = self.store.settings.block_tokens
         sealed_any = self.tail_keys.shape[-2] >= b
         while self.tail_keys.shape[-2] >= b:
             kv = torch.stack([self.tail_keys[0, :, :b], self.tail_values[0, :, :b]])
-            kv = kv.permute(0, 2, 1, 3).unsqueeze(0)  # [1, 2, b, heads, dim]
-            index = self.num_blocks
-            leaving = index - self.store.settings.recent_blocks  # drops out of the recent window
-            if leaving >= self.store.settings.sink_blocks and self.store.settings.recent_blocks:
-                manager.unpin([self.block_key(leaving)])
-                self.store.num_pinned -= 1
-            aged = leaving - self.store.window_blocks  # drops out of the hot window
-            if aged >= self.store.settings.sink_blocks:
-                self.store.streamed[self.block_key(aged)] = None
-            self.num_blocks += 1
-            pin = self._is_pinned(index)
-            self.store.make_room(1, set())
-            if not manager.gpu.num_free:
-                self.store.settle()  # the admission may evict: no block may be in flight
-            admission = manager.admit(
-                self.block_key(index), kv, position=index * b, tokens=b, pin=pin
-            )
-            if not admission.ok:
-                raise HkvError(
-                    f"HkvCache: block {index} of layer {self.layer_idx} refused: {admission.reason}"
-                )
-            self.store.num_pinned += pin
-            self._keys.append(self.block_key(index))
+            self._seal_block(kv.permute(0, 2, 1, 3).unsqueeze(0))  # [1, 2, b, heads, dim]
             self.tail_keys = self.tail_keys[:, :, b:]
             self.tail_values = self.tail_values[:, :, b:]
         if sealed_any:  # a view would keep the whole prefill's K/V alive
             self.tail_keys, self.tail_values = self.tail_keys.clone(), self.tail_values.clone()
+
+    def _seal_block(self, kv: torch.Tensor) -> None:
+        """Admit `kv` `[1, 2, b, heads, dim]` as this layer's next block."""
+        manager, b = self.store.manager, self.store.settings.block_tokens
+        index = self.num_blocks
+        leaving = index - self.store.settings.recent_blocks  # drops out of the recent window
+        if leaving >= self.store.settings.sink_blocks and self.store.settings.recent_blocks:
+            manager.unpin([self.block_key(leaving)])
+            self.store.num_pinned -= 1
+        aged = leaving - self.store.window_blocks  # drops out of the hot window
+        if aged >= self.store.settings.sink_blocks:
+            self.store.streamed[self.block_key(aged)] = None
+        self.num_blocks += 1
+        pin = self._is_pinned(index)
+        self.store.make_room(1, set())
+        if not manager.gpu.num_free:
+            self.store.settle()  # the admission may evict: no block may be in flight
+        admission = manager.admit(self.block_key(index), kv, position=index * b, tokens=b, pin=pin)
+        if not admission.ok:
+            raise HkvError(
+                f"HkvCache: block {index} of layer {self.layer_idx} refused: {admission.reason}"
+            )
+        self.store.num_pinned += pin
+        self._keys.append(self.block_key(index))
 
     def _assemble_into(self, kv: torch.Tensor) -> None:
         """Write this layer's blocks, in order, into `kv` `[2, heads, tokens, dim]` (one copy;
@@ -122,7 +211,7 @@ class HkvLayer(DynamicLayer):
         departures, n = manager.gpu_departures, self.num_blocks
         cached = self._slot_map
         if cached is None or cached[0] != departures or cached[1] != n:
-            slots = manager.gpu_slots_of(self._keys)  # None unless every block is on the GPU
+            slots = manager.ready_slots(self._keys)  # None unless all are on or arriving
             cached = None if slots is None else (departures, n, self._index(slots))
             self._slot_map = cached
             if cached is not None:
@@ -154,15 +243,23 @@ class HkvLayer(DynamicLayer):
             start += len(chunk)
 
     def _index(self, slots: list[int]) -> torch.Tensor:
-        return torch.tensor(slots, dtype=torch.long).to(self.store.manager.device)
+        """`slots` as a device tensor, copied from pinned memory without waiting: a pageable
+        copy would make the CPU wait for every kernel queued so far."""
+        index, device = torch.tensor(slots, dtype=torch.long), self.store.manager.device
+        if device.type == "cuda":
+            index = index.pin_memory()
+        return index.to(device, non_blocking=True)
 
     def _gather(self, kv: torch.Tensor, start: int, index: torch.Tensor) -> None:
-        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on, in one
-        kernel: the pool `[slots, 2, b, heads, dim]` read as `[2, heads, slots, b, dim]`."""
+        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: whole
+        blocks gathered as 8-byte words (a row gather, near copy speed), then one strided copy
+        from `[n, 2, b, heads, dim]` into `kv`'s `[2, heads, n * b, dim]`."""
         b, n = self.store.settings.block_tokens, len(index)
-        pool = self.store.manager.gpu.kv[:, 0].permute(1, 3, 0, 2, 4)
-        out = kv[:, :, start * b : (start + n) * b].unflatten(2, (n, b))
-        torch.index_select(pool, 2, index, out=out)
+        pool = self.store.manager.gpu.kv
+        rows = as_words(pool).index_select(0, index)
+        blocks = rows.view(pool.dtype).view(n, 2, b, *pool.shape[-2:])
+        out = kv.narrow(2, start * b, n * b).unflatten(2, (n, b))
+        out.copy_(blocks.permute(1, 3, 0, 2, 4))
 
     def _chunks(self):
         """This layer's keys in order, cut so that each cut's cold blocks fit in the slots free
@@ -189,10 +286,13 @@ class HkvLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         if not self.is_initialized:
             return 0
+        if self._work is not None:
+            return self._work_tokens
         return self.num_blocks * self.store.settings.block_tokens + self.tail_keys.shape[-2]
 
     def release(self) -> None:
         """Unpin this layer's blocks and move its tail to host memory (the turn ended)."""
+        self._drop_work()
         manager = self.store.manager
         pinned = [self.block_key(i) for i in range(self.num_blocks) if self._is_pinned(i)]
         if pinned and not self.needs_pins:
@@ -200,15 +300,15 @@ class HkvLayer(DynamicLayer):
             self.store.num_pinned -= len(pinned)
         self.needs_pins = False
         if self.tail_keys is not None:
-            self.tail_keys, self.tail_values = self.tail_keys.cpu(), self.tail_values.cpu()
+            self.tail_keys, self.tail_values = _to_host(self.tail_keys), _to_host(self.tail_values)
 
     def repin(self) -> None:
         """Pin the sink and recent blocks again (a turn resumed): those on the GPU (the usual
         case: the layer before prefetched them) in place, the others brought back."""
         manager = self.store.manager
         pinned = [self.block_key(i) for i in range(self.num_blocks) if self._is_pinned(i)]
-        here = [k for k in pinned if manager.evictable(k)]
-        away = [k for k in pinned if not manager.evictable(k)]
+        here = [k for k in pinned if manager.where(k) is Tier.GPU]  # arriving ones too
+        away = [k for k in pinned if manager.where(k) is not Tier.GPU]
         manager.pin(here)
         if away:
             self.store.settle()
@@ -231,3 +331,12 @@ class HkvLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise HkvError("HkvCache: batch size 1 only")
+
+
+def _to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in host memory; from CUDA into pinned memory without the CPU waiting (the
+    stream that copies it back later runs after this copy)."""
+    if tensor.device.type != "cuda":
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
