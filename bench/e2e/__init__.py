@@ -17,12 +17,17 @@ are the real ones; a 62-layer model moves and computes 62/layers times more per 
    context, so every cold block crosses the host link once per token: the PCIe-bound case.
 2. `sessions`, many conversations: `count` sessions of `context` tokens each, served turn by
    turn (batch 1, sessions in a fixed order, `rounds` rounds); a turn sends `turn_tokens` new
-   tokens and decodes `decode_tokens`. DynamicCache keeps every session's KV on the GPU; hkv's
-   `HkvSessionStore` keeps a GPU pool of a fraction of all sessions' KV, parks a session's
-   blocks in host RAM when its turn ends and prefetches the next session's blocks on the copy
-   streams while the current one decodes. KV is read once per turn, not once per token. Each
-   hkv run is paired with a DynamicCache run just before it, and its slowdown is against that
-   run (the host's speed drifts over minutes, and this decode is bound by Python and launches).
+   tokens and decodes `decode_tokens`. DynamicCache keeps every session's KV on the GPU, and so
+   does StaticCache (one preallocated cache per session, the fair baseline); hkv's
+   `HkvSessionStore` keeps a GPU pool of a fraction of all sessions' KV: a finished session's
+   blocks stay in it until their slots are wanted, the next session is prefetched on the copy
+   streams (demoting the sessions that finished longest ago to host RAM) while the current one
+   decodes. `sessions_lockstep` runs DynamicCache, StaticCache and hkv at each hot fraction
+   side by side, turn by turn, rotating which goes first, `--repeats` times with fresh caches:
+   each hkv row gives the median and spread over repeats of its time against each baseline and
+   against the faster of the two in the same repeat, the resident KV saved (after the setup)
+   and the peak (resident plus the most one turn took). `sessions` (each cache alone, paired
+   with a DynamicCache run just before it) is kept for its nvitop memory view.
 3. `multi_turn_ttft`: turn 1 prefills a `prefix`-token prompt and ends (`finish_turn` parks the
    KV); turn 2 adds `--turn-tokens` new tokens. `restore_ttft_s`: from host RAM; `restore_disk_
    ttft_s`: from the disk tier (host arena of a few blocks, the file's page cache dropped

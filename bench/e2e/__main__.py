@@ -39,6 +39,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--disk-dir", default=None, help="where the disk tier's file goes")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=None)
     parser.add_argument("--prefixes", type=int, nargs="*", default=None, help="TTFT prefixes")
+    parser.add_argument("--contexts", type=int, nargs="*", default=None, help="decode contexts")
     parser.add_argument(
         "--profile", type=int, default=None, metavar="CONTEXT", help="profile decode steps only"
     )
@@ -76,6 +77,8 @@ def result_head(args, params: dict, device, model_section: dict) -> dict[str, An
         "cold_format": "passthrough (lossless)",
         "policy": "lru",
         "prefetch": True,
+        "working_copy": True,
+        "finished_sessions": "stay in the GPU pool until their slots are wanted",
     }
     machine = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",

@@ -46,7 +46,7 @@ def decode_case(model, make_cache, context: int, steps: int, device) -> dict[str
 def decode_bench(model, num_layers, params, args, device) -> list[dict[str, Any]]:
     rows = []
     b = params["block_tokens"]
-    for context in params["contexts"]:
+    for context in args.contexts or params["contexts"]:
         # Untimed first pass: kernels pick and cache their plans per shape on first use, which
         # would otherwise be charged to whichever cache runs first.
         warm = decode_case(model, DynamicCache, context, args.decode_steps, device)

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from bench.e2e.model import (
     SESSION_HOT_FRACTIONS,
@@ -189,72 +189,155 @@ def session_hooks(num_layers, settings, count):
     return store, decisions, open_cache, start_turn, end_turn
 
 
-def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str, Any]:
-    """The sessions workload for DynamicCache and hkv side by side, alternating turn by turn
-    (which one goes first alternates too), so that both see the same host speed: the
-    slowdown is sum(hkv turns) / sum(dynamic turns) - 1 over the same turns. Resident KV of
-    each is measured after its setup (the peaks are in `sessions`, where each runs alone)."""
+def static_sessions(model, spec, device, rounds: int) -> Sessions:
+    """The sessions workload on StaticCaches (the preallocated baseline), one per session, each
+    sized for the session's last token."""
+    caches: dict[int, StaticCache] = {}
+    length = spec["context"] + rounds * (spec["turn_tokens"] + spec["decode_tokens"]) + 1
+
+    def open_cache(s, ids):
+        if s not in caches:
+            caches[s] = StaticCache(config=model.config, max_cache_len=length)
+        return caches[s]
+
+    return Sessions(model, spec, device, open_cache, lambda s: None, lambda s, cache, ids: None)
+
+
+def lockstep_runs(model, num_layers, params, args, device) -> dict[str, tuple[Sessions, Any]]:
+    """Fresh runs of every cache of the lock-step comparison: DynamicCache, StaticCache and hkv
+    at each hot fraction (name -> (run, its HkvSessionStore or None))."""
     spec, b = params["sessions"], params["block_tokens"]
     end_tokens = spec["context"] + args.rounds * (spec["turn_tokens"] + spec["decode_tokens"])
     total_blocks = spec["count"] * blocks_of(end_tokens, b) * num_layers
-    rows = []
+    runs = {
+        "dynamic": (dynamic_sessions(model, spec, device), None),
+        "static": (static_sessions(model, spec, device, args.rounds), None),
+    }
     for fraction in SESSION_HOT_FRACTIONS:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        dynamic = dynamic_sessions(model, spec, device)
         hot = max(round(fraction * total_blocks), 3 * num_layers + 1)
         settings = HkvCacheSettings(block_tokens=b, hot_blocks=hot, host_blocks=total_blocks + 64)
         store, _, *hooks = session_hooks(num_layers, settings, spec["count"])
-        hkv = Sessions(model, spec, device, *hooks)
-        resident = {}
-        for name, run in (("dynamic", dynamic), ("hkv", hkv)):
-            before = torch.cuda.memory_allocated() if device.type == "cuda" else None
-            run.setup()
-            if before is not None:
-                resident[name] = torch.cuda.memory_allocated() - before
-        seconds, same = lockstep_turns(dynamic, hkv, args.rounds, spec["count"])
-        ratios = sorted(h / d for h, d in zip(seconds["hkv"], seconds["dynamic"], strict=True))
-        stats = store._manager.stats
-        rows.append(
-            {
-                "hot_fraction": fraction,
-                "hot_blocks": hot,
-                "blocks_total": total_blocks,
-                "turns": len(ratios),
-                "dynamic_s": round(sum(seconds["dynamic"]), 4),
-                "hkv_s": round(sum(seconds["hkv"]), 4),
-                "slowdown_vs_dynamic": round(sum(seconds["hkv"]) / sum(seconds["dynamic"]) - 1, 4),
-                "turn_ratio_median": round(statistics.median(ratios), 4),
-                "turn_ratio_p10_p90": [
-                    round(ratios[len(ratios) // 10], 4),
-                    round(ratios[(9 * len(ratios)) // 10], 4),
-                ],
-                "dynamic_resident_bytes": resident.get("dynamic"),
-                "hkv_resident_bytes": resident.get("hkv"),
-                "kv_resident_saved": saved_share(resident.get("hkv"), resident.get("dynamic")),
-                "last_tokens_equal": f"{same}/{len(ratios)}",
-                "bytes_moved": dict(stats.to_dict()["bytes_moved"]),
-            }
-        )
-        print(json.dumps(rows[-1]), flush=True)
-        del dynamic, hkv, store, hooks  # freed before the next pair
-    return {**spec, "rounds": args.rounds, "rows": rows}
+        runs[f"hkv {fraction}"] = (Sessions(model, spec, device, *hooks), store)
+    return runs
 
 
-def lockstep_turns(dynamic: Sessions, hkv: Sessions, rounds: int, count: int):
-    """Every turn of both runs, alternating which goes first: the seconds of each run's turns,
-    and how many turns ended on the same token."""
-    seconds: dict[str, list[float]] = {"dynamic": [], "hkv": []}
-    same = 0
-    for r in range(rounds):
-        for s in range(count):
-            order = [("dynamic", dynamic), ("hkv", hkv)]
-            if (r * count + s) % 2:
-                order.reverse()
-            last = {}
-            for name, run in order:
-                took, last[name] = run.turn(r, s)
-                seconds[name].append(took)
-            same += last["dynamic"] == last["hkv"]
-    return seconds, same
+def lockstep_repeat(runs, rounds: int, count: int, shift: int) -> dict[str, dict[str, Any]]:
+    """One repeat: every run set up (resident KV measured), then every turn of every run, the
+    order rotating from turn to turn. Per run: seconds, last tokens, resident bytes, the most
+    memory one turn took above what was allocated before it."""
+    cuda = torch.cuda.is_available()
+    out = {name: {"seconds": 0.0, "last": [], "turn_peak_bytes": 0} for name in runs}
+    for name, (run, _) in runs.items():
+        before = torch.cuda.memory_allocated() if cuda else 0
+        run.setup()
+        out[name]["resident_bytes"] = torch.cuda.memory_allocated() - before if cuda else None
+    names = list(runs)
+    for turn in range(rounds * count):
+        k = (turn + shift) % len(names)
+        for name in names[k:] + names[:k]:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            took, last = runs[name][0].turn(turn // count, turn % count)
+            out[name]["seconds"] += took
+            out[name]["last"].append(last)
+            if cuda:
+                peak = torch.cuda.max_memory_allocated() - before
+                out[name]["turn_peak_bytes"] = max(out[name]["turn_peak_bytes"], peak)
+    return out
+
+
+def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str, Any]:
+    """The sessions workload for DynamicCache, StaticCache and hkv at each hot fraction side by
+    side, turn by turn, the order rotating each turn so that all see the same host speed;
+    `--repeats` repeats, each with fresh caches. Per hkv row: the median over repeats of its
+    time against DynamicCache's, StaticCache's and the faster of the two in the same repeat,
+    with the spread (min, max)."""
+    spec = params["sessions"]
+    repeats = []
+    for r in range(args.repeats):
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        runs = lockstep_runs(model, num_layers, params, args, device)
+        repeats.append(lockstep_repeat(runs, args.rounds, spec["count"], shift=r))
+        stores = {name: store for name, (_, store) in runs.items() if store is not None}
+        for name, store in stores.items():
+            repeats[-1][name]["bytes_moved"] = dict(store._manager.stats.to_dict()["bytes_moved"])
+        print(json.dumps({k: round(v["seconds"], 3) for k, v in repeats[-1].items()}), flush=True)
+        del runs, stores
+    rows = [lockstep_row(repeats, name) for name in repeats[0] if name.startswith("hkv")]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return {
+        **spec,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "baselines": lockstep_baselines(repeats),
+        "rows": rows,
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 4),
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+    }
+
+
+def _same_tokens(repeats: list[dict[str, dict[str, Any]]], name: str) -> str:
+    """How many of `name`'s turns ended on DynamicCache's last token, over all repeats."""
+    pairs = [
+        pair
+        for rep in repeats
+        for pair in zip(rep[name]["last"], rep["dynamic"]["last"], strict=True)
+    ]
+    return f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
+
+
+def lockstep_baselines(repeats: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """DynamicCache and StaticCache per repeat: seconds, resident KV, the most one turn took,
+    StaticCache's time against DynamicCache's and how many of its last tokens equal them."""
+    out = {}
+    for name in ("dynamic", "static"):
+        out[name] = {
+            "seconds": [round(rep[name]["seconds"], 4) for rep in repeats],
+            "resident_bytes": repeats[0][name]["resident_bytes"],
+            "turn_peak_bytes": max(rep[name]["turn_peak_bytes"] for rep in repeats),
+        }
+    ratios = [rep["static"]["seconds"] / rep["dynamic"]["seconds"] for rep in repeats]
+    out["static_over_dynamic"] = _spread(ratios)
+    out["static_last_tokens_equal_dynamic"] = _same_tokens(repeats, "static")
+    return out
+
+
+def lockstep_row(repeats: list[dict[str, dict[str, Any]]], name: str) -> dict[str, Any]:
+    """One hkv run's row: its ratios to the baselines (median and spread over repeats), resident
+    KV saved, the most one turn took (the working copy and activations), tokens, bytes moved."""
+    dyn = [rep[name]["seconds"] / rep["dynamic"]["seconds"] for rep in repeats]
+    static = [rep[name]["seconds"] / rep["static"]["seconds"] for rep in repeats]
+    faster = [
+        rep[name]["seconds"] / min(rep["dynamic"]["seconds"], rep["static"]["seconds"])
+        for rep in repeats
+    ]
+    first = repeats[0]
+    resident, base = first[name]["resident_bytes"], first["dynamic"]["resident_bytes"]
+    peak = None if resident is None else resident + max(r[name]["turn_peak_bytes"] for r in repeats)
+    base_peak = None if base is None else base + first["dynamic"]["turn_peak_bytes"]
+    return {
+        "hot_fraction": float(name.split()[1]),
+        "turns": len(first[name]["last"]),
+        "hkv_s": [round(rep[name]["seconds"], 4) for rep in repeats],
+        "slowdown_vs_dynamic": round(statistics.median(dyn) - 1, 4),
+        "vs_dynamic": _spread(dyn),
+        "vs_static": _spread(static),
+        "vs_faster_baseline": _spread(faster),
+        "turn_ratio_median": round(statistics.median(dyn), 4),
+        "hkv_resident_bytes": resident,
+        "dynamic_resident_bytes": base,
+        "kv_resident_saved": saved_share(resident, base),
+        "kv_peak_saved": saved_share(peak, base_peak),
+        "last_tokens_equal": _same_tokens(repeats, name),
+        "bytes_moved": first[name]["bytes_moved"],
+    }

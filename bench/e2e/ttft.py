@@ -38,6 +38,7 @@ def restore_s(model, settings, num_layers, turn1, new, drop_disk_cache: bool) ->
     cache = store.cache_for("s", turn1)
     forward(model, turn1, cache)
     store.finish_turn("s", cache, turn1)
+    store.park("s")  # to host RAM (and disk) now: the pool would keep it
     manager = store._manager
     if drop_disk_cache:
         assert manager.block_ids(Tier.DISK), "the disk case put nothing on disk"
