@@ -49,13 +49,13 @@ def speed_at_hot_fraction(decode: pd.DataFrame, hot_fraction: float) -> dict[str
 
 def sessions_at_hot_fraction(lockstep: pd.DataFrame, hot_fraction: float) -> dict[str, float]:
     """The sessions' lock-step row at `hot_fraction`: `kv_vram_saved` (resident KV) and
-    `speed_kept` (1 / (1 + slowdown against DynamicCache))."""
+    `speed_kept` (1 / (1 + slowdown against the faster of DynamicCache and StaticCache))."""
     import numpy as np
 
     row = lockstep[np.isclose(lockstep["hot_fraction"], hot_fraction)].iloc[0]
     return {
         "kv_vram_saved": float(row["kv_resident_saved"]),
-        "speed_kept": float(1 / (1 + row["slowdown_vs_dynamic"])),
+        "speed_kept": float(1 / (1 + row["slowdown"])),
     }
 
 

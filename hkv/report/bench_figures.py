@@ -168,7 +168,7 @@ def frontier_figure(
     sns.lineplot(
         data=frontier,
         x="KV VRAM saved",
-        y="speed vs DynamicCache",
+        y="speed vs baseline",
         hue="workload",
         marker="o",
         palette="viridis",
