@@ -17,3 +17,13 @@ def generate(model, input_ids, cache, new_tokens=24):
             eos_token_id=None,
             pad_token_id=0,
         )
+
+
+def parked_turn(model, store, name, input_ids, new_tokens):
+    """One turn of session `name` in an `HkvSessionStore`, its blocks then parked in host RAM:
+    (its cache, prompt + tokens)."""
+    cache = store.cache_for(name, input_ids)
+    out = generate(model, input_ids, cache, new_tokens=new_tokens)
+    store.finish_turn(name, cache, out)
+    store.park(name)
+    return cache, out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from generation import generate
+from generation import generate, parked_turn
 from transformers import DynamicCache, MiniMaxM2ForCausalLM
 
 from hkv.blocks import Tier
@@ -86,10 +86,7 @@ def test_greedy_tokens_identical_with_most_kv_in_host_ram(model) -> None:
 def test_second_turn_restored_from_host_matches_dynamic_cache(model) -> None:
     store = HkvSessionStore(model.config, HkvCacheSettings(block_tokens=32, hot_blocks=64))
     turn1 = prompt(300, seed=1)
-    cache = store.cache_for("chat", turn1)
-    out1 = generate(model, turn1, cache, new_tokens=16)
-    store.finish_turn("chat", cache, out1)
-    store.park("chat")
+    cache, out1 = parked_turn(model, store, "chat", turn1, 16)
     assert not cache.manager.block_ids(Tier.GPU)
     turn2 = torch.cat([out1, prompt(20, seed=2)], dim=1)
     out2 = generate(model, turn2, store.cache_for("chat", turn2), new_tokens=16)

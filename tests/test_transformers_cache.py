@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from generation import generate
+from generation import generate, parked_turn
 from transformers import DynamicCache, MiniMaxM2ForCausalLM
 
 from hkv.blocks import Tier
@@ -369,10 +369,7 @@ def test_lossy_cold_blocks_never_keep_a_stale_working_copy(model) -> None:
 def test_a_resumed_turn_loads_every_layer_in_one_access_a_chunk_each(model) -> None:
     store = HkvSessionStore(model.config, HkvCacheSettings(block_tokens=8, hot_blocks=40))
     turn1 = prompt(50, seed=16)
-    cache = store.cache_for("chat", turn1)
-    out1 = generate(model, turn1, cache, new_tokens=6)
-    store.finish_turn("chat", cache, out1)
-    store.park("chat")
+    cache, out1 = parked_turn(model, store, "chat", turn1, 6)
     turn2 = torch.cat([out1, prompt(7, seed=17)], dim=1)
     assert store.cache_for("chat", turn2) is cache
     pending = cache.manager.pending
