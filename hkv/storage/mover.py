@@ -304,7 +304,7 @@ class Mover:
     ):
         """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots.
         A copy chunk starts at each block whose key is in `starts` (see `prepare_load`).
-        Returns [(transfer, link)] and each block's arrival event (`Transfer.arrival`)."""
+        Returns [(transfer, link)] and each block's arrival event (`Transfer.block_arrivals`)."""
         groups = defaultdict(list)
         for block, slot in zip(loads, slots, strict=True):
             self.table.pin(block)  # in flight: no eviction may pick it
