@@ -259,11 +259,9 @@ class HkvSessionStore:
             where = manager.where
             reserve += sum(1 for k in running.cache.block_keys() if where(k) is not Tier.GPU)
         store = session.cache.store
-        per_layer = [store.in_host(layer._keys) for layer in session.cache.layers]
-        wanted = [k for keys in per_layer for k in keys]
+        wanted, starts = store.in_host_by_layer()
         if len(wanted) > manager.gpu.num_free - reserve:
             self._demote_idle(len(wanted) - manager.gpu.num_free + reserve, session_id)
-        starts = [keys[0] for keys in per_layer if keys]
         return store.launch(wanted[: max(0, manager.gpu.num_free - reserve)], starts=starts)
 
     def _demote_idle(self, count: int, keep: str) -> None:

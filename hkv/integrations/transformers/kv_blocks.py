@@ -214,15 +214,19 @@ class BlockStore:
         manager = self.manager
         if not self.settings.prefetch or manager is None or manager.pending is not None:
             return 0
-        per_layer = [self.in_host(layer._keys) for layer in self.layers]
-        cold = [k for keys in per_layer for k in keys]
+        cold, starts = self.in_host_by_layer()
         if not cold:
             return 0
         if len(cold) > self.available() - self.settings.recent_blocks:
             return self.prefetch_next(self.num_layers - 1)
         self.make_room(len(cold), set(cold))
-        starts = [keys[0] for keys in per_layer if keys]
         return self.launch(cold[: manager.gpu.num_free], ALL_LAYERS, starts)
+
+    def in_host_by_layer(self) -> tuple[list[int], list[int]]:
+        """Every layer's blocks in host RAM, layer after layer, and the first of each layer's
+        (the `starts` of one access that loads them a chunk a layer)."""
+        per_layer = [self.in_host(layer._keys) for layer in self.layers]
+        return [k for keys in per_layer for k in keys], [keys[0] for keys in per_layer if keys]
 
     def in_host(self, keys: list[int]) -> list[int]:
         """The keys whose blocks are in host RAM (what a prefetch can load without waiting)."""

@@ -111,15 +111,10 @@ class HkvLayer(DynamicLayer):
         and came back would differ from it."""
         manager = self.store.manager
         fmt = manager.config.modality("text").quantization
-        if fmt not in LOSSLESS_FORMATS or not self._all_on_gpu():
-            return False
-        if not self.store.whole_sequence_ready():
+        if fmt not in LOSSLESS_FORMATS or not self.store.whole_sequence_ready():
             return False
         self._work_departures = manager.gpu_departures
         return True
-
-    def _all_on_gpu(self) -> bool:
-        return self.store.manager.ready_slots(self._keys) is not None
 
     def _headroom(self, tokens: int) -> int:
         """Tokens of room past `tokens` a new working copy gets: a block, or an eighth."""
