@@ -487,6 +487,24 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
         assert hits == {b"a": 2, b"b": 2, b"z": 2}  # insert, then one access each
 
 
+def test_vllm_026_reports_every_request_even_with_nothing_resident():
+    """0.26's first touch is a request's one access also when none of its blocks is resident:
+    `auto`'s shadows replay its misses there, request by request. (They were once reported
+    only with a resident block, so a request whose blocks were all gone reached the shadows
+    merged with the next one, and on the H200 anchor at 8 GiB `auto` took 40 more requests to
+    find its leader than in the simulator.)"""
+    adapter = pytest.importorskip("hkv.integrations.vllm.policy")
+    p = adapter.policy_class("hkv_auto")(cache_capacity=8, block_tokens=16)
+    auto = p.policy
+    p.touch([b"a", b"b"], OldReqContext("r1"))  # nothing resident
+    assert auto._refs == 2 and auto._pending == []  # replayed now, not kept for the next one
+    for key in (b"a", b"b"):
+        p.insert(key, Status())
+    p.touch([b"a", b"b", b"c"], OldReqContext("r2"))  # a, b resident; c a miss
+    assert auto._refs == pytest.approx(5, rel=0.01)  # 2 + 3, decayed a little
+    assert auto.scores()["lru"] == pytest.approx(2 / 5, rel=0.01)  # its shadow hit a and b
+
+
 def test_vllm_026_touch_goes_tail_first_for_bip_with_tail_first(monkeypatch):
     adapter = pytest.importorskip("hkv.integrations.vllm.policy")
     monkeypatch.setenv("HKV_POLICY_PARAMS", '{"tail_first": true, "bip_every": 0}')

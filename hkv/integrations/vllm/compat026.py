@@ -33,11 +33,12 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
         return
     if adapter.shared_meta is None:  # note the metadata of blocks about to be stored
         _note_absent(adapter, keys, start, req_context)
-    if seen is None:  # the first touch is the request's one access
+    if seen is None:  # the first touch is the request's one access, reported even when
+        # nothing is resident: a request's end is where `auto` replays its misses in its
+        # shadows and where `predictive` starts its next request
         resident = list(filter(adapter.chunks.__contains__, keys))
-        if resident:
-            adapter.sync()
-            adapter.policy.after_request((), resident)
+        adapter.sync()
+        adapter.policy.after_request((), resident)
 
 
 def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
