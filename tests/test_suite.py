@@ -4,6 +4,7 @@ workloads: structure and sanity, never tuned numbers."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -180,3 +181,30 @@ def test_shards_run_side_by_side_merge_into_one_suite(tmp_path):
     assert list(merged)[:5] == ["generated_by", "date_utc", "machine", "versions", "parameters"]
     with pytest.raises(SystemExit, match="repeats"):
         policy_suite.main(["--merge", str(shards[0]), str(shards[0]), "--out", str(out)])
+
+
+def test_replay_speed_bench_pairs_each_policy_with_lru_in_the_same_rounds(tmp_path):
+    """`bench.replay_speed`: a row per policy and cell, the ratio to lru taken round by round
+    (lru's own is 1), the slowest cell named, provenance with the CPU model; a missing trace is
+    a one-line exit."""
+    from bench import replay_speed
+
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    out = tmp_path / "speed.json"
+    argv = ["--no-trace", "--size", "ci", "--repeats", "2", "--capacities", "0.05"]
+    assert replay_speed.main([*argv, "--policies", "predictive", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["machine"]["cpu_model"] and result["parameters"]["repeats"] == 2
+    cells = result["cells"]
+    assert {c["workload"] for c in cells} == set(generated_workloads("ci", 0))
+    for cell in cells:
+        assert set(cell["policies"]) == {"lru", "predictive"}
+        lru = cell["policies"]["lru"]
+        assert lru["vs_lru_median"] == 1.0 and lru["refs_per_s_best"] >= lru["refs_per_s_median"]
+        assert cell["policies"]["predictive"]["refs_per_s_best"] > 0
+    slowest = result["slowest_cell_refs_per_s"]["predictive"]
+    assert slowest == min(c["policies"]["predictive"]["refs_per_s_best"] for c in cells)
+    with pytest.raises(SystemExit, match="no such file"):
+        replay_speed.main(["--trace", str(tmp_path / "absent.jsonl"), "--out", str(out)])
+    if hasattr(os, "sched_getaffinity"):  # the bench pinned itself to one core, then let go
+        assert os.sched_getaffinity(0) == before

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from hkv.blocks import BlockMeta, Modality
-from hkv.policies.base import Key, check_float, check_int
+from hkv.policies.base import EMPTY, Key, check_float, check_int, unprotected
 from hkv.policies.queue import QueuePolicy
 
 _DEPTHS, _COUNTS, _GAPS = 8, 4, 8
 _MODALITIES = {Modality.TEXT: 0, Modality.VISION: 1, Modality.AUDIO: 2}
+_TEXT = Modality.TEXT
 _COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the prior of a bucket
 _BUCKETS = _DEPTHS * 3 * _COARSE
 _PRIOR_WEIGHT = 4.0  # pseudo-labels a bucket borrows from its coarse parent
@@ -96,6 +99,29 @@ class PredictivePolicy(QueuePolicy):
         depth = min((meta.position // (meta.tokens or 1)).bit_length(), _DEPTHS - 1)
         return (depth * 3 + _MODALITIES[meta.modality]) * _COARSE + coarse
 
+    def _reference(self, key: Key, meta: BlockMeta) -> int:
+        """`_bucket` then `_record` (a reference now), with one lookup of the key's history:
+        the same bucket and labels, on the path every touch takes."""
+        seen, clock, horizon = self._seen, self._clock, self._horizon
+        record = seen.get(key)
+        depth = (meta.position // (meta.tokens or 1)).bit_length()
+        modality = meta.modality
+        mod = 0 if modality is _TEXT else _MODALITIES[modality]
+        base = ((depth if depth < _DEPTHS else _DEPTHS - 1) * 3 + mod) * _COARSE + self._extends
+        if record is None:
+            bucket, count = base, 1
+        else:
+            age, count = clock - record[0], record[2]
+            gap_bucket = min((age * 8 // horizon).bit_length() + 1, _GAPS - 1)
+            bucket = base + ((count if count < 3 else 3) * _GAPS + gap_bucket) * 2
+            if record[1] is not None:
+                self._label(record[1], age <= horizon)
+            count += 1
+        self._stamp = stamp = self._stamp + 1
+        seen[key] = [clock, bucket, count, stamp]
+        self._log.append((stamp, clock, key))
+        return bucket
+
     def _record(self, key: Key, bucket: int) -> None:
         """A reference to `key` now, filed under `bucket`; labels its previous reference."""
         seen, clock = self._seen, self._clock
@@ -128,13 +154,14 @@ class PredictivePolicy(QueuePolicy):
         cpos, cnum, weight = self._coarse_pos, self._coarse_num, _PRIOR_WEIGHT
         total = sum(cnum)
         base = sum(cpos) / total if total else 1.0
-        prior = [(cp + weight * base) / (cn + weight) for cp, cn in zip(cpos, cnum, strict=True)]
-        self._p = [
-            (pos + weight * prior[b % _COARSE]) / (num + weight)
-            for b, (pos, num) in enumerate(zip(self._pos, self._num, strict=True))
-        ]
-        least = self.min_samples
-        self._trusted = [cnum[b % _COARSE] + num >= least for b, num in enumerate(self._num)]
+        # elementwise in numpy (the same IEEE operations as the Python expressions), per bucket
+        # of `_BUCKETS // _COARSE` fine buckets under each coarse one
+        coarse_num = np.asarray(cnum)
+        prior = (np.asarray(cpos) + weight * base) / (coarse_num + weight)
+        num = np.asarray(self._num).reshape(-1, _COARSE)
+        pos = np.asarray(self._pos).reshape(-1, _COARSE)
+        self._p = ((pos + weight * prior) / (num + weight)).ravel().tolist()
+        self._trusted = (coarse_num + num >= self.min_samples).ravel().tolist()
 
     def _sweep(self) -> None:
         """Negative labels for references the horizon has passed without a return; forget
@@ -212,9 +239,23 @@ class PredictivePolicy(QueuePolicy):
             meta = self._friendly.pop(key, None)
             if meta is None:
                 return
-        bucket = self._bucket(key, meta)
-        self._record(key, bucket)
-        (self._friendly if self._is_friendly(bucket) else self._averse)[key] = meta
+        bucket = self._reference(key, meta)
+        friendly = self._p[bucket] >= self.friendly_threshold  # `_is_friendly`, inlined
+        (self._friendly if friendly else self._averse)[key] = meta
+
+    def evict(self, n: int, protected=EMPTY) -> list[Key] | None:
+        """`QueuePolicy.evict`; one victim (the replay's and the manager's case) without its
+        bookkeeping for several queues."""
+        if n != 1:
+            return super().evict(n, protected)
+        for queue in self._queues:
+            keys = unprotected(queue, 1, protected)
+            if keys:
+                if queue[keys[0]].pinned:
+                    return super().evict(n, protected)
+                del queue[keys[0]]
+                return keys
+        return None
 
     def after_request(self, stored, reused) -> None:
         super().after_request(stored, reused)
