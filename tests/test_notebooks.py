@@ -466,6 +466,16 @@ def check_predictive(r: dict[str, Any]) -> None:
     ahead = ("vllm:lru+st2", "hkv:s3fifo", "hkv:cost_aware", "hkv:modality_aware")
     assert all(regret_summary(suite, p)["mean_regret"] < predictive["mean_regret"] for p in ahead)
     assert len(r["figures"]) == 3 and all(Path(f).is_file() for f in r["figures"])
+    # section 5: the committed H200 runs and replay speeds, as the files hold them
+    from hkv.report import bench_vllm_auto
+
+    h200 = load_result("vllm_h200_auto")
+    anchor8 = r["h200_cached"]["anchor@8"]
+    assert anchor8["hkv_auto"] == max(anchor8.values()) >= 0.30  # issue 16's H200 point
+    assert r["h200_policy_ms_anchor_8gib"] == bench_vllm_auto.policy_ms_per_step(h200, "anchor", 8)
+    speed = load_result("replay_speed_h200host")
+    rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in speed["cells"]]
+    assert r["predictive_refs_per_s"] == rates and min(rates) > 0
 
 
 CHECKS = {

@@ -715,3 +715,16 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     write_json(files[1], {**json.loads(files[1].read_text()), "status": "error"})
     with pytest.raises(SystemExit, match="did not finish"):
         fold(files, tmp_path / "again.json")
+
+
+def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):
+    """`--model`'s default: the shared kit's config where it lies beside the repository, else
+    the copy the rig's setup.sh unpacked (the GPU machine carries no shared folder)."""
+    from bench.vllm_gpu import default_model
+
+    shared, unpacked = tmp_path / "shared", tmp_path / "rig"
+    assert default_model((shared, unpacked)) == shared / "minimax_m2_8l"  # neither: as named
+    (unpacked / "minimax_m2_8l").mkdir(parents=True)
+    assert default_model((shared, unpacked)) == unpacked / "minimax_m2_8l"
+    (shared / "minimax_m2_8l").mkdir(parents=True)
+    assert default_model((shared, unpacked)) == shared / "minimax_m2_8l"

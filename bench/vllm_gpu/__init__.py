@@ -38,6 +38,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RIG = ROOT.parent / "shared" / "gpu-vllm"
+UNPACKED_RIG = Path("/tmp/rig")
+"""Where the rig's `setup.sh` unpacks its folders on the GPU machine (the model config too)."""
+
+
+def default_model(rigs: tuple[Path, ...] = (RIG, UNPACKED_RIG)) -> Path:
+    """The 8-layer model config of the first rig folder that holds it: the shared kit beside
+    the repository, else the copy `setup.sh` unpacked on the GPU machine (where the shared
+    folder is not carried); the shared kit's path when neither does."""
+    for rig in rigs:
+        if (rig / "minimax_m2_8l").is_dir():
+            return rig / "minimax_m2_8l"
+    return rigs[0] / "minimax_m2_8l"
+
+
 VLLM_POLICIES = ("lru", "arc")
 """vLLM's own policies; every other name is `hkv_<online policy>` or `oracle`."""
 ORACLE, ORACLE_PARAM = "oracle", "hkv_oracle"

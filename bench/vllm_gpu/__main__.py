@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from bench.vllm_gpu import RIG, ROOT
+from bench.vllm_gpu import ROOT, default_model
 from bench.vllm_gpu import __doc__ as DOC
 from bench.vllm_gpu.capacity import run_capacity
 from bench.vllm_gpu.driver import drive, measure_link
@@ -37,13 +37,13 @@ def parser() -> argparse.ArgumentParser:
     one.add_argument("--repeats", type=int, default=1)
     one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
     one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    one.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    one.add_argument("--model", type=Path, default=default_model())
     one.add_argument("--out", type=Path, required=True)
     cap = sub.add_parser("capacity", help="the engine sized by utilization: its KV tiers")
     cap.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     cap.add_argument("--tp", type=int, default=1)
     cap.add_argument("--utilization", type=float, default=0.9, help="gpu_memory_utilization")
-    cap.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    cap.add_argument("--model", type=Path, default=default_model())
     cap.add_argument("--out", type=Path, required=True)
     cap.set_defaults(gpu_kv_gib=0.0)
     many = sub.add_parser("drive", help="a plan of configurations, one subprocess each")
@@ -54,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
     many.add_argument("--min-config-s", type=float, default=60.0)
     many.add_argument("--only", type=int, default=None, help="the plan's first N configurations")
     many.add_argument("--resume", action="store_true", help="keep --out's finished configs")
-    many.add_argument("--model", type=Path, default=RIG / "minimax_m2_8l")
+    many.add_argument("--model", type=Path, default=default_model())
     many.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_gpu")
     many.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_h200.json")
     folded = sub.add_parser("fold", help="several run files as one small results file")

@@ -125,3 +125,23 @@ def claim_line(policy: str, numbers: dict[str, Any]) -> str:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
+
+
+def replay_speed_frame(results: dict[str, Any], policy: str = "predictive"):
+    """`bench.replay_speed`'s cells as a DataFrame: workload, capacity, `policy`'s and lru's
+    best rates (block references a second, one core) and the median ratio in the same rounds."""
+    import pandas as pd
+
+    rows = []
+    for cell in results["cells"]:
+        mine, lru = cell["policies"][policy], cell["policies"]["lru"]
+        rows.append(
+            {
+                "workload": cell["workload"],
+                "capacity %": 100 * cell["capacity_frac"],
+                f"{policy} refs/s": mine["refs_per_s_best"],
+                "lru refs/s": lru["refs_per_s_best"],
+                "vs lru (median)": mine["vs_lru_median"],
+            }
+        )
+    return pd.DataFrame(rows)
