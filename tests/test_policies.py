@@ -705,3 +705,59 @@ def test_bulk_calls_leave_a_policy_as_one_call_per_key_would(name):
         fresh.insert_all([next(iter(fresh))], meta())
     with pytest.raises(RuntimeError, match="full"):
         fresh.insert_all([7, 8, 9], meta())
+
+
+@pytest.mark.parametrize("name", ["cost_aware", "depth_lfu", "modality_aware"])
+def test_parked_request_blocks_leave_every_decision_as_before(name):
+    """The prefix-value policies park the current request's heap items outside the heap while
+    they judge its admissions (`_lowest_evictable`): admissions and victims are those of the
+    same policy that pushes them back at once. Each request is offered whole, then room is
+    made in one eviction, as vLLM's tier does; that eviction protects the request's blocks (as
+    the replay and the block manager do) or only a few others (vLLM's in-flight chunks), and
+    some blocks are pinned while the request runs."""
+
+    class PushedBack(type(make_policy(name, 4))):
+        def _lowest_evictable(self):
+            lowest = super()._lowest_evictable()
+            self._unpark()
+            return lowest
+
+    rng = random.Random(5)
+    capacity = 40
+    parked, pushed = make_policy(name, capacity), PushedBack(capacity)
+    sessions = [[1000 * s + i for i in range(60)] for s in range(6)]
+    parked_seen = uncovered = 0
+    for step in range(800):  # sessions round-robin, longer than the tier (the anchor's shape)
+        keys = sessions[step % 6][: rng.randint(30, 60)]
+        metas = [meta(i, pinned=rng.random() < 0.05) for i in range(len(keys))]
+        offered = []
+        for key, block in zip(keys, metas, strict=True):
+            if key in parked:
+                parked.touch(key)
+                pushed.touch(key)
+                continue
+            admitted = parked.admit(key, block)
+            assert pushed.admit(key, block) == admitted, step
+            if admitted:
+                offered.append((key, block))
+        parked_seen += bool(parked._parked)
+        room = len(parked) + len(offered) - capacity
+        if room > 0:
+            if rng.random() < 0.5:
+                protected = frozenset(keys)
+            else:  # a few in-flight chunks, not the request's blocks
+                protected = frozenset(rng.sample(sorted(parked), min(5, len(parked))))
+                uncovered += bool(parked._parked_keys - protected)
+            victims = parked.evict(room, protected)
+            assert pushed.evict(room, protected) == victims, step
+            if victims is None:
+                offered = []
+        for key, block in offered:
+            parked.insert(key, block)
+            pushed.insert(key, block)
+        for block in metas:
+            block.pinned = False
+        for policy in (parked, pushed):
+            policy.after_request([], [])
+    assert sorted(parked) == sorted(pushed)
+    assert parked_seen > 10 and uncovered > 0  # parked, and evicted past unprotected items

@@ -62,6 +62,10 @@ class PrefixValuePolicy(PriorityPolicy):
         self._chain_cap = math.inf
         self._epoch_keys: set[Key] = set()
         self._pending: dict[Key, tuple[int, float]] = {}  # admitted, not yet inserted
+        # heap items of this epoch's keys, taken out of the heap by `_lowest_evictable` until
+        # the epoch ends (see there); `_parked_keys` are their keys
+        self._parked: list[tuple[float, int, Key]] = []
+        self._parked_keys: set[Key] = set()
 
     def _history_refs(self) -> int:
         return max(64, int(self.history_factor * self.capacity_blocks))
@@ -77,6 +81,8 @@ class PrefixValuePolicy(PriorityPolicy):
             self._epoch_inflation = self.inflation
             self._chain_cap = math.inf
             self._epoch_keys = set()
+            if self._parked:
+                self._unpark()
         self._last_position = position
         self._epoch_keys.add(key)
         counts = self._counts
@@ -118,15 +124,25 @@ class PrefixValuePolicy(PriorityPolicy):
         return admitted
 
     def _lowest_evictable(self) -> float | None:
-        """Priority of the block `evict` would take now (current request protected)."""
+        """Priority of the block `evict` would take now (current request protected).
+
+        The current request's own blocks are never the answer, and with their chain-capped
+        priorities they gather at the top of the heap: instead of stepping over them again at
+        every admission of the request (quadratic in its length), their heap items are parked
+        outside the heap until the request's epoch ends (`_unpark`). `_select` sees the heap
+        as if they were in it (`_select` below), so every decision is the same."""
         heap, entries, skipped = self._heap, self._entries, []
+        epoch, parked, parked_keys = self._epoch_keys, self._parked, self._parked_keys
         lowest = None
         while heap:
             priority, seq, key = heap[0]
             entry = entries.get(key)
             if entry is None or entry.seq != seq:
                 heapq.heappop(heap)
-            elif key in self._epoch_keys or entry.meta.pinned:
+            elif key in epoch:
+                parked.append(heapq.heappop(heap))
+                parked_keys.add(key)
+            elif entry.meta.pinned:
                 skipped.append(heapq.heappop(heap))
             else:
                 lowest = priority
@@ -134,6 +150,28 @@ class PrefixValuePolicy(PriorityPolicy):
         for item in skipped:
             heapq.heappush(heap, item)
         return lowest
+
+    def _unpark(self) -> None:
+        """The parked heap items back into the heap."""
+        heap, heappush = self._heap, heapq.heappush
+        for item in self._parked:
+            heappush(heap, item)
+        self._parked.clear()
+        self._parked_keys.clear()
+
+    def _select(self, n, protected, accept=None):
+        """`PriorityPolicy._select` over the heap and the parked items: when every parked key
+        is protected (a request's own blocks, as the replay and the block manager protect
+        them) they would be passed over, so they stay parked; otherwise they go back first."""
+        if self._parked and not all(map(protected.__contains__, self._parked_keys)):
+            self._unpark()
+        return super()._select(n, protected, accept)
+
+    def _compact(self) -> None:
+        """The heap rebuilt from the entries holds the parked keys' items again."""
+        self._parked.clear()
+        self._parked_keys.clear()
+        super()._compact()
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         entries = self._entries
