@@ -25,15 +25,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.policy_suite import DEFAULT_TRACE, ROOT
+from bench.policy_suite import workloads as suite_workloads
 from hkv.cost import CostModel
 from hkv.policies import make_policy
 from hkv.report import save_results
-from hkv.sim import Trace, load_trace, replay
+from hkv.sim import Trace, replay
 from hkv.sim.suite import capacity_for
-from hkv.sim.suite_workloads import generated_workloads
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 BASELINE = "lru"
 
 
@@ -78,13 +77,13 @@ def cpu_model() -> str:
 
 
 def workloads(trace: Path | None, size: str) -> dict[str, Trace]:
-    out = {}
-    if trace is not None:
-        if not trace.is_file():
-            sys.exit(f"--trace {trace}: no such file; give the Mooncake trace or --no-trace")
-        out["mooncake"] = load_trace(trace)
-    out.update(generated_workloads(size, 0))
-    return out
+    """The policy suite's workloads (`bench.policy_suite.workloads`, seed 0); a trace asked
+    for and absent ends the run."""
+    wanted = argparse.Namespace(trace=trace, size=size, seed=0, extra_trace=[], only=None)
+    traces, missing = suite_workloads(wanted)
+    if missing:
+        sys.exit(f"--trace {trace}: no such file; give the Mooncake trace or --no-trace")
+    return traces
 
 
 def passes(trace: Trace, names: list[str], capacity: int, repeats: int, cost) -> dict[str, list]:

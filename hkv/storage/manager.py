@@ -239,6 +239,7 @@ class HybridKVCacheManager:
         transfers, arrivals = self.mover.launch_loads(loads, slots, scratch, frozenset(starts))
         for block in hot if pin else ():
             self.table.pin(block)
+        self.stats.accesses += 1
         self._pending = PendingAccess(
             ids,
             pin,

@@ -64,6 +64,7 @@ class ManagerStats:
     recomputed: int = 0
     admitted: int = 0
     refused: int = 0
+    accesses: int = 0  # accesses launched (`prepare_access` calls that moved or pinned blocks)
     demoted: dict[str, int] = field(default_factory=lambda: zero_counts(("host", "disk")))
     capped: int = 0  # of the demotions from the GPU: over a modality's max_keep_blocks
     demoted_clean: int = 0  # of the demotions: the cold tier had kept a copy, none was made

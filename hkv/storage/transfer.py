@@ -130,7 +130,7 @@ class TransferEngine:
         transfer = self._begin(GPU_TO_HOST, fmt, len(offsets), stride, len(runs))
         with self._stream():
             self._mark_start(transfer)
-            index = self._device_index(gpu_slots)
+            index = self.device_index(gpu_slots)
             words = as_words(gpu.kv).index_select(0, index)
             blocks = words.view(torch.uint8).view(gpu.layout.torch_dtype)
             payload = c.encode(blocks.view(len(offsets), *gpu.layout.shape))
@@ -162,7 +162,7 @@ class TransferEngine:
         transfer = self._begin(HOST_TO_GPU, fmt, len(offsets), stride, len(chunks))
         with self._stream():
             self._mark_start(transfer)
-            index = self._device_index(gpu_slots)
+            index = self.device_index(gpu_slots)
             staging = torch.empty((len(offsets), stride), dtype=torch.uint8, device=self.device)
         pool, pieces = as_words(gpu.kv), []
         for first, count, offset in chunks:
@@ -184,7 +184,7 @@ class TransferEngine:
         transfer._keep = (index, staging, pieces)
         return self._launched(transfer, self.scatter_stream)
 
-    def _device_index(self, gpu_slots: Sequence[int]) -> torch.Tensor:
+    def device_index(self, gpu_slots: Sequence[int]) -> torch.Tensor:
         """`gpu_slots` on the device, copied from pinned memory on the current stream without
         the CPU waiting for it (a pageable copy would wait for the stream's earlier work)."""
         index = torch.as_tensor(np.asarray(gpu_slots, dtype=np.int64))

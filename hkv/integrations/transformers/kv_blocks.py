@@ -150,8 +150,7 @@ class BlockStore:
         m = self.manager
         if self.num_layers * max(layer.num_blocks for layer in self.layers) > m.gpu.capacity_blocks:
             return False
-        hits = m.stats.hits
-        key = (m.gpu_departures, id(m.pending), hits["host"] + hits["disk"], self._sealed())
+        key = (m.gpu_departures, m.stats.accesses, m.pending is None, self._sealed())
         if key != self._ready_key:
             keys = [k for layer in self.layers for k in layer._keys]
             self._ready_key, self._ready = key, m.ready_slots(keys, wait=False) is not None

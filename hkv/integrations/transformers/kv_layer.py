@@ -238,12 +238,8 @@ class HkvLayer(DynamicLayer):
             start += len(chunk)
 
     def _index(self, slots: list[int]) -> torch.Tensor:
-        """`slots` as a device tensor, copied from pinned memory without waiting: a pageable
-        copy would make the CPU wait for every kernel queued so far."""
-        index, device = torch.tensor(slots, dtype=torch.long), self.store.manager.device
-        if device.type == "cuda":
-            index = index.pin_memory()
-        return index.to(device, non_blocking=True)
+        """`slots` on the device without the CPU waiting (`TransferEngine.device_index`)."""
+        return self.store.manager.engine.device_index(slots)
 
     def _gather(self, kv: torch.Tensor, start: int, index: torch.Tensor) -> None:
         """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: whole
