@@ -124,3 +124,21 @@ def test_cpu_sized_benchmark_runs(tmp_path) -> None:
     assert all(row["tier_read_gbps"] > 0 for row in result["disk"])
     assert result["versions"]["torch"] == torch.__version__
     assert tuple(json.loads(out.read_text()))[:5] == PROVENANCE_KEYS
+
+
+def test_lossless_load_into_consecutive_slots_skips_the_staging_copy(gpu, host) -> None:
+    """A lossless chunk bound for consecutive slots is copied straight into them; a chunk
+    bound for scattered slots still goes through staging; both land bit for bit."""
+    engine = TransferEngine("cpu")
+    src = [0, 1, 2, 3, 4, 5]
+    offsets = host.allocate(LAYOUT.nbytes, len(src))
+    engine.store(gpu, src, host, offsets, "bf16")
+    direct = engine.prepare_load(host, offsets[:3], gpu, [9, 10, 11], "bf16")
+    assert direct._keep[1] is None  # no staging buffer was made
+    engine.complete_load(direct)
+    mixed = engine.prepare_load(host, offsets, gpu, [6, 7, 8, 15, 12, 13], "bf16", starts=[3])
+    assert [end for end, _ in mixed.arrivals] == [3, 6]
+    assert mixed._keep[1] is not None  # the second chunk was staged and scattered
+    engine.complete_load(mixed)
+    assert torch.equal(gpu.kv[[9, 10, 11]], gpu.kv[[0, 1, 2]])
+    assert torch.equal(gpu.kv[[6, 7, 8, 15, 12, 13]], gpu.kv[src])

@@ -212,7 +212,7 @@ class HybridKVCacheManager:
         `starts`: keys that each begin a reader's unit (a copy chunk each: `ready_slots`)."""
         if self._pending is not None:
             raise HkvError("prepare_access: an access is pending; complete_access() it first")
-        ids = list(dict.fromkeys(int(b) for b in block_ids))
+        ids = list(dict.fromkeys(map(int, block_ids)))
         hot, cold, missing = self.table.sort_access(ids)
         mover = self.mover
         recompute = [b for b in cold if mover.cheaper_to_recompute(b, b.meta.tier)]
@@ -233,7 +233,7 @@ class HybridKVCacheManager:
         lost, scratch = mover.read_disk([b for b in loads if b.meta.tier is Tier.DISK])
         lost_set = set(lost)
         loads = [b for b in loads if b not in lost_set]
-        hits = Counter(b.meta.tier.name.lower() for b in hot + loads)
+        hits = {t.name.lower(): n for t, n in Counter(b.meta.tier for b in hot + loads).items()}
         slots = mover.gpu_slots(len(loads), set(ids))
         assert not isinstance(slots, str), slots  # room was checked above
         transfers, arrivals = self.mover.launch_loads(loads, slots, scratch, frozenset(starts))

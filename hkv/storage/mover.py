@@ -305,13 +305,12 @@ class Mover:
         """Launch host/scratch -> GPU copies per (source, format); the blocks take their slots.
         A copy chunk starts at each block whose key is in `starts` (see `prepare_load`).
         Returns [(transfer, link)] and each block's arrival event (`Transfer.block_arrivals`)."""
-        groups = defaultdict(list)
+        groups, pin, place = defaultdict(list), self.table.pin, self.place_on_gpu
         for block, slot in zip(loads, slots, strict=True):
-            self.table.pin(block)  # in flight: no eviction may pick it
-            self.place_on_gpu(block, slot)
+            pin(block)  # in flight: no eviction may pick it
+            place(block, slot)
             block.exact = block.fmt in LOSSLESS_FORMATS  # else the GPU holds a decoded copy
-            from_disk = block.key in scratch
-            groups[(from_disk, block.fmt)].append((block, slot))
+            groups[(block.key in scratch, block.fmt)].append((block, slot))
         transfers, arrivals = [], {}
         for (from_disk, fmt), group in groups.items():
             source = self.scratch if from_disk else self.host

@@ -16,6 +16,8 @@ from hkv.blocks import BlockId, Modality, Tier
 from hkv.errors import HkvError
 from hkv.storage.records import BlockRecord, zero_counts
 
+_ABSENT = object()
+
 
 class BlockTable:
     """The held blocks, in admission order, with their pins and kept cold copies.
@@ -112,6 +114,11 @@ class BlockTable:
                 (hot if block.meta.tier is Tier.GPU else cold).append(block)
         return hot, cold, missing
 
+    def keys_in(self, keys: Iterable[int], tier: Tier) -> list[int]:
+        """Those of `keys` held in `tier`, in order."""
+        get = self.records.get
+        return [k for k in keys if (b := get(k)) is not None and b.meta.tier is tier]
+
     def gpu_slots_of(self, keys: Iterable[int]) -> list[int] | None:
         """The GPU slots of `keys`, in order, if every one is on the GPU and not in flight."""
         slots = []
@@ -127,17 +134,17 @@ class BlockTable:
     ) -> tuple[list[int], list[Any]] | None:
         """The GPU slots of `keys`, in order, if each is on the GPU, or in flight with an entry
         in `arrivals` (key -> event or None); and the distinct events to wait for."""
-        slots, events = [], {}
+        slots, events, get = [], {}, self.records.get
         for key in keys:
-            block = self.records.get(key)
-            if block is None or block.gpu_slot is None:
+            block = get(key)
+            if block is None or (slot := block.gpu_slot) is None:
                 return None
             if block.inflight:
-                if key not in arrivals:
+                if (event := arrivals.get(key, _ABSENT)) is _ABSENT:
                     return None
-                if (event := arrivals[key]) is not None:
+                if event is not None:
                     events[id(event)] = event
-            slots.append(block.gpu_slot)
+            slots.append(slot)
         return slots, list(events.values())
 
     def slots_on_gpu(self, keys: Iterable[int]) -> dict[int, int]:

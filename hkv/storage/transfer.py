@@ -26,6 +26,7 @@ only then). Host extents are given as byte offsets into a `HostTier`'s arena; ea
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import time
@@ -113,6 +114,7 @@ class TransferEngine:
         self.is_cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.is_cuda else None
         self.scatter_stream = torch.cuda.Stream(self.device) if self.is_cuda else None
+        self._ring: PinnedRing | None = None  # device_index's pinned staging, made when needed
 
     def prepare_store(
         self,
@@ -160,37 +162,56 @@ class TransferEngine:
         runs = split_runs(copy_runs(offsets, stride), stride, LOAD_CHUNK_BYTES)
         chunks = split_at(runs, starts, stride)
         transfer = self._begin(HOST_TO_GPU, fmt, len(offsets), stride, len(chunks))
-        with self._stream():
+        slots = list(gpu_slots)
+        # a lossless chunk bound for consecutive slots is copied straight into them: the
+        # payload is the block's own bytes, so staging and scattering it would change nothing
+        direct = c.lossless and stride == gpu.layout.nbytes
+        cuda, device = self.is_cuda, self.device
+        pool, pieces, index, staging = as_words(gpu.kv), [], None, None
+        with self._stream():  # the copy stream throughout; the scatters nest their own
             self._mark_start(transfer)
-            index = self.device_index(gpu_slots)
-            staging = torch.empty((len(offsets), stride), dtype=torch.uint8, device=self.device)
-        pool, pieces = as_words(gpu.kv), []
-        for first, count, offset in chunks:
-            with self._stream():
+            for first, count, offset in chunks:
                 host_rows = host.buf[offset : offset + count * stride].view(count, stride)
-                staging[first : first + count].copy_(host_rows, non_blocking=self.is_cuda)
-            self._hand_over()
-            with self._stream(self.scatter_stream):
-                blocks = c.decode(staging[first : first + count, : c.payload_bytes])
-                pool.index_copy_(0, index[first : first + count], as_words(blocks))
-                pieces.append(blocks)
-                event = torch.cuda.Event() if self.is_cuda else None
-                if event is not None:
-                    event.record(self.scatter_stream)
-                transfer.arrivals.append((first + count, event))
-        if self.is_cuda:  # made on the copy stream, read on the scatter stream
+                slot = slots[first]
+                if direct and slots[first : first + count] == list(range(slot, slot + count)):
+                    pool[slot : slot + count].view(torch.uint8).copy_(host_rows, non_blocking=cuda)
+                    transfer.arrivals.append((first + count, self._event(self.stream)))
+                    continue
+                if staging is None:
+                    index = self.device_index(slots)
+                    staging = torch.empty((len(slots), stride), dtype=torch.uint8, device=device)
+                staging[first : first + count].copy_(host_rows, non_blocking=cuda)
+                self._hand_over()
+                with self._stream(self.scatter_stream):
+                    blocks = c.decode(staging[first : first + count, : c.payload_bytes])
+                    pool.index_copy_(0, index[first : first + count], as_words(blocks))
+                    pieces.append(blocks)
+                    transfer.arrivals.append((first + count, self._event(self.scatter_stream)))
+        if self.is_cuda and staging is not None:  # made on the copy stream, read on the scatter
             index.record_stream(self.scatter_stream)
             staging.record_stream(self.scatter_stream)
+        self._hand_over()  # the end event, on the scatter stream, also follows the direct copies
         transfer._keep = (index, staging, pieces)
         return self._launched(transfer, self.scatter_stream)
 
-    def device_index(self, gpu_slots: Sequence[int]) -> torch.Tensor:
-        """`gpu_slots` on the device, copied from pinned memory on the current stream without
-        the CPU waiting for it (a pageable copy would wait for the stream's earlier work)."""
-        index = torch.as_tensor(np.asarray(gpu_slots, dtype=np.int64))
+    def _event(self, stream: Any) -> Any:
+        """An event recorded on `stream` now (None off CUDA)."""
         if not self.is_cuda:
-            return index
-        return index.pin_memory().to(self.device, non_blocking=True)
+            return None
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def device_index(self, gpu_slots: Sequence[int]) -> torch.Tensor:
+        """`gpu_slots` on the device, copied on the current stream without the CPU waiting for
+        it (a pageable copy would wait for the stream's earlier work): through a pinned ring
+        (`PinnedRing`), since pinning a fresh small tensor costs tens of microseconds."""
+        index = np.asarray(gpu_slots, dtype=np.int64)
+        if not self.is_cuda:
+            return torch.from_numpy(index)
+        if self._ring is None:
+            self._ring = PinnedRing()
+        return self._ring.to_device(index, self.device)
 
     def after(self, result: Any, events: Sequence[Any]) -> Any:
         """`result`, once the current stream waits (on the device) for `events`."""
@@ -265,6 +286,37 @@ class TransferEngine:
             )
             transfer._keep = ()
         return transfer._stats
+
+
+class PinnedRing:
+    """Pinned host memory for small index uploads, used round robin: a region is written again
+    only after the copy that last read it has run (an event per upload; with the ring this
+    large the wait is almost never real)."""
+
+    def __init__(self, entries: int = 1 << 16):
+        self.buf = torch.empty(entries, dtype=torch.int64, pin_memory=True)
+        self.array = self.buf.numpy()
+        self.pos = 0
+        self.fences: collections.deque[tuple[int, int, Any]] = collections.deque()
+
+    def to_device(self, values: np.ndarray, device: torch.device) -> torch.Tensor:
+        n = values.size
+        if n > self.buf.numel():  # larger than the ring: a pinned copy of its own
+            return torch.from_numpy(values).pin_memory().to(device, non_blocking=True)
+        if self.pos + n > self.buf.numel():  # wrap: the last round's uploads past here first
+            while self.fences and self.fences[0][0] >= self.pos:
+                self.fences.popleft()[2].synchronize()
+            self.pos = 0
+        start, end = self.pos, self.pos + n
+        while self.fences and self.fences[0][0] < end and start < self.fences[0][1]:
+            self.fences.popleft()[2].synchronize()  # that region's copy has to have run
+        self.array[start:end] = values
+        out = self.buf[start:end].to(device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        self.fences.append((start, end, event))
+        self.pos = end
+        return out
 
 
 def split_runs(

@@ -229,8 +229,7 @@ class BlockStore:
 
     def in_host(self, keys: list[int]) -> list[int]:
         """The keys whose blocks are in host RAM (what a prefetch can load without waiting)."""
-        where = self.manager.where
-        return [k for k in keys if where(k) is Tier.HOST]
+        return self.manager.table.keys_in(keys, Tier.HOST)
 
     def launch(self, keys: list[int], layer_idx: int | None = None, starts=()) -> int:
         """Start loading `keys` to the GPU and return the count (0 if none or no room); the

@@ -31,7 +31,7 @@ class HkvLayer(DynamicLayer):
         self.updates = 0  # calls of update() so far
         self.recent_updates: deque[int] = deque(maxlen=64)  # tokens of each of the last 64
         self._keys: list[int] = []  # block_key(i) for every sealed block
-        self._slot_map: tuple[int, int, torch.Tensor] | None = None  # (departures, n, slots)
+        self._slot_map: tuple[int, int, range | torch.Tensor] | None = None  # departures, n, slots
         self.needs_pins = False  # a turn resumed: pin sinks and recent blocks at next update
         self._since_touch = 0  # fast-path updates since the policy last heard of these blocks
         # the working copy: `[2, heads, capacity, dim]`, its first `_work_tokens` tokens this
@@ -74,8 +74,12 @@ class HkvLayer(DynamicLayer):
             if self.work_is_current() or self._work_still_valid():
                 return self._append_to_work(key_states, value_states)
             self._drop_work()
-        self.tail_keys = torch.cat([self.tail_keys.to(key_states.device), key_states], dim=-2)
-        self.tail_values = torch.cat([self.tail_values.to(value_states.device), value_states], -2)
+        if self.tail_keys.shape[-2]:
+            device = key_states.device
+            self.tail_keys = torch.cat([self.tail_keys.to(device), key_states], -2)
+            self.tail_values = torch.cat([self.tail_values.to(device), value_states], -2)
+        else:  # nothing to append to (a turn resumed at a block boundary, a prefill)
+            self.tail_keys, self.tail_values = key_states, value_states
         self._seal_full_blocks()
         if not self.num_blocks:
             return self.tail_keys, self.tail_values
@@ -237,18 +241,26 @@ class HkvLayer(DynamicLayer):
             manager.unpin(chunk)
             start += len(chunk)
 
-    def _index(self, slots: list[int]) -> torch.Tensor:
-        """`slots` on the device without the CPU waiting (`TransferEngine.device_index`)."""
+    def _index(self, slots: list[int]) -> range | torch.Tensor:
+        """`slots` as a `range` when they are consecutive (read in place, no index), else on
+        the device without the CPU waiting (`TransferEngine.device_index`)."""
+        first = slots[0] if slots else 0
+        if slots == list(range(first, first + len(slots))):
+            return range(first, first + len(slots))
         return self.store.manager.engine.device_index(slots)
 
-    def _gather(self, kv: torch.Tensor, start: int, index: torch.Tensor) -> None:
-        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: whole
-        blocks gathered as 8-byte words (a row gather, near copy speed), then one strided copy
-        from `[n, 2, b, heads, dim]` into `kv`'s `[2, heads, n * b, dim]`."""
+    def _gather(self, kv: torch.Tensor, start: int, index: range | torch.Tensor) -> None:
+        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: one
+        strided copy from `[n, 2, b, heads, dim]` into `kv`'s `[2, heads, n * b, dim]`, read
+        in place from consecutive slots (a `range`), else after gathering whole blocks as
+        8-byte words (a row gather, near copy speed)."""
         b, n = self.store.settings.block_tokens, len(index)
         pool = self.store.manager.gpu.kv
-        rows = as_words(pool).index_select(0, index)
-        blocks = rows.view(pool.dtype).view(n, 2, b, *pool.shape[-2:])
+        if isinstance(index, range):
+            blocks = pool.narrow(0, index.start, n).view(n, 2, b, *pool.shape[-2:])
+        else:
+            rows = as_words(pool).index_select(0, index)
+            blocks = rows.view(pool.dtype).view(n, 2, b, *pool.shape[-2:])
         out = kv.narrow(2, start * b, n * b).unflatten(2, (n, b))
         out.copy_(blocks.permute(1, 3, 0, 2, 4))
 
