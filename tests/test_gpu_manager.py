@@ -17,7 +17,7 @@ from hkv.storage.layout import BlockLayout
 from hkv.storage.manager import HybridKVCacheManager
 from hkv.storage.quant import quantization_error
 from hkv.storage.tiers import GpuTier, HostTier
-from hkv.storage.transfer import LOAD_CHUNK_BYTES, TransferEngine
+from hkv.storage.transfer import LOAD_CHUNK_BYTES, PinnedRing, TransferEngine
 
 pytestmark = pytest.mark.gpu
 
@@ -47,6 +47,25 @@ def filled_pool(layout: BlockLayout, num_blocks: int) -> GpuTier:
     gpu = GpuTier(layout, num_blocks, DEVICE)
     gpu.kv.copy_(torch.randn(gpu.kv.shape, device=DEVICE))
     return gpu
+
+
+def test_pinned_ring_never_overwrites_an_upload_in_flight() -> None:
+    """Index uploads through a small ring, with the stream held back so copies queue up: every
+    upload arrives with its own values across many wrap-arounds."""
+    ring, stream = PinnedRing(entries=64), torch.cuda.Stream()
+    busy = torch.randn(4096, 4096, device=DEVICE)
+    uploads = []
+    with torch.cuda.stream(stream):
+        for i in range(200):
+            if i % 50 == 0:
+                busy @ busy  # keeps the stream busy while later uploads are queued
+            values = torch.arange(i, i + 7 + i % 23).numpy()
+            uploads.append((values, ring.to_device(values, torch.device(DEVICE))))
+    torch.cuda.synchronize()
+    assert all(out.cpu().tolist() == values.tolist() for values, out in uploads)
+    assert ring.to_device(torch.arange(100).numpy(), torch.device(DEVICE)).cpu().tolist() == list(
+        range(100)
+    )  # larger than the ring: a pinned copy of its own
 
 
 def test_host_tier_is_pinned() -> None:

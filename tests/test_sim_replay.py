@@ -44,6 +44,24 @@ def test_a_request_never_evicts_its_own_blocks():
     assert result.store_failed == 2 and result.evictions == 0
 
 
+@pytest.mark.parametrize("name", policy_names(online_only=True))
+def test_a_request_longer_than_the_tier_fails_its_overflow_without_a_scan(name):
+    """Once every resident block is the request's own, the rest of it fails to store without
+    asking the policy for a victim (which would scan them all for none)."""
+    policy = make_policy(name, 4, cost_model=CostModel.default())
+    futile, evict = [], policy.evict
+
+    def spy(n, protected=frozenset()):
+        futile.append(set(policy) <= set(protected))
+        return evict(n, protected)
+
+    policy.evict = spy
+    result = replay(trace_of([10, 11], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]), policy)
+    assert futile and not any(futile)
+    if name == "lru":  # 10 and 11 make room for 3 and 4; 5 and 6 find only the request's own
+        assert (result.evictions, result.store_failed, result.block_hits) == (2, 2, 4)
+
+
 def test_hits_save_recompute_time_and_spend_load_time():
     cost_model = CostModel.default()
     trace = trace_of([1, 2], [1, 2])

@@ -76,6 +76,8 @@ class PredictivePolicy(QueuePolicy):
         self._seen: dict[Key, list] = {}  # key -> [clock, bucket or None, count, stamp]
         self._log: list[tuple[int, int, Key]] = []  # (stamp, clock, key), oldest first
         self._log_at = 0  # entries before it are past the horizon (labelled)
+        self._drop_at = 0  # entries before it are past 8 horizons (scanned for forgetting)
+        self._kept: list[tuple[int, Key]] = []  # of those, the ones kept for a resident key
         self._pos = [0.0] * _BUCKETS
         self._num = [0.0] * _BUCKETS
         self._coarse_pos = [0.0] * _COARSE
@@ -175,45 +177,54 @@ class PredictivePolicy(QueuePolicy):
                 self._label(record[1], False)
                 record[1] = None
             at += 1
-        drop = 0
+        # forgetting: an entry past 8 horizons goes with its key's history unless the key was
+        # referenced since (it never goes then) or is resident (checked again every sweep
+        # until the log is trimmed: `_kept`); each entry is scanned once
+        kept = []
+        for entry in self._kept:
+            record = seen.get(entry[1])
+            if record is not None and record[3] == entry[0]:
+                if entry[1] in self:
+                    kept.append(entry)
+                else:
+                    del seen[entry[1]]
+        drop = self._drop_at
         while drop < at and log[drop][1] < forget_end:
             stamp, _, key = log[drop]
             record = seen.get(key)
-            if record is not None and record[3] == stamp and key not in self:
-                del seen[key]
+            if record is not None and record[3] == stamp:
+                if key in self:
+                    kept.append((stamp, key))
+                else:
+                    del seen[key]
             drop += 1
         if drop > 1024:
             del log[:drop]
-            at -= drop
-        self._log_at = at
+            at, drop, kept = at - drop, 0, []
+        self._log_at, self._drop_at, self._kept = at, drop, kept
 
     # -- the policy -----------------------------------------------------------------------
     def _new_request(self, position: int) -> None:
         self._extends = int(position > 0)
         self._declining = False
 
-    def _is_friendly(self, bucket: int) -> bool:
-        """Where a referenced block goes: the friendly queue (True) or the averse one."""
-        return self._p[bucket] >= self.friendly_threshold
-
-    def _declines(self, bucket: int) -> bool:
-        """Whether a miss in `bucket` is not stored (the tier being full)."""
-        return self._trusted[bucket] and self._p[bucket] < self.admit_threshold
-
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Decline blocks predicted not to return within the horizon, and the rest of their
         request's chain, once the tier is full and the prediction rests on enough labels."""
-        if meta.position <= self._request_last or self._request_last < 0:
-            self._new_request(meta.position)
-        self._request_last = meta.position
+        position = meta.position
+        if position <= self._request_last or self._request_last < 0:
+            self._new_request(position)
+        self._request_last = position
         bucket = self._bucket(key, meta)
-        if len(self._pending) > self.capacity_blocks:
-            self._pending.clear()  # admitted keys whose store never happened
-        self._pending[key] = bucket
+        pending = self._pending
+        if len(pending) > self.capacity_blocks:
+            pending.clear()  # admitted keys whose store never happened
+        pending[key] = bucket
         if self._declining:
             return False
-        full = len(self._averse) + len(self._friendly) >= self.capacity_blocks
-        if full and self._declines(bucket):
+        if len(self._averse) + len(self._friendly) < self.capacity_blocks:
+            return True
+        if self._trusted[bucket] and self._p[bucket] < self.admit_threshold:  # full: judged
             self._declining = True
             return False
         return True
@@ -227,7 +238,7 @@ class PredictivePolicy(QueuePolicy):
         if bucket is None:
             bucket = self._bucket(key, meta)
         self._record(key, bucket)
-        (friendly if self._is_friendly(bucket) else averse)[key] = meta
+        (friendly if self._p[bucket] >= self.friendly_threshold else averse)[key] = meta
         self._clock = clock = self._clock + 1
         if not clock % self._sweep_every:
             self._sweep()
@@ -240,7 +251,7 @@ class PredictivePolicy(QueuePolicy):
             if meta is None:
                 return
         bucket = self._reference(key, meta)
-        friendly = self._p[bucket] >= self.friendly_threshold  # `_is_friendly`, inlined
+        friendly = self._p[bucket] >= self.friendly_threshold
         (self._friendly if friendly else self._averse)[key] = meta
 
     def evict(self, n: int, protected=EMPTY) -> list[Key] | None:

@@ -212,15 +212,20 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
         tally.lookup(request)
         ids = request.hash_ids
         protected = None
+        mine = set()  # the request's keys resident now (never a victim: they are protected)
         for index, key in enumerate(ids):
             if key in resident:
                 touch(key)
+                mine.add(key)
                 continue
             meta = meta_of(request, index, key)
             if not admit(key, meta):
                 declined += 1
                 continue
             if len(resident) >= capacity:
+                if len(mine) >= len(resident):  # every resident block is the request's own:
+                    failed += 1  # no policy has a victim (evict would scan them all for none)
+                    continue
                 if protected is None:
                     protected = frozenset(ids)
                 victims = evict(1, protected)
@@ -231,6 +236,7 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 evictions += len(victims)
             insert(key, meta)
             resident.add(key)
+            mine.add(key)
             inserts += 1
     counts = {"evictions": evictions, "inserts": inserts, "declined": declined}
     return tally.totals() | counts | {"store_failed": failed}
