@@ -90,6 +90,12 @@ def ttft_case(model, num_layers, params, args, device, prefix, cost, b) -> dict[
             times["resident"].append(first_token_s(model, new, kept))
             del kept
     host, disk, recompute, resident = (statistics.median(t[1:]) for t in times.values())
+    # within each repeat, against the same minute's recompute and resident floor: a shared
+    # host's speed drifts between minutes, and the floor (a CPU-bound forward) with it
+    pairs = list(zip(times["recompute"][1:], times["host"][1:], times["resident"][1:], strict=True))
+    speedups = [r / h for r, h, _ in pairs]
+    over_floor = [h / f for _, h, f in pairs]
+    ceilings = [r / f for r, _, f in pairs]
     estimate = [
         cost.decide(BlockMeta(tokens=256, position=p, tier=Tier.HOST), Tier.HOST, "bf16")
         for p in range(0, prefix, 256)
@@ -103,10 +109,23 @@ def ttft_case(model, num_layers, params, args, device, prefix, cost, b) -> dict[
         "resident_ttft_s": round(resident, 5),
         "recompute_over_restore": round(recompute / host, 3),
         "recompute_over_restore_disk": round(recompute / disk, 3),
+        "per_repeat": {
+            "recompute_over_restore": _spread(speedups),
+            "restore_over_resident": _spread(over_floor),
+            "recompute_over_resident": _spread(ceilings),
+        },
         "cost_model_minimax_m25": {
             "load_s": round(sum(d.load_s for d in estimate), 5),
             "recompute_s": round(sum(d.recompute_s for d in estimate), 5),
         },
+    }
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    """Median and range of per-repeat ratios."""
+    return {
+        "median": round(statistics.median(values), 3),
+        "range": [round(min(values), 3), round(max(values), 3)],
     }
 
 
