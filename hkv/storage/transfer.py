@@ -11,11 +11,14 @@ and a load (host -> GPU) the reverse: copies into a GPU staging buffer -> decode
 into the pool's slots. A load is pipelined in chunks of `LOAD_CHUNK_BYTES`: while the copy engine
 moves chunk i+1 on the engine's stream, a second stream decodes and scatters chunk i (an event
 per chunk), so the scatter costs one chunk's time instead of the whole batch's (serialized, it
-cost about 10% of the link time on an H200). Gathers and scatters move rows as 8-byte words,
-not bf16 elements: index kernels pay per element. On CUDA the engine's streams start after the
-compute stream's pending work (an event) and the calls return at once: `prepare_store` /
-`prepare_load` launch, `complete_store` / `complete_load` wait on the transfer's end event, so
-compute launched in between overlaps the copy. On a machine without CUDA the same calls run
+cost about 10% of the link time on an H200). A lossless chunk bound for consecutive slots (a
+restore into a freed pool, say) skips staging: its bytes are the blocks' own, copied straight
+into the slots. Gathers and scatters move rows as 8-byte words, not bf16 elements: index
+kernels pay per element. Slot indices reach the GPU through a pinned ring (`PinnedRing`). On
+CUDA the engine's streams start after the compute stream's pending work (an event) and the
+calls return at once: `prepare_store` / `prepare_load` launch, `complete_store` /
+`complete_load` wait on the transfer's end event, so compute launched in between overlaps the
+copy. On a machine without CUDA the same calls run
 synchronously (the "GPU" pool is then a CPU tensor), so the manager and its tests run anywhere.
 
 Contract with the caller: the source slots of a store must not be rewritten, and host extents of

@@ -33,7 +33,8 @@ memory is the hot pool plus one layer.
   through a smaller pool never has one).
 - Gather path (a layer with blocks in host RAM, or `working_copy=False`): while every block of
   a layer stays in the GPU slot it had, the layer keeps its slot index on the device and
-  assembles with one gather kernel, no per-block Python; the policy hears of these blocks every
+  assembles with one gather kernel (or, when the slots are consecutive, as after a restore, one
+  strided copy read in place), no per-block Python; the policy hears of these blocks every
   `TOUCH_EVERY` updates instead of every step.
 - Prefetch: after assembling layer `i`, the loads of layer `i + 1`'s cold blocks (layer 0's
   after the last layer) are launched on the transfer streams, so they overlap layer `i`'s
