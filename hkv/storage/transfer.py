@@ -18,8 +18,8 @@ kernels pay per element. Slot indices reach the GPU through a pinned ring (`Pinn
 CUDA the engine's streams start after the compute stream's pending work (an event) and the
 calls return at once: `prepare_store` / `prepare_load` launch, `complete_store` /
 `complete_load` wait on the transfer's end event, so compute launched in between overlaps the
-copy. On a machine without CUDA the same calls run
-synchronously (the "GPU" pool is then a CPU tensor), so the manager and its tests run anywhere.
+copy. On a machine without CUDA the same calls run synchronously (the "GPU" pool is then a CPU
+tensor), so the manager and its tests run anywhere.
 
 Contract with the caller: the source slots of a store must not be rewritten, and host extents of
 either direction not reused, before the matching `complete_*` returns (the manager frees them
