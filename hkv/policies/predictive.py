@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hkv.blocks import BlockMeta, Modality
-from hkv.policies.base import EMPTY, Key, check_float, check_int, unprotected
+from hkv.policies.base import Key, check_float, check_int
 from hkv.policies.queue import QueuePolicy
 
 _DEPTHS, _COUNTS, _GAPS = 8, 4, 8
@@ -253,20 +253,6 @@ class PredictivePolicy(QueuePolicy):
         bucket = self._reference(key, meta)
         friendly = self._p[bucket] >= self.friendly_threshold
         (self._friendly if friendly else self._averse)[key] = meta
-
-    def evict(self, n: int, protected=EMPTY) -> list[Key] | None:
-        """`QueuePolicy.evict`; one victim (the replay's and the manager's case) without its
-        bookkeeping for several queues."""
-        if n != 1:
-            return super().evict(n, protected)
-        for queue in self._queues:
-            keys = unprotected(queue, 1, protected)
-            if keys:
-                if queue[keys[0]].pinned:
-                    return super().evict(n, protected)
-                del queue[keys[0]]
-                return keys
-        return None
 
     def after_request(self, stored, reused) -> None:
         super().after_request(stored, reused)

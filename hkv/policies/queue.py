@@ -50,6 +50,15 @@ class QueuePolicy(EvictionPolicy):
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:
             return []
+        if n == 1:  # the replay's and the block manager's case, without the bookkeeping below
+            for queue, order in self._eviction_order():
+                keys = unprotected(order, 1, protected)
+                if keys:
+                    if queue[keys[0]].pinned:
+                        return self._evict_unpinned(1, protected)
+                    del queue[keys[0]]
+                    return keys
+            return None
         picks: list[tuple[Queue, list[Key]]] = []
         needed = n
         for queue, order in self._eviction_order():

@@ -176,7 +176,7 @@ class TransferEngine:
             for first, count, offset in chunks:
                 host_rows = host.buf[offset : offset + count * stride].view(count, stride)
                 slot = slots[first]
-                if direct and slots[first : first + count] == list(range(slot, slot + count)):
+                if direct and consecutive(slots[first : first + count]):
                     pool[slot : slot + count].view(torch.uint8).copy_(host_rows, non_blocking=cuda)
                     transfer.arrivals.append((first + count, self._event(self.stream)))
                     continue
@@ -320,6 +320,11 @@ class PinnedRing:
         self.fences.append((start, end, event))
         self.pos = end
         return out
+
+
+def consecutive(slots: list[int]) -> bool:
+    """Whether `slots` are `s, s + 1, ...`: a run one copy reads or writes in place."""
+    return bool(slots) and slots == list(range(slots[0], slots[0] + len(slots)))
 
 
 def split_runs(

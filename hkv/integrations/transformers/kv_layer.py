@@ -12,7 +12,7 @@ from hkv.blocks import Tier
 from hkv.errors import HkvError
 from hkv.integrations.transformers.kv_blocks import ALL_LAYERS, KEYS, TOUCH_EVERY, BlockStore
 from hkv.storage.formats import LOSSLESS_FORMATS
-from hkv.storage.transfer import as_words
+from hkv.storage.transfer import as_words, consecutive
 
 
 class HkvLayer(DynamicLayer):
@@ -244,9 +244,8 @@ class HkvLayer(DynamicLayer):
     def _index(self, slots: list[int]) -> range | torch.Tensor:
         """`slots` as a `range` when they are consecutive (read in place, no index), else on
         the device without the CPU waiting (`TransferEngine.device_index`)."""
-        first = slots[0] if slots else 0
-        if slots == list(range(first, first + len(slots))):
-            return range(first, first + len(slots))
+        if consecutive(slots):
+            return range(slots[0], slots[0] + len(slots))
         return self.store.manager.engine.device_index(slots)
 
     def _gather(self, kv: torch.Tensor, start: int, index: range | torch.Tensor) -> None:
