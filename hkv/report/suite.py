@@ -64,3 +64,23 @@ def ranking(results: dict[str, Any]) -> list[dict[str, Any]]:
     names = [name for name in first["policies"] if name != "belady"]
     rows = regret_table(results, names)
     return sorted(rows, key=lambda row: (row["cells_over_half_point"], row["mean_regret"]))
+
+
+def rankings_side_by_side(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ranking` of several results files (by label, e.g. the suite and its unseen seeds) as
+    one row per policy: each file's cells more than half a point behind, mean regret and cells
+    below vLLM's `lru`, in the order of the last file's ranking."""
+    rows: dict[str, dict[str, Any]] = {}
+    for label, result in results.items():
+        for row in ranking(result):
+            entry = rows.setdefault(row["policy"], {"policy": row["policy"]})
+            entry[f"{label}: cells"] = row["cells"]
+            entry[f"{label}: >0.5 behind"] = row["cells_over_half_point"]
+            entry[f"{label}: mean regret"] = round(row["mean_regret"], 2)
+            entry[f"{label}: below lru"] = row["cells_below_lru"]
+    last = ranking(list(results.values())[-1])
+    return [
+        rows[row["policy"]]
+        for row in last
+        if all(f"{label}: cells" in rows[row["policy"]] for label in results)
+    ]
