@@ -466,7 +466,14 @@ def check_predictive(r: dict[str, Any]) -> None:
     ahead = ("vllm:lru+st2", "hkv:s3fifo", "hkv:cost_aware", "hkv:modality_aware")
     assert all(regret_summary(suite, p)["mean_regret"] < predictive["mean_regret"] for p in ahead)
     assert len(r["figures"]) == 3 and all(Path(f).is_file() for f in r["figures"])
-    # section 5: the committed H200 runs and replay speeds, as the files hold them
+    # section 5: the ranking on unseen seeds is the committed file's, auto first there too
+    from hkv.report.suite import ranking
+
+    heldout = load_result("policy_heldout")
+    assert r["heldout_ranking"] == ranking(heldout)
+    assert r["heldout_ranking"][0]["policy"] == "hkv:auto" == ranking(suite)[0]["policy"]
+    assert r["heldout_ranking"][0]["cells"] == 112
+    # section 6: the committed H200 runs and replay speeds, as the files hold them
     from hkv.report import bench_vllm_auto
 
     h200 = load_result("vllm_h200_auto")
