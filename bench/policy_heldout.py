@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.policy_suite import ROOT, vllm_runners, write_results
 from hkv.cost import CostModel
-from hkv.report import save_results
 from hkv.report.suite import ranking
 from hkv.sim.suite import (
     COMPETITORS,
@@ -42,9 +41,6 @@ from hkv.sim.suite import (
 )
 from hkv.sim.suite_workloads import generated_workloads
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("hkv", "numpy", "vllm", "evoke-vllm", "vllm-marconi-offload")
-
 
 def competitor_runners(in_vllm: bool) -> dict[str, Any]:
     """vLLM's three options (in its manager, or the simulator's models without vLLM) and the
@@ -54,8 +50,6 @@ def competitor_runners(in_vllm: bool) -> dict[str, Any]:
             label: sim_runner(name, CostModel.default(), threshold=threshold)
             for label, (name, threshold) in SIM_NATIVES.items()
         }
-    from bench.policy_suite import vllm_runners
-
     runners, _ = vllm_runners(CostModel.default())  # the suite's own, natives checked
     return {label: runners[label] for label in COMPETITORS if label in runners}
 
@@ -144,13 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "competitors_in_vllm": not args.no_vllm,
         "hkv_policies": "simulator, store=per_request",
     }
-    given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m bench.policy_heldout", *given])
-    out = save_results(
-        args.out, results, generated_by=command, parameters=parameters, packages=PACKAGES
-    )
-    print(f"wrote {out} in {results['elapsed_s']} s")
-    return 0
+    return write_results("policy_heldout", argv, args.out, results, parameters)
 
 
 if __name__ == "__main__":

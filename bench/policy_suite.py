@@ -212,11 +212,18 @@ def main(argv: list[str] | None = None) -> int:
         "cost_model": cost_model.describe(),
         "policies": list(runners),
     }
-    command = " ".join(["python -m bench.policy_suite", *(sys.argv[1:] if argv is None else argv)])
-    out = save_results(
-        args.out, results, generated_by=command, parameters=parameters, packages=PACKAGES
+    return write_results("policy_suite", argv, args.out, results, parameters)
+
+
+def write_results(bench: str, argv, out: Path, results: dict, parameters: dict) -> int:
+    """`results` saved with provenance (the command `python -m bench.<bench> <argv>`, this
+    module's packages); says where, and returns the exit status 0."""
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join([f"python -m bench.{bench}", *given])
+    path = save_results(
+        out, results, generated_by=command, parameters=parameters, packages=PACKAGES
     )
-    print(f"wrote {out} in {results['elapsed_s']} s")
+    print(f"wrote {path} in {results['elapsed_s']} s")
     return 0
 
 
