@@ -417,3 +417,50 @@ def test_blocks_still_on_the_gpu_cost_nothing_to_load(model) -> None:
     store.finish_turn("chat", cache, out1)  # all of it stays in the pool
     assert store.cache_for("chat", torch.cat([out1, prompt(5)], dim=1)) is cache
     assert store.last_decision["action"] == "load" and store.last_decision["load_s"] == 0.0
+
+
+MODES = {"inference": torch.inference_mode, "no_grad": torch.no_grad}
+
+
+@pytest.mark.parametrize(
+    ("forward_modes", "store_mode"),
+    [
+        (("inference", "inference"), "no_grad"),  # model under inference mode, store outside
+        (("no_grad", "no_grad"), "inference"),  # the reverse
+        (("inference", "no_grad"), "no_grad"),  # the pool born in inference mode, turn 2 not
+        (("no_grad", "inference"), "inference"),
+    ],
+)
+def test_grad_modes_may_differ_between_the_forward_and_the_store(
+    model, forward_modes, store_mode
+) -> None:
+    """A forward under `torch.inference_mode` makes inference tensors, which nothing may
+    update in place outside it: `park` outside it used to fail with PyTorch's RuntimeError.
+    hkv works in the mode its pool was born in, so any mix of modes runs, token-identical."""
+
+    def turn(ids: torch.Tensor, mode: str) -> torch.Tensor:
+        with MODES[mode]():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0,
+            )  # fmt: skip
+        return out
+
+    store = HkvSessionStore(model.config, SMALL)
+    turn1 = prompt(37, seed=11)
+    with MODES[store_mode]():
+        cache = store.cache_for("chat", turn1)
+    out1 = turn(turn1, forward_modes[0])
+    with MODES[store_mode]():
+        store.finish_turn("chat", cache, out1)
+        assert store.park("chat") > 0
+        turn2 = torch.cat([out1, prompt(9, seed=12)], dim=1)
+        assert store.cache_for("chat", turn2) is cache
+    assert store.last_decision["action"] == "load"
+    out2 = turn(turn2, forward_modes[1])
+    born_inference = forward_modes[0] == "inference"
+    assert store.manager.gpu.kv.is_inference() == born_inference
+    reference = DynamicCache(config=model.config)
+    ref1 = generate(model, turn1, reference, new_tokens=6)
+    ref2 = generate(model, turn2, reference, new_tokens=6)
+    assert torch.equal(out1, ref1) and torch.equal(out2, ref2)

@@ -75,6 +75,7 @@ from hkv.integrations.transformers.kv_blocks import (
     BlockStore,
     HkvCacheSettings,
     hot_blocks_for,
+    in_storage_mode,
     new_manager,
 )
 from hkv.integrations.transformers.kv_layer import HkvLayer
@@ -128,6 +129,7 @@ class HkvCache(Cache):
     def block_keys(self) -> list[int]:
         return [layer.block_key(i) for layer in self.layers for i in range(layer.num_blocks)]
 
+    @in_storage_mode
     def release(self, demote: bool = True) -> None:
         """End of a turn: drop the working copies, unpin every block, move tails to host and,
         with `demote`, the GPU blocks too (else they stay until their slots are wanted)."""
@@ -138,6 +140,7 @@ class HkvCache(Cache):
         if demote:
             self.park()
 
+    @in_storage_mode
     def park(self) -> int:
         """Demote this cache's unpinned GPU blocks to host RAM now; returns how many moved."""
         if self.manager is None or self.manager.host is None:
@@ -148,6 +151,7 @@ class HkvCache(Cache):
             self.manager.demote(hot)
         return len(hot)
 
+    @in_storage_mode
     def resume(self) -> None:
         """Start of a turn: each layer pins its sink and recent blocks again at its next update,
         and the blocks in host RAM start loading now, all layers in one access, a chunk a layer
@@ -181,6 +185,9 @@ class HkvSessionStore:
     demotes the sessions that finished longest ago first (never the running one), and so does
     the manager's policy when a running session needs room. A pool that holds every session
     moves nothing. `park` demotes a session to host RAM at once.
+
+    The model may run under `torch.inference_mode` and these calls outside it, or the reverse:
+    hkv works in the mode its pool was made in (`kv_blocks.storage_mode`).
     """
 
     def __init__(self, config: Any, settings: HkvCacheSettings | None = None, cost_model=None):
@@ -194,6 +201,11 @@ class HkvSessionStore:
         self._running: str | None = None  # the session between its cache_for and finish_turn
         self._idle: dict[str, None] = {}  # finished sessions, the longest finished first
         self.last_decision: dict[str, Any] = {}
+
+    @property
+    def manager(self) -> HybridKVCacheManager | None:
+        """The manager every session shares (None until the first session's first update)."""
+        return self._manager
 
     def cache_for(self, session_id: str, input_ids: Any) -> HkvCache:
         ids = _token_tensor(input_ids)
@@ -241,6 +253,7 @@ class HkvSessionStore:
             self._manager = new_manager(self.settings, keys)
         return self._manager
 
+    @in_storage_mode
     def prefetch(self, session_id: str) -> int:
         """Start loading a waiting session's blocks from host RAM back to the GPU, on the
         transfer streams, and return at once; call it when the session is next in line, while

@@ -3,6 +3,7 @@ settings, the shared manager, streamed blocks, room-making and the next layer's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,36 @@ LOSSLESS = HybridKVCacheConfig(
 """A manager config whose cold blocks keep their own bytes (token-identical to DynamicCache)."""
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def storage_mode(manager: HybridKVCacheManager | None) -> Any:
+    """`torch.inference_mode(...)` to enter for hkv's tensor work on `manager`'s blocks, or
+    None when the caller's mode already is the right one. hkv works in the mode its pool was
+    made in (the first update's): a pool made under `torch.inference_mode` holds inference
+    tensors, which only inference mode may update in place, and one made outside it must gain
+    none (a later update outside would fail). So a forward under `torch.inference_mode` with
+    `park` or `finish_turn` outside it, or the reverse, works; hkv's K/V then reach attention
+    as that mode's tensors, which both modes may read."""
+    if manager is None:
+        return None
+    pool_mode = manager.gpu.kv.is_inference()
+    if torch.is_inference_mode_enabled() == pool_mode:
+        return None
+    return torch.inference_mode(pool_mode)
+
+
+def in_storage_mode(method: Callable) -> Callable:
+    """`method` of an object with a `manager`, run in that manager's storage mode."""
+
+    @functools.wraps(method)
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        mode = storage_mode(self.manager)
+        if mode is None:
+            return method(self, *args, **kwargs)
+        with mode:
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ from transformers.cache_utils import DynamicLayer
 
 from hkv.blocks import Tier
 from hkv.errors import HkvError
-from hkv.integrations.transformers.kv_blocks import ALL_LAYERS, KEYS, TOUCH_EVERY, BlockStore
+from hkv.integrations.transformers.kv_blocks import (
+    ALL_LAYERS,
+    KEYS,
+    TOUCH_EVERY,
+    BlockStore,
+    storage_mode,
+)
 from hkv.storage.formats import LOSSLESS_FORMATS
 from hkv.storage.transfer import as_words, consecutive
 
@@ -58,7 +64,17 @@ class HkvLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append `[1, kv_heads, new, head_dim]` K/V; return the layer's whole K/V."""
+        """Append `[1, kv_heads, new, head_dim]` K/V; return the layer's whole K/V (in the
+        pool's grad mode, `kv_blocks.storage_mode`)."""
+        mode = storage_mode(self.store.manager)
+        if mode is None:
+            return self._update(key_states, value_states)
+        with mode:
+            return self._update(key_states, value_states)
+
+    def _update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         manager = self.store.ensure_manager(key_states)
