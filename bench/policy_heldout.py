@@ -41,6 +41,9 @@ from hkv.sim.suite import (
 )
 from hkv.sim.suite_workloads import generated_workloads
 
+KEPT = ("block_hit_rate", "regret_points", "recompute_s_saved")
+"""What each row keeps (the suite's rows hold more; this file holds 112 cells)."""
+
 
 def competitor_runners(in_vllm: bool) -> dict[str, Any]:
     """vLLM's three options (in its manager, or the simulator's models without vLLM) and the
@@ -74,10 +77,6 @@ def run_workload(job: tuple[int, str, str, bool, tuple[float, ...]]) -> dict[str
                 for label, row in cell["policies"].items()
             }
     return scored
-
-
-KEPT = ("block_hit_rate", "regret_points", "recompute_s_saved")
-"""What each row keeps (the suite's rows hold more; this file holds 112 cells)."""
 
 
 def _round(value: float | None) -> float | None:

@@ -71,16 +71,17 @@ def rankings_side_by_side(results: dict[str, dict[str, Any]]) -> list[dict[str, 
     one row per policy: each file's cells more than half a point behind, mean regret and cells
     below vLLM's `lru`, in the order of the last file's ranking."""
     rows: dict[str, dict[str, Any]] = {}
+    ranked: list[dict[str, Any]] = []
     for label, result in results.items():
-        for row in ranking(result):
+        ranked = ranking(result)
+        for row in ranked:
             entry = rows.setdefault(row["policy"], {"policy": row["policy"]})
             entry[f"{label}: cells"] = row["cells"]
             entry[f"{label}: >0.5 behind"] = row["cells_over_half_point"]
             entry[f"{label}: mean regret"] = round(row["mean_regret"], 2)
             entry[f"{label}: below lru"] = row["cells_below_lru"]
-    last = ranking(list(results.values())[-1])
     return [
         rows[row["policy"]]
-        for row in last
+        for row in ranked
         if all(f"{label}: cells" in rows[row["policy"]] for label in results)
     ]
