@@ -28,11 +28,17 @@ are the real ones; a 62-layer model moves and computes 62/layers times more per 
    against the faster of the two in the same repeat, the resident KV saved (after the setup)
    and the peak (resident plus the most one turn took). `sessions` (each cache alone, paired
    with a DynamicCache run just before it) is kept for its nvitop memory view.
+   `sessions_lockstep_graphed` is the same with the model's feed-forward blocks replayed from
+   CUDA graphs for every cache (`hkv.integrations.transformers.StaticBlockGraphs`, at one token
+   and at `turn_tokens`): the eager model's launches no longer set the pace of a step.
 3. `multi_turn_ttft`: turn 1 prefills a `prefix`-token prompt and ends (`finish_turn` parks the
    KV); turn 2 adds `--turn-tokens` new tokens. `restore_ttft_s`: from host RAM; `restore_disk_
    ttft_s`: from the disk tier (host arena of a few blocks, the file's page cache dropped
    first); `recompute_ttft_s`: a fresh DynamicCache prefills prefix + new tokens. Median of
    `--repeats` after one untimed round; the cost model's estimate for real MiniMax-M2.5 beside.
+   On a GPU each repeat also times restore from host, recompute and the resident floor with
+   the feed-forward blocks graphed at `--turn-tokens` (`graphed`): the eager 64-token forward
+   over a resident 8K prefix is bound by the host launching kernels, not by the GPU.
 
 Memory is measured, never computed, over each case's start (weights loaded, earlier cases
 collected, PyTorch's cache emptied): the allocator's view (`torch.cuda.memory_allocated` when

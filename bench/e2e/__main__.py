@@ -15,7 +15,11 @@ import torch
 from bench.e2e import __doc__ as DOC
 from bench.e2e.decode import decode_bench, profile
 from bench.e2e.model import FULL, HOT_FRACTIONS, QUICK, build_model
-from bench.e2e.sessions import sessions_bench, sessions_lockstep_bench
+from bench.e2e.sessions import (
+    sessions_bench,
+    sessions_lockstep_bench,
+    sessions_lockstep_graphed_bench,
+)
 from bench.e2e.ttft import link_gbps, ttft_bench
 from hkv.report import provenance, write_json
 
@@ -23,6 +27,7 @@ BENCHES = {
     "decode": decode_bench,
     "sessions": sessions_bench,
     "sessions_lockstep": sessions_lockstep_bench,
+    "sessions_lockstep_graphed": sessions_lockstep_graphed_bench,
     "multi_turn_ttft": ttft_bench,
 }
 
@@ -39,6 +44,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--disk-dir", default=None, help="where the disk tier's file goes")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=None)
     parser.add_argument("--prefixes", type=int, nargs="*", default=None, help="TTFT prefixes")
+    parser.add_argument(
+        "--hot-fractions",
+        type=float,
+        nargs="*",
+        default=None,
+        help="the lock-step sessions' hkv hot fractions (default 1 0.5 0.32 0.25 0.1)",
+    )
     parser.add_argument("--contexts", type=int, nargs="*", default=None, help="decode contexts")
     parser.add_argument(
         "--profile", type=int, default=None, metavar="CONTEXT", help="profile decode steps only"

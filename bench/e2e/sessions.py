@@ -1,5 +1,7 @@
 """2. `sessions` and `sessions_lockstep`: many conversations served turn by turn, their KV
-parked in host RAM between turns (hkv) or kept on the GPU (DynamicCache)."""
+parked in host RAM between turns (hkv) or kept on the GPU (DynamicCache); and
+`sessions_lockstep_graphed`, the lock-step comparison with the model's feed-forward blocks
+replayed from CUDA graphs for every cache."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from bench.e2e.model import (
     sync,
     tokens,
 )
-from hkv.integrations.transformers import HkvCacheSettings, HkvSessionStore
+from hkv.integrations.transformers import HkvCacheSettings, HkvSessionStore, StaticBlockGraphs
 
 
 def run_sessions(run: Sessions, rounds: int) -> tuple[float, Memory, list[int]]:
@@ -213,7 +215,7 @@ def lockstep_runs(model, num_layers, params, args, device) -> dict[str, tuple[Se
         "dynamic": (dynamic_sessions(model, spec, device), None),
         "static": (static_sessions(model, spec, device, args.rounds), None),
     }
-    for fraction in SESSION_HOT_FRACTIONS:
+    for fraction in args.hot_fractions or SESSION_HOT_FRACTIONS:
         hot = max(round(fraction * total_blocks), 3 * num_layers + 1)
         settings = HkvCacheSettings(block_tokens=b, hot_blocks=hot, host_blocks=total_blocks + 64)
         store, _, *hooks = session_hooks(num_layers, settings, spec["count"])
@@ -276,6 +278,19 @@ def sessions_lockstep_bench(model, num_layers, params, args, device) -> dict[str
         "baselines": lockstep_baselines(repeats),
         "rows": rows,
     }
+
+
+def sessions_lockstep_graphed_bench(model, num_layers, params, args, device) -> dict[str, Any]:
+    """`sessions_lockstep` with every cache's feed-forward blocks replayed from CUDA graphs at
+    one token (decode steps) and at the turn's tokens (`StaticBlockGraphs`; attention and the
+    caches stay eager): what each cache's own per-step work weighs once the model's launches no
+    longer set the pace. Needs CUDA; on CPU the section says so."""
+    if device.type != "cuda":
+        return {"skipped": "CUDA graphs need a CUDA device"}
+    counts = (1, params["sessions"]["turn_tokens"])
+    with StaticBlockGraphs(model, token_counts=counts):
+        result = sessions_lockstep_bench(model, num_layers, params, args, device)
+    return result | {"graphed_token_counts": list(counts)}
 
 
 def _spread(values: list[float]) -> dict[str, float]:
