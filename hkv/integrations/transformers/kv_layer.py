@@ -43,6 +43,7 @@ class HkvLayer(DynamicLayer):
         # the working copy: `[2, heads, capacity, dim]`, its first `_work_tokens` tokens this
         # layer's K/V, kept while the whole sequence stays on the GPU (checked at departures)
         self._work: torch.Tensor | None = None
+        self._work_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # its K and V `[1, ...]`
         self._work_tokens = 0
         self._work_departures = -1
 
@@ -110,7 +111,7 @@ class HkvLayer(DynamicLayer):
         kv[0, :, sealed : sealed + tail] = self.tail_keys[0]
         kv[1, :, sealed : sealed + tail] = self.tail_values[0]
         if keep and self._slot_map is not None:  # every block on the GPU, none moved since
-            self._work, self._work_tokens = kv, sealed + tail
+            self._set_work(kv, sealed + tail)
             self._work_departures = self.store.manager.gpu_departures
             self.tail_keys = self.tail_values = None  # in the working copy from now on
         if store.prefetch_for == ALL_LAYERS and self.layer_idx == store.num_layers - 1:
@@ -141,26 +142,34 @@ class HkvLayer(DynamicLayer):
         b = self.store.settings.block_tokens
         return max(b, -(-tokens // 8 // b) * b)
 
+    def _set_work(self, work: torch.Tensor | None, tokens: int) -> None:
+        """`work` becomes the working copy (None: none), with `[1, heads, capacity, dim]` views
+        of its K and V made once: indexing a tensor costs the host more than a step's copy."""
+        self._work, self._work_tokens = work, tokens
+        self._work_kv = None if work is None else (work[0:1], work[1:2])
+
     def _append_to_work(self, keys: torch.Tensor, values: torch.Tensor):
         """The fast path: the new tokens written in place, blocks completed sealed from the
         copy, the policy told every `TOUCH_EVERY` updates; views of the copy returned."""
-        work, start = self._work, self._work_tokens
+        start = self._work_tokens
         end = start + keys.shape[-2]
-        if end > work.shape[2]:
+        if end > self._work.shape[2]:
+            old = self._work
             work = torch.empty(
-                (2, work.shape[1], end + self._headroom(end), work.shape[3]),
-                dtype=work.dtype,
-                device=work.device,
+                (2, old.shape[1], end + self._headroom(end), old.shape[3]),
+                dtype=old.dtype,
+                device=old.device,
             )
-            work[:, :, :start] = self._work[:, :, :start]
-            self._work = work
-        work[0].narrow(1, start, end - start).copy_(keys[0])
-        work[1].narrow(1, start, end - start).copy_(values[0])
+            work[:, :, :start] = old[:, :, :start]
+            self._set_work(work, start)
+        work_keys, work_values = self._work_kv
+        work_keys.narrow(2, start, end - start).copy_(keys)
+        work_values.narrow(2, start, end - start).copy_(values)
         self._work_tokens = end
         b = self.store.settings.block_tokens
         while end - self.num_blocks * b >= b:
             first = self.num_blocks * b
-            block = work[:, :, first : first + b].permute(0, 2, 1, 3).unsqueeze(0)
+            block = self._work[:, :, first : first + b].permute(0, 2, 1, 3).unsqueeze(0)
             self._seal_block(block)
         if self.work_is_current():
             self._since_touch += 1
@@ -168,7 +177,7 @@ class HkvLayer(DynamicLayer):
                 self.store.manager.touch(self._keys)
                 self._since_touch = 0
         self.store.prefetch_next(self.layer_idx)
-        return work[0:1].narrow(2, 0, end), work[1:2].narrow(2, 0, end)
+        return work_keys.narrow(2, 0, end), work_values.narrow(2, 0, end)
 
     def _drop_work(self) -> None:
         """Back to the tail tensor and per-step assembly (the copy's memory is freed)."""
@@ -177,7 +186,8 @@ class HkvLayer(DynamicLayer):
         sealed = self.num_blocks * self.store.settings.block_tokens
         tail = self._work[:, :, sealed : self._work_tokens]
         self.tail_keys, self.tail_values = tail[0:1].clone(), tail[1:2].clone()
-        self._work, self._work_tokens, self._work_departures = None, 0, -1
+        self._set_work(None, 0)
+        self._work_departures = -1
 
     def _is_pinned(self, index: int) -> bool:
         s = self.store.settings
