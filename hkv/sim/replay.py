@@ -203,10 +203,14 @@ class _Tally:
 
 def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
     """DESIGN §2: after the lookup, each block in order is touched or stored (one eviction at a
-    time, never of a block of the request being stored). Plain locals on the hot path."""
+    time, never of a block of the request being stored). Plain locals on the hot path: a block
+    already met takes its meta from the tally's dict without a call, and `admit` is not called
+    where the policy admits everything (`admits_everything`)."""
     tally = _Tally(trace, policy, tier, costs)
-    touch, admit, insert, evict = policy.touch, policy.admit, policy.insert, policy.evict
-    capacity, resident, meta_of = policy.capacity_blocks, tally.resident, tally.meta
+    touch, insert, evict = policy.touch, policy.insert, policy.evict
+    admit = None if policy.admits_everything else policy.admit
+    capacity, resident = policy.capacity_blocks, tally.resident
+    metas, meta_of = tally.metas, tally.meta
     inserts = evictions = declined = failed = 0
     for request in trace.requests:
         tally.lookup(request)
@@ -218,8 +222,10 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 touch(key)
                 mine.add(key)
                 continue
-            meta = meta_of(request, index, key)
-            if not admit(key, meta):
+            meta = metas.get(key)
+            if meta is None:
+                meta = meta_of(request, index, key)
+            if admit is not None and not admit(key, meta):
                 declined += 1
                 continue
             if len(resident) >= capacity:
