@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,12 +20,6 @@ _COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the pri
 _BUCKETS = _DEPTHS * 3 * _COARSE
 _PRIOR_WEIGHT = 4.0  # pseudo-labels a bucket borrows from its coarse parent
 _CLOCK = itemgetter(0)  # of a history record: [clock, bucket or None, count, key]
-
-
-def _zeros(size: int) -> array:
-    """`size` float counts in one buffer: updated one at a time as Python floats, read by the
-    model's rebuild as a numpy array without a copy (`np.frombuffer`)."""
-    return array("d", bytes(8 * size))
 
 
 @dataclass(eq=False)
@@ -90,8 +83,11 @@ class PredictivePolicy(QueuePolicy):
         self._log_at = 0  # entries before it are past the horizon (labelled)
         self._drop_at = 0  # entries before it are past 8 horizons (scanned for forgetting)
         self._kept: list[list] = []  # of those, the ones kept for a resident key
-        self._pos, self._num = _zeros(_BUCKETS), _zeros(_BUCKETS)
-        self._coarse_pos, self._coarse_num = _zeros(_COARSE), _zeros(_COARSE)
+        # labels since the last rebuild, in order: the bucket of each, and of each positive one
+        self._labelled: list[int] = []
+        self._returned: list[int] = []
+        self._pos, self._num = np.zeros(_BUCKETS), np.zeros(_BUCKETS)
+        self._coarse_pos, self._coarse_num = np.zeros(_COARSE), np.zeros(_COARSE)
         self._p = [1.0] * _BUCKETS  # optimistic until labels arrive: behaves as LRU
         self._trusted = [False] * _BUCKETS
         self._request_last = -1  # position of the request's last offered block
@@ -125,32 +121,51 @@ class PredictivePolicy(QueuePolicy):
         self._log.append(record)
 
     def _label(self, bucket: int, returned: bool) -> None:
-        self._num[bucket] += 1.0
-        self._coarse_num[bucket % _COARSE] += 1.0
+        """A label for `bucket`, filed for the next rebuild (nothing reads the counts before)."""
+        labelled = self._labelled
+        labelled.append(bucket)
         if returned:
-            self._pos[bucket] += 1.0
-            self._coarse_pos[bucket % _COARSE] += 1.0
-        self._labels = labels = self._labels + 1
-        if not labels % self.update_every:
-            self._refresh_model(labels)
+            self._returned.append(bucket)
+        if len(labelled) == self.update_every:
+            self._refresh_model()
 
-    def _refresh_model(self, labels: int) -> None:
+    def _counted(self) -> tuple[np.ndarray, ...]:
+        """(pos, num, coarse_pos, coarse_num): the counts with the labels filed since the last
+        rebuild added. `np.add.at` adds 1.0 once per label, in order: the same sums as adding
+        them one at a time."""
+        labelled = np.array(self._labelled, dtype=np.intp)
+        returned = np.array(self._returned, dtype=np.intp)
+        counts = []
+        for table, buckets in (
+            (self._pos, returned),
+            (self._num, labelled),
+            (self._coarse_pos, returned % _COARSE),
+            (self._coarse_num, labelled % _COARSE),
+        ):
+            table = table.copy()
+            np.add.at(table, buckets, 1.0)
+            counts.append(table)
+        return tuple(counts)
+
+    def _refresh_model(self) -> None:
         """Rebuild the prediction table (batched: once per `update_every` labels)."""
+        self._pos, self._num, self._coarse_pos, self._coarse_num = self._counted()
+        self._labels = labels = self._labels + len(self._labelled)
+        self._labelled, self._returned = [], []
         if labels - self._halved_at >= self.window * self._horizon:
             self._halved_at = labels
             for table in (self._pos, self._num, self._coarse_pos, self._coarse_num):
-                np.frombuffer(table)[:] *= 0.5
+                table *= 0.5
         cpos, cnum, weight = self._coarse_pos, self._coarse_num, _PRIOR_WEIGHT
-        total = sum(cnum)  # in order, as Python adds them (numpy's sum pairs them)
-        base = sum(cpos) / total if total else 1.0
+        total = sum(cnum.tolist())  # in order, as Python adds them (numpy's sum pairs them)
+        base = sum(cpos.tolist()) / total if total else 1.0
         # elementwise in numpy (the same IEEE operations as the Python expressions), per bucket
         # of `_BUCKETS // _COARSE` fine buckets under each coarse one
-        coarse_num = np.frombuffer(cnum)
-        prior = (np.frombuffer(cpos) + weight * base) / (coarse_num + weight)
-        num = np.frombuffer(self._num).reshape(-1, _COARSE)
-        pos = np.frombuffer(self._pos).reshape(-1, _COARSE)
+        prior = (cpos + weight * base) / (cnum + weight)
+        num = self._num.reshape(-1, _COARSE)
+        pos = self._pos.reshape(-1, _COARSE)
         self._p = ((pos + weight * prior) / (num + weight)).ravel().tolist()
-        self._trusted = (coarse_num + num >= self.min_samples).ravel().tolist()
+        self._trusted = (cnum + num >= self.min_samples).ravel().tolist()
 
     def _sweep(self) -> None:
         """Negative labels for references the horizon has passed without a return; forget
@@ -274,8 +289,9 @@ class PredictivePolicy(QueuePolicy):
         last table rebuild), its (decayed) label count and positives, and whether admission
         trusts it. `references` is the references before this one (0: a first reference)."""
         modalities = {index: modality.value for modality, index in _MODALITIES.items()}
+        pos, num_labels = (counts.tolist() for counts in self._counted()[:2])
         rows = []
-        for bucket, num in enumerate(self._num):
+        for bucket, num in enumerate(num_labels):
             if not num:
                 continue
             fine, coarse = divmod(bucket, _COARSE)
@@ -291,7 +307,7 @@ class PredictivePolicy(QueuePolicy):
                     "extends": bool(extends),
                     "p": self._p[bucket],
                     "labels": num,
-                    "positives": self._pos[bucket],
+                    "positives": pos[bucket],
                     "trusted": self._trusted[bucket],
                 }
             )
