@@ -31,8 +31,10 @@ class LRUPolicy(QueuePolicy):
         self._queues = (self._order,)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        self._check_insert(key, len(self._order), key in self._order)
-        self._order[key] = meta
+        order = self._order
+        if len(order) >= self.capacity_blocks or key in order:
+            self._check_insert(key, len(order), key in order)  # raises
+        order[key] = meta
 
     def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
         if not self._bulk_fits(keys):

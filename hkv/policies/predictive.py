@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -17,6 +19,7 @@ _TEXT = Modality.TEXT
 _COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the prior of a bucket
 _BUCKETS = _DEPTHS * 3 * _COARSE
 _PRIOR_WEIGHT = 4.0  # pseudo-labels a bucket borrows from its coarse parent
+_CLOCK = itemgetter(0)  # of a history record: [clock, bucket or None, count, key]
 
 
 @dataclass(eq=False)
@@ -72,16 +75,19 @@ class PredictivePolicy(QueuePolicy):
         self._queues = (self._averse, self._friendly)
         self._horizon = max(1, round(self.horizon_factor * self.capacity_blocks))
         self._sweep_every = min(256, self._horizon)
-        self._clock = self._stamp = self._labels = self._halved_at = 0
-        self._seen: dict[Key, list] = {}  # key -> [clock, bucket or None, count, stamp]
-        self._log: list[tuple[int, int, Key]] = []  # (stamp, clock, key), oldest first
+        self._clock = self._labels = self._halved_at = 0
+        # key -> the record of its latest reference: [clock, bucket, count, key]; the bucket
+        # becomes None once labelled (by the key's next reference or by the sweep)
+        self._seen: dict[Key, list] = {}
+        self._log: list[list] = []  # every reference's record, oldest first
         self._log_at = 0  # entries before it are past the horizon (labelled)
         self._drop_at = 0  # entries before it are past 8 horizons (scanned for forgetting)
-        self._kept: list[tuple[int, Key]] = []  # of those, the ones kept for a resident key
-        self._pos = [0.0] * _BUCKETS
-        self._num = [0.0] * _BUCKETS
-        self._coarse_pos = [0.0] * _COARSE
-        self._coarse_num = [0.0] * _COARSE
+        self._kept: list[list] = []  # of those, the ones kept for a resident key
+        # labels since the last rebuild, in order: the bucket of each, and of each positive one
+        self._labelled: list[int] = []
+        self._returned: list[int] = []
+        self._pos, self._num = np.zeros(_BUCKETS), np.zeros(_BUCKETS)
+        self._coarse_pos, self._coarse_num = np.zeros(_COARSE), np.zeros(_COARSE)
         self._p = [1.0] * _BUCKETS  # optimistic until labels arrive: behaves as LRU
         self._trusted = [False] * _BUCKETS
         self._request_last = -1  # position of the request's last offered block
@@ -101,29 +107,6 @@ class PredictivePolicy(QueuePolicy):
         depth = min((meta.position // (meta.tokens or 1)).bit_length(), _DEPTHS - 1)
         return (depth * 3 + _MODALITIES[meta.modality]) * _COARSE + coarse
 
-    def _reference(self, key: Key, meta: BlockMeta) -> int:
-        """`_bucket` then `_record` (a reference now), with one lookup of the key's history:
-        the same bucket and labels, on the path every touch takes."""
-        seen, clock, horizon = self._seen, self._clock, self._horizon
-        record = seen.get(key)
-        depth = (meta.position // (meta.tokens or 1)).bit_length()
-        modality = meta.modality
-        mod = 0 if modality is _TEXT else _MODALITIES[modality]
-        base = ((depth if depth < _DEPTHS else _DEPTHS - 1) * 3 + mod) * _COARSE + self._extends
-        if record is None:
-            bucket, count = base, 1
-        else:
-            age, count = clock - record[0], record[2]
-            gap_bucket = min((age * 8 // horizon).bit_length() + 1, _GAPS - 1)
-            bucket = base + ((count if count < 3 else 3) * _GAPS + gap_bucket) * 2
-            if record[1] is not None:
-                self._label(record[1], age <= horizon)
-            count += 1
-        self._stamp = stamp = self._stamp + 1
-        seen[key] = [clock, bucket, count, stamp]
-        self._log.append((stamp, clock, key))
-        return bucket
-
     def _record(self, key: Key, bucket: int) -> None:
         """A reference to `key` now, filed under `bucket`; labels its previous reference."""
         seen, clock = self._seen, self._clock
@@ -133,75 +116,86 @@ class PredictivePolicy(QueuePolicy):
             count += record[2]
             if record[1] is not None:
                 self._label(record[1], clock - record[0] <= self._horizon)
-        self._stamp = stamp = self._stamp + 1
-        seen[key] = [clock, bucket, count, stamp]
-        self._log.append((stamp, clock, key))
+                record[1] = None
+        seen[key] = record = [clock, bucket, count, key]
+        self._log.append(record)
 
     def _label(self, bucket: int, returned: bool) -> None:
-        self._num[bucket] += 1.0
-        self._coarse_num[bucket % _COARSE] += 1.0
+        """A label for `bucket`, filed for the next rebuild (nothing reads the counts before)."""
+        labelled = self._labelled
+        labelled.append(bucket)
         if returned:
-            self._pos[bucket] += 1.0
-            self._coarse_pos[bucket % _COARSE] += 1.0
-        self._labels = labels = self._labels + 1
-        if not labels % self.update_every:
-            self._refresh_model(labels)
+            self._returned.append(bucket)
+        if len(labelled) == self.update_every:
+            self._refresh_model()
 
-    def _refresh_model(self, labels: int) -> None:
+    def _counted(self) -> tuple[np.ndarray, ...]:
+        """(pos, num, coarse_pos, coarse_num): the counts with the labels filed since the last
+        rebuild added. `np.add.at` adds 1.0 once per label, in order: the same sums as adding
+        them one at a time."""
+        labelled = np.array(self._labelled, dtype=np.intp)
+        returned = np.array(self._returned, dtype=np.intp)
+        counts = []
+        for table, buckets in (
+            (self._pos, returned),
+            (self._num, labelled),
+            (self._coarse_pos, returned % _COARSE),
+            (self._coarse_num, labelled % _COARSE),
+        ):
+            table = table.copy()
+            np.add.at(table, buckets, 1.0)
+            counts.append(table)
+        return tuple(counts)
+
+    def _refresh_model(self) -> None:
         """Rebuild the prediction table (batched: once per `update_every` labels)."""
+        self._pos, self._num, self._coarse_pos, self._coarse_num = self._counted()
+        self._labels = labels = self._labels + len(self._labelled)
+        self._labelled, self._returned = [], []
         if labels - self._halved_at >= self.window * self._horizon:
             self._halved_at = labels
             for table in (self._pos, self._num, self._coarse_pos, self._coarse_num):
-                table[:] = [value * 0.5 for value in table]
+                table *= 0.5
         cpos, cnum, weight = self._coarse_pos, self._coarse_num, _PRIOR_WEIGHT
-        total = sum(cnum)
-        base = sum(cpos) / total if total else 1.0
+        total = sum(cnum.tolist())  # in order, as Python adds them (numpy's sum pairs them)
+        base = sum(cpos.tolist()) / total if total else 1.0
         # elementwise in numpy (the same IEEE operations as the Python expressions), per bucket
         # of `_BUCKETS // _COARSE` fine buckets under each coarse one
-        coarse_num = np.asarray(cnum)
-        prior = (np.asarray(cpos) + weight * base) / (coarse_num + weight)
-        num = np.asarray(self._num).reshape(-1, _COARSE)
-        pos = np.asarray(self._pos).reshape(-1, _COARSE)
+        prior = (cpos + weight * base) / (cnum + weight)
+        num = self._num.reshape(-1, _COARSE)
+        pos = self._pos.reshape(-1, _COARSE)
         self._p = ((pos + weight * prior) / (num + weight)).ravel().tolist()
-        self._trusted = (coarse_num + num >= self.min_samples).ravel().tolist()
+        self._trusted = (cnum + num >= self.min_samples).ravel().tolist()
 
     def _sweep(self) -> None:
         """Negative labels for references the horizon has passed without a return; forget
-        blocks not seen for 8 horizons (resident ones are kept)."""
-        log, seen, at = self._log, self._seen, self._log_at
-        horizon_end, forget_end = self._clock - self._horizon, self._clock - 8 * self._horizon
-        while at < len(log) and log[at][1] < horizon_end:
-            stamp, _, key = log[at]
-            record = seen.get(key)
-            if record is not None and record[3] == stamp and record[1] is not None:
-                self._label(record[1], False)
+        blocks not seen for 8 horizons (resident ones are kept). The log's clocks never
+        decrease, so each pass ends where a binary search says."""
+        log, at, clock = self._log, self._log_at, self._clock
+        end = bisect_left(log, clock - self._horizon, at, key=_CLOCK)
+        label = self._label
+        for record in log[at:end]:
+            if record[1] is not None:  # its key's latest reference, not yet labelled
+                label(record[1], False)
                 record[1] = None
-            at += 1
         # forgetting: an entry past 8 horizons goes with its key's history unless the key was
         # referenced since (it never goes then) or is resident (checked again every sweep
         # until the log is trimmed: `_kept`); each entry is scanned once
-        kept = []
-        for entry in self._kept:
-            record = seen.get(entry[1])
-            if record is not None and record[3] == entry[0]:
-                if entry[1] in self:
-                    kept.append(entry)
-                else:
-                    del seen[entry[1]]
+        seen, averse, friendly = self._seen, self._averse, self._friendly
         drop = self._drop_at
-        while drop < at and log[drop][1] < forget_end:
-            stamp, _, key = log[drop]
-            record = seen.get(key)
-            if record is not None and record[3] == stamp:
-                if key in self:
-                    kept.append((stamp, key))
+        stop = bisect_left(log, clock - 8 * self._horizon, drop, end, key=_CLOCK)
+        kept = []
+        for record in (*self._kept, *log[drop:stop]):
+            key = record[3]
+            if seen.get(key) is record:
+                if key in averse or key in friendly:
+                    kept.append(record)
                 else:
                     del seen[key]
-            drop += 1
-        if drop > 1024:
-            del log[:drop]
-            at, drop, kept = at - drop, 0, []
-        self._log_at, self._drop_at, self._kept = at, drop, kept
+        if stop > 1024:
+            del log[:stop]
+            end, stop, kept = end - stop, 0, []
+        self._log_at, self._drop_at, self._kept = end, stop, kept
 
     # -- the policy -----------------------------------------------------------------------
     def _new_request(self, position: int) -> None:
@@ -245,12 +239,32 @@ class PredictivePolicy(QueuePolicy):
             self._demote_stale()
 
     def touch(self, key: Key) -> None:
+        """A reference to a resident block: `_bucket` then `_record` with one lookup of the
+        key's history (the same bucket and labels), on the path every hit takes."""
         meta = self._averse.pop(key, None)
         if meta is None:
             meta = self._friendly.pop(key, None)
             if meta is None:
                 return
-        bucket = self._reference(key, meta)
+        seen, clock = self._seen, self._clock
+        record = seen.get(key)
+        depth = (meta.position // (meta.tokens or 1)).bit_length()
+        modality = meta.modality
+        mod = 0 if modality is _TEXT else _MODALITIES[modality]
+        bucket = ((depth if depth < _DEPTHS else _DEPTHS - 1) * 3 + mod) * _COARSE + self._extends
+        if record is None:
+            count = 1
+        else:
+            age, count = clock - record[0], record[2]
+            gap_bucket = (age * 8 // self._horizon).bit_length() + 1
+            gap_bucket = gap_bucket if gap_bucket < _GAPS else _GAPS - 1
+            bucket += ((count if count < 3 else 3) * _GAPS + gap_bucket) * 2
+            if record[1] is not None:
+                self._label(record[1], age <= self._horizon)
+                record[1] = None
+            count += 1
+        seen[key] = record = [clock, bucket, count, key]
+        self._log.append(record)
         friendly = self._p[bucket] >= self.friendly_threshold
         (self._friendly if friendly else self._averse)[key] = meta
 
@@ -275,8 +289,9 @@ class PredictivePolicy(QueuePolicy):
         last table rebuild), its (decayed) label count and positives, and whether admission
         trusts it. `references` is the references before this one (0: a first reference)."""
         modalities = {index: modality.value for modality, index in _MODALITIES.items()}
+        pos, num_labels = (counts.tolist() for counts in self._counted()[:2])
         rows = []
-        for bucket, num in enumerate(self._num):
+        for bucket, num in enumerate(num_labels):
             if not num:
                 continue
             fine, coarse = divmod(bucket, _COARSE)
@@ -292,7 +307,7 @@ class PredictivePolicy(QueuePolicy):
                     "extends": bool(extends),
                     "p": self._p[bucket],
                     "labels": num,
-                    "positives": self._pos[bucket],
+                    "positives": pos[bucket],
                     "trusted": self._trusted[bucket],
                 }
             )

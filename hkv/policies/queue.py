@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, filterfalse
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, any_pinned, unprotected
@@ -28,7 +28,7 @@ class QueuePolicy(EvictionPolicy):
 
     def _eviction_order(self) -> Iterable[tuple[Queue, Iterable[Key]]]:
         """Each queue with its keys in the order they are given up, first queue first."""
-        return ((queue, queue) for queue in self._queues)
+        return zip(self._queues, self._queues, strict=True)  # (queue, its order): in C
 
     def _recent_ends(self) -> Iterable[Queue]:
         """The queues whose last key is the last to be evicted (`refresh_all` re-ranks there)."""
@@ -51,13 +51,13 @@ class QueuePolicy(EvictionPolicy):
         if n <= 0:
             return []
         if n == 1:  # the replay's and the block manager's case, without the bookkeeping below
+            skip = protected.__contains__  # the first unprotected key, skipped to in C
             for queue, order in self._eviction_order():
-                keys = unprotected(order, 1, protected)
-                if keys:
-                    if queue[keys[0]].pinned:
+                for key in filterfalse(skip, order):
+                    if queue[key].pinned:
                         return self._evict_unpinned(1, protected)
-                    del queue[keys[0]]
-                    return keys
+                    del queue[key]  # and the iteration ends here, before it sees the change
+                    return [key]
             return None
         picks: list[tuple[Queue, list[Key]]] = []
         needed = n

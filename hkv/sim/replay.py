@@ -141,24 +141,35 @@ class _Tally:
     """What a replay sums over its requests: references, hits and what the hits saved and cost.
 
     `resident` is the keys held; `metas` and `block_cost` are filled as blocks are first seen
-    (a block keeps the label of its first appearance)."""
+    (a block keeps the label of its first appearance). Blocks of one shape (index in the
+    request, tokens, modality) share one meta and its price: nothing in a replay changes a
+    meta, and most blocks of a trace are first seen at one of a few hundred shapes."""
 
     def __init__(self, trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts):
         self.block_tokens, self.tier, self.costs = trace.block_tokens, tier, costs
         self.resident: set[Hashable] = set(policy)
         self.metas: dict[Hashable, BlockMeta] = {}
         self.block_cost: dict[Hashable, tuple[float, float, int, int]] = {}
+        self.shapes: dict[tuple, tuple[BlockMeta, tuple[float, float, int, int]]] = {}
         self.refs = self.hits = self.hit_tokens = self.input_tokens = 0
         self.bytes_loaded = self.recomputed = 0
         self.saved_s = self.load_s = 0.0
         self.start = time.perf_counter()
 
     def meta(self, request, index: int, key: Hashable) -> BlockMeta:
-        """The block's meta (made and priced on first sight)."""
+        """The block's meta (made and priced on first sight: `Request.block_meta`)."""
         meta = self.metas.get(key)
         if meta is None:
-            meta = self.metas[key] = request.block_meta(index, self.block_tokens, self.tier)
-            self.block_cost[key] = self.costs.of(meta)
+            # the two fields `block_meta` takes from the request beside the index
+            tail = request.input_length - index * self.block_tokens
+            modality = None if request.modalities is None else request.modalities[index]
+            shape = (index, min(tail, self.block_tokens), modality)
+            made = self.shapes.get(shape)
+            if made is None:
+                meta = request.block_meta(index, self.block_tokens, self.tier)
+                made = self.shapes[shape] = (meta, self.costs.of(meta))
+            meta, self.block_cost[key] = made
+            self.metas[key] = meta
         return meta
 
     def lookup(self, request) -> int:
@@ -203,10 +214,14 @@ class _Tally:
 
 def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
     """DESIGN §2: after the lookup, each block in order is touched or stored (one eviction at a
-    time, never of a block of the request being stored). Plain locals on the hot path."""
+    time, never of a block of the request being stored). Plain locals on the hot path: a block
+    already met takes its meta from the tally's dict without a call, and `admit` is not called
+    where the policy admits everything (`admits_everything`)."""
     tally = _Tally(trace, policy, tier, costs)
-    touch, admit, insert, evict = policy.touch, policy.admit, policy.insert, policy.evict
-    capacity, resident, meta_of = policy.capacity_blocks, tally.resident, tally.meta
+    touch, insert, evict = policy.touch, policy.insert, policy.evict
+    admit = None if policy.admits_everything else policy.admit
+    capacity, resident = policy.capacity_blocks, tally.resident
+    metas, meta_of = tally.metas, tally.meta
     inserts = evictions = declined = failed = 0
     for request in trace.requests:
         tally.lookup(request)
@@ -218,8 +233,10 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 touch(key)
                 mine.add(key)
                 continue
-            meta = meta_of(request, index, key)
-            if not admit(key, meta):
+            meta = metas.get(key)
+            if meta is None:
+                meta = meta_of(request, index, key)
+            if admit is not None and not admit(key, meta):
                 declined += 1
                 continue
             if len(resident) >= capacity:
