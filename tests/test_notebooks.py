@@ -369,6 +369,12 @@ def _check_bench_e2e(e2e: dict[str, Any]) -> None:
         assert faster >= max(row["time vs DynamicCache"], row["time vs StaticCache"])
     static = e2e["sessions_baselines"]["static_over_dynamic"]
     assert static["min"] <= static["median"] <= static["max"]
+    eager, graphed = e2e["restore_speedup_per_repeat"], e2e["restore_speedup_graphed"]
+    assert set(eager) == set(graphed) == set(restore)  # every prefix timed both ways
+    assert graphed["8192"] > eager["8192"]  # the 64-token forward was launch-bound
+    graphed_sessions = {row["hot_fraction"]: row for row in e2e["sessions_graphed"]}
+    assert set(graphed_sessions) == {1.0, 0.25}
+    assert all(row["tokens equal"] == "80/80" for row in graphed_sessions.values())
 
 
 def _check_bench_live(live: dict[str, Any]) -> None:

@@ -256,7 +256,7 @@ def all_tokens_equal() -> tuple[int, int]:
 def disk_restores() -> tuple[float, float]:
     ttft = bench_e2e.ttft_table(result("e2e_h200.json"))
     speedup = ttft["recompute, s"] / ttft["restore from disk, s"]
-    assert speedup.max() < 1, speedup  # "slower than recompute at every prefix"
+    assert speedup.drop(65536).max() < 1 <= speedup[65536], speedup  # "except at 64K"
     return speedup.min(), speedup.max()
 
 
@@ -411,11 +411,39 @@ def tail_12gib() -> tuple[float, float, float]:
 
 
 def restore_target() -> tuple[float]:
-    """The restore target holds at 32K and 64K and not at 8K, as the README says."""
+    """The restore target holds at 32K and 64K both ways, at 8K graphed and not eagerly, as
+    the README says."""
     speedup = dict(zip(("2048", "8192", "32768", "65536"), restore_speedups(), strict=True))
+    graphed = bench_e2e.ttft_graphed_table(result("e2e_h200.json"))["restore speed-up, graphed"]
     target = bench_e2e.RESTORE_TARGET
     assert speedup["8192"] < target <= min(speedup["32768"], speedup["65536"])
+    assert target <= min(graphed[8192], graphed[32768], graphed[65536])
     return (target,)
+
+
+def graphed_restores() -> tuple[Any, ...]:
+    table = bench_e2e.ttft_graphed_table(result("e2e_h200.json"))
+    speedup = table["restore speed-up, graphed"]
+    return speedup[2048], speedup[8192], table.loc[8192, "range, graphed"], *speedup[[32768, 65536]]
+
+
+def graphed_floors() -> tuple[float, float]:
+    table = bench_e2e.ttft_graphed_table(result("e2e_h200.json"))
+    row = table.loc[8192]
+    return row["resident floor, graphed, ms"], row["resident floor, eager, ms"]
+
+
+def graphed_sessions() -> tuple[Any, ...]:
+    table = bench_e2e.session_table(result("e2e_h200.json"), bench_e2e.GRAPHED_SESSIONS)
+    out = []
+    for share in (1.0, 0.25):
+        row = table.loc[share]
+        out += [100 * (row["time vs faster baseline"] - 1), row["range vs faster"]]
+    assert table["tokens equal"].eq("80/80").all()
+    saved = 100 * table.loc[0.25, "kv_resident_saved"]
+    lockstep = bench_e2e.lockstep_table(result("e2e_h200.json"), bench_e2e.GRAPHED_SESSIONS)
+    assert bench_e2e.all_hot_slowdown(lockstep) > bench_e2e.ALL_HOT_TARGET_SLOWDOWN  # "not met"
+    return out[0], out[1], saved, out[2], out[3]
 
 
 def decode_hot_fraction() -> tuple[float]:
@@ -830,7 +858,18 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
             bench_e2e.ttft_table(result("e2e_h200.json")).loc[8192, bench_e2e.RESTORE_CEILING],
         ),
     ),
-    ("disk were slower than recompute at every prefix ({:.2f}-{:.2f}x)", disk_restores),
+    ("disk were slower than recompute except at 64K ({:.2f}-{:.2f}x)", disk_restores),
+    (
+        "the restore is {:.1f}x at 2K, {:.1f}x at 8K ({} over repeats), {:.1f}x at 32K and "
+        "{:.1f}x at 64K",
+        graphed_restores,
+    ),
+    ("the resident floor at 8K {:.0f} ms instead of {:.0f} ms", graphed_floors),
+    (
+        "hkv at 100 % hot took {:+.1f} % ({}) against the faster baseline, and {:.0f} % of the "
+        "resident KV saved took {:+.1f} % ({})",
+        graphed_sessions,
+    ),
     (
         "The restore took {:.2f}x the time of that resident floor at 8K",
         lambda: (
@@ -850,7 +889,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         "on the H200: {} greedy tokens identical with {} of the KV in pinned host RAM",
         gpu_greedy_test,
     ),
-    ("The target of {:.0f}x from 8K holds at 32K and 64K, not at 8K", restore_target),
+    ("The target of {:.0f}x from 8K holds at 32K and 64K either way", restore_target),
     ("bound by the host link: at {} % hot,", decode_hot_fraction),
     (
         "The engine was sized by `gpu_memory_utilization` {}.",

@@ -52,6 +52,10 @@ def decode_table(e2e: Mapping[str, Any]) -> pd.DataFrame:
     return hkv
 
 
+GRAPHED_SESSIONS = "sessions_lockstep_graphed"
+"""The lock-step sessions with the feed-forward blocks replayed from CUDA graphs."""
+
+
 def sessions_facts(e2e: Mapping[str, Any]) -> str:
     """One line: the sessions workload and how it was timed, read from the file."""
     s = e2e["sessions_lockstep"]
@@ -61,21 +65,22 @@ def sessions_facts(e2e: Mapping[str, Any]) -> str:
     )
 
 
-def lockstep_table(e2e: Mapping[str, Any]) -> pd.DataFrame:
+def lockstep_table(e2e: Mapping[str, Any], section: str = "sessions_lockstep") -> pd.DataFrame:
     """The lock-step rows, one per hot fraction: the file's fields, plus `slowdown` against the
-    faster of DynamicCache and StaticCache (median over repeats, within each repeat)."""
+    faster of DynamicCache and StaticCache (median over repeats, within each repeat). `section`:
+    `GRAPHED_SESSIONS` for the run with graphed feed-forward blocks."""
     import pandas as pd
 
-    rows = pd.DataFrame(e2e["sessions_lockstep"]["rows"])
+    rows = pd.DataFrame(e2e[section]["rows"])
     rows["slowdown"] = rows["vs_faster_baseline"].map(lambda r: r["median"] - 1)
     return rows
 
 
-def session_table(e2e: Mapping[str, Any]) -> pd.DataFrame:
+def session_table(e2e: Mapping[str, Any], section: str = "sessions_lockstep") -> pd.DataFrame:
     """Per hot fraction (index): resident and peak KV saved against DynamicCache, hkv's time
     against DynamicCache, StaticCache and the faster of the two (medians over repeats, each
     ratio within one repeat) with the range of the last, and whether the tokens equal."""
-    rows = lockstep_table(e2e).set_index("hot_fraction")
+    rows = lockstep_table(e2e, section).set_index("hot_fraction")
     table = rows[["kv_resident_saved", "kv_peak_saved"]].copy()
     for column, key in (
         ("time vs DynamicCache", "vs_dynamic"),
@@ -99,6 +104,17 @@ def sessions_target_met(lockstep: pd.DataFrame) -> bool:
 def all_hot_slowdown(lockstep: pd.DataFrame) -> float:
     """hkv's slowdown against the faster baseline with every block on the GPU (its own cost)."""
     return float(lockstep.set_index("hot_fraction").loc[1.0, "slowdown"])
+
+
+def describe_targets(lockstep: pd.DataFrame) -> str:
+    """One line: hkv's slowdown at 100 % hot against its goal, and whether some share saved
+    `SESSIONS_TARGET_SAVED` of the resident KV at most `SESSIONS_TARGET_SLOWDOWN` slower."""
+    return (
+        f"100 % hot vs the faster baseline: {all_hot_slowdown(lockstep):+.1%} "
+        f"(target at most {ALL_HOT_TARGET_SLOWDOWN:.0%}); "
+        f"{SESSIONS_TARGET_SAVED:.0%} saved at most {SESSIONS_TARGET_SLOWDOWN:.0%} slower: "
+        f"{sessions_target_met(lockstep)}"
+    )
 
 
 def baselines(e2e: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,6 +184,29 @@ def ttft_table(e2e: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("prefix")
 
 
+def ttft_graphed_table(e2e: Mapping[str, Any]) -> pd.DataFrame:
+    """Per prefix (index) timed both ways: the restore speed-up (recompute / restore from host,
+    median of per-repeat ratios, and its range) eagerly and with the feed-forward blocks
+    replayed from CUDA graphs, and each way's resident floor (the new tokens' forward with the
+    KV never having left the GPU). Empty for a file made before the graphed timings."""
+    import pandas as pd
+
+    rows = []
+    for row in e2e["multi_turn_ttft"]:
+        graphed = row.get("graphed")
+        if "error" in row or not graphed:
+            continue
+        out = {"prefix": row["prefix"]}
+        for how, part in (("eager", row), ("graphed", graphed)):
+            speedup = part["per_repeat"]["recompute_over_restore"]
+            low, high = speedup["range"]
+            out[f"restore speed-up, {how}"] = speedup["median"]
+            out[f"range, {how}"] = f"{low:.1f}-{high:.1f}"
+            out[f"resident floor, {how}, ms"] = 1e3 * part["resident_ttft_s"]
+        rows.append(out)
+    return pd.DataFrame(rows).set_index("prefix") if rows else pd.DataFrame()
+
+
 def ttft_errors(e2e: Mapping[str, Any]) -> list[str]:
     """One line per prefix that was not measured, with the start of its error."""
     return [
@@ -234,7 +273,8 @@ def e2e_summary(
 ) -> dict[str, Any]:
     """The notebook's `e2e` results: layers, speed vs 100 % hot and KV VRAM saved per context
     and hot fraction, whether every token equalled DynamicCache's, the speed at the article's
-    hot fraction, restore speed-up and ceiling per prefix, and the session table's rows."""
+    hot fraction, restore speed-up and ceiling per prefix (and, where timed both ways, the
+    per-repeat medians eager and graphed), and the session tables' rows (eager, graphed)."""
     from hkv.report.bench_results import records
 
     by_context = decode.groupby("context")
@@ -252,7 +292,20 @@ def e2e_summary(
         "speed_at_claim_hot_fraction": dict(speed_at_claim),
         "restore_speedup": {str(k): float(v) for k, v in ttft["restore speed-up"].items()},
         "restore_ceiling": {str(k): float(v) for k, v in ttft[RESTORE_CEILING].items()},
+        "restore_speedup_per_repeat": _graphed_speedups(e2e, "eager"),
+        "restore_speedup_graphed": _graphed_speedups(e2e, "graphed"),
         "sessions": records(sessions),
+        "sessions_graphed": (
+            records(session_table(e2e, GRAPHED_SESSIONS)) if GRAPHED_SESSIONS in e2e else []
+        ),
         "sessions_baselines": baselines(e2e),
         "working_copy": working_copy_table(e2e).to_dict(orient="index"),
     }
+
+
+def _graphed_speedups(e2e: Mapping[str, Any], how: str) -> dict[str, float]:
+    """`ttft_graphed_table`'s restore speed-up column for `how` (eager, graphed), by prefix."""
+    table = ttft_graphed_table(e2e)
+    if table.empty:
+        return {}
+    return {str(k): float(v) for k, v in table[f"restore speed-up, {how}"].items()}
