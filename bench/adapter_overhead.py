@@ -40,7 +40,16 @@ from hkv.sim.two_tier import blocks_for_gib
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_POLICIES = ("lru", "arc")
-DEFAULT_POLICIES = ("lru", "arc", "lru026", "hkv_lru", "hkv_bip", "hkv_arc", "hkv_cost_aware")
+DEFAULT_POLICIES = (
+    "lru",
+    "arc",
+    "lru026",
+    "hkv_lru",
+    "hkv_bip",
+    "hkv_arc",
+    "hkv_cost_aware",
+    "hkv_auto",
+)
 NOTES = [
     "Per request: the policy's own time over one pass of the anchor workload's 128 "
     "requests, best of `repeats`; *_net subtracts timer_overhead_s_per_call per call "

@@ -524,6 +524,50 @@ def test_auto_on_vllm_026s_order_sees_each_request_when_the_next_one_is_looked_u
     assert max(late.scores().values()) > 0
 
 
+def test_auto_samples_its_shadows_above_sample_blocks_and_still_finds_the_leader():
+    """The revisited sessions above, 100 times as many and a tier 100 times as large: with
+    shadows of 120 blocks that see a tenth of the keys, `auto` hands the tier to the static
+    ranking as soon as with full shadows and hits as much; its shadows replay about a tenth of
+    the references. At or below `sample_above` blocks nothing is sampled."""
+    sessions = [[100 * s + b for b in range(4)] for s in range(600)]
+    trace = trace_of(*(sessions * 6))
+    runs = {}
+    for sampling in ({"sample_blocks": 120, "sample_above": 120}, {"sample_above": 2048}):
+        params = {"experts": ["lru", "depth_lfu_static"], "first": "lru", **sampling}
+        policy = make_policy("auto", 1200, **params)
+        runs[len(runs)] = policy, replay(trace, policy, store="per_request").block_hits
+    (sampled, hits), (full, full_hits) = runs[0], runs[1]
+    assert sampled._sampled and all(s.capacity_blocks == 120 for s in sampled._shadows)
+    assert not full._sampled
+    assert sampled.leader == full.leader == "depth_lfu_static"
+    assert sampled.switches == full.switches == 1
+    assert hits >= 0.98 * full_hits > 0
+    assert 0.05 * full._refs < sampled._refs < 0.2 * full._refs
+
+
+def test_a_sampled_switch_builds_the_new_leader_from_the_last_requests():
+    """A sampled shadow cannot become the tier: the new leader is the expert replayed over the
+    last requests, then fitted to what the tier holds. Led by `lru` it then gives up the
+    blocks used longest ago, each chain from its tail, as `lru` alone would have."""
+    trace = trace_of([1, 2, 3], [4, 5], [1, 2, 3, 6])
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    policy = make_policy("auto", 4096, experts=["cost_aware", "lru"], **sampling)
+    replay(trace, policy, store="per_request")
+    alone = make_policy("lru", 4096)
+    replay(trace, alone, store="per_request")
+    held = set(policy)
+    policy._switch(policy.experts.index("lru"))
+    assert policy.leader == "lru" and set(policy) == held and not policy._aside
+    assert policy.evict(3) == alone.evict(3) == [5, 4, 6]
+
+
+@pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])
+def test_auto_samples_a_key_by_the_same_bits_every_time(key):
+    from hkv.policies.auto import _key_bits
+
+    assert 0 <= _key_bits(key) < 2**64 and _key_bits(key) == _key_bits(key)
+
+
 def test_auto_hyperparameters_are_checked_by_name():
     bad = (
         ("experts", ["lru", "nope"]),
@@ -531,10 +575,12 @@ def test_auto_hyperparameters_are_checked_by_name():
         ("half_life", 0),
         ("margin", 1.5),
         ("first", "arc"),
+        ("sample_blocks", 16),
+        ("sample_above", 100),
     )
     for field, value in bad:
         params = {field: value} if field != "first" else {"experts": ["lru"], "first": value}
-        with pytest.raises(HkvError, match=r"auto\.(experts|half_life|margin|first)"):
+        with pytest.raises(HkvError, match=rf"auto\.{field}: "):
             make_policy("auto", 8, **params)
 
 
