@@ -52,3 +52,13 @@ def test_a_layer_without_a_feed_forward_block_is_named(cpu_model) -> None:
     holder.model.layers = torch.nn.ModuleList([cpu_model.model.layers[0], torch.nn.Identity()])
     with pytest.raises(HkvError, match="layer 1 \\(Identity\\) has no feed-forward block"):
         StaticBlockGraphs(holder)
+
+
+def test_a_model_graphed_already_is_refused_until_the_other_is_removed(cpu_model) -> None:
+    block = cpu_model.model.layers[1].mlp
+    block.forward = block.forward  # what another StaticBlockGraphs leaves in place
+    try:
+        with pytest.raises(HkvError, match="layer 1's feed-forward block already has its forward"):
+            StaticBlockGraphs(cpu_model, token_counts=(1,))
+    finally:
+        del block.forward

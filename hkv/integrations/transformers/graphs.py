@@ -60,7 +60,15 @@ class StaticBlockGraphs:
         counts = _checked_counts(token_counts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise HkvError(f"StaticBlockGraphs: batch_size {batch_size!r}; expected an int >= 1")
-        self.blocks = _feed_forward_blocks(model)
+        blocks = _feed_forward_blocks(model)
+        replaced = [i for i, block in enumerate(blocks) if "forward" in block.__dict__]
+        if replaced:
+            raise HkvError(
+                f"StaticBlockGraphs: layer {replaced[0]}'s feed-forward block already has its "
+                "forward replaced (graphed by another StaticBlockGraphs?); remove() that one "
+                "first, or capture every token count you need in one"
+            )
+        self.blocks = blocks
         param = next(self.blocks[0].parameters(), None)
         if param is None or param.device.type != "cuda":
             where = "no parameters" if param is None else f"its weights on {param.device}"
