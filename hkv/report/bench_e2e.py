@@ -292,8 +292,7 @@ def e2e_summary(
         "speed_at_claim_hot_fraction": dict(speed_at_claim),
         "restore_speedup": {str(k): float(v) for k, v in ttft["restore speed-up"].items()},
         "restore_ceiling": {str(k): float(v) for k, v in ttft[RESTORE_CEILING].items()},
-        "restore_speedup_per_repeat": _graphed_speedups(e2e, "eager"),
-        "restore_speedup_graphed": _graphed_speedups(e2e, "graphed"),
+        **_speedups_both_ways(ttft_graphed_table(e2e)),
         "sessions": records(sessions),
         "sessions_graphed": (
             records(session_table(e2e, GRAPHED_SESSIONS)) if GRAPHED_SESSIONS in e2e else []
@@ -303,9 +302,13 @@ def e2e_summary(
     }
 
 
-def _graphed_speedups(e2e: Mapping[str, Any], how: str) -> dict[str, float]:
-    """`ttft_graphed_table`'s restore speed-up column for `how` (eager, graphed), by prefix."""
-    table = ttft_graphed_table(e2e)
-    if table.empty:
-        return {}
-    return {str(k): float(v) for k, v in table[f"restore speed-up, {how}"].items()}
+def _speedups_both_ways(graphed: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """`ttft_graphed_table`'s restore speed-ups by prefix: eager (`restore_speedup_per_repeat`)
+    and graphed (`restore_speedup_graphed`); empty for a file without graphed timings."""
+    keys = {"restore_speedup_per_repeat": "eager", "restore_speedup_graphed": "graphed"}
+    return {
+        key: {}
+        if graphed.empty
+        else {str(k): float(v) for k, v in graphed[f"restore speed-up, {how}"].items()}
+        for key, how in keys.items()
+    }
