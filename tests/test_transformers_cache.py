@@ -261,6 +261,38 @@ def test_working_copy_appends_in_place_and_matches_dynamic_cache(model) -> None:
     assert [layer.tail_keys.shape[-2] for layer in cache.layers] == [1, 1]
 
 
+def test_decode_steps_take_the_fast_path_except_where_a_block_ends(model) -> None:
+    """`_fast_append` serves every step that completes no block and fits the copy; the other
+    steps, and a step in a grad mode other than the copy's, take `_append_to_work`. Every
+    step's K/V equals DynamicCache's, bit for bit."""
+    settings = HkvCacheSettings(block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1)
+    ours, theirs = HkvCache(2, settings), DynamicCache(config=model.config)
+    layer = ours.layers[0]
+    slow = []
+    append = layer._append_to_work
+
+    def counted(keys, values):
+        slow.append(layer.get_seq_length() + keys.shape[-2])
+        return append(keys, values)
+
+    layer._append_to_work = counted
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for step in range(32):
+            n = 21 if step == 0 else 1
+            k, v = (torch.randn(1, 2, n, 32, generator=gen) for _ in range(2))
+            mode = torch.inference_mode() if step == 20 else torch.no_grad()
+            with mode:
+                got = ours.layers[0].update(k, v)
+                want = theirs.layers[0].update(k, v)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    # tokens 22..52: blocks end at 24, 32, 40 and 48; the copy (21 tokens and a block of room)
+    # grows at 30, 39 and 48; step 20 (token 41) ran under inference mode
+    assert layer.get_seq_length() == 52 and layer.num_blocks == 6
+    assert slow == [24, 30, 32, 39, 40, 41, 48]
+    assert not layer._work.is_inference()
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_working_copies_wait_until_the_whole_sequence_is_back(model, prefetch) -> None:
     input_ids = prompt(60, seed=13)

@@ -46,6 +46,10 @@ class HkvLayer(DynamicLayer):
         self._work_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # its K and V `[1, ...]`
         self._work_tokens = 0
         self._work_departures = -1
+        self._fast_limit = -1  # `_set_work` keeps it; no working copy: never
+        self._work_geometry: tuple = ()
+        self._work_inference = False
+        self._staging: torch.Tensor | None = None  # pinned host room for the tail, 1st release
 
     def block_key(self, index: int) -> int:
         return self.key_base + index * self.store.num_layers + self.layer_idx
@@ -67,6 +71,10 @@ class HkvLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append `[1, kv_heads, new, head_dim]` K/V; return the layer's whole K/V (in the
         pool's grad mode, `kv_blocks.storage_mode`)."""
+        if self._work is not None:
+            fast = self._fast_append(key_states, value_states)
+            if fast is not None:
+                return fast
         mode = storage_mode(self.store.manager)
         if mode is None:
             return self._update(key_states, value_states)
@@ -93,8 +101,11 @@ class HkvLayer(DynamicLayer):
             self._drop_work()
         if self.tail_keys.shape[-2]:
             device = key_states.device
-            self.tail_keys = torch.cat([self.tail_keys.to(device), key_states], -2)
-            self.tail_values = torch.cat([self.tail_values.to(device), value_states], -2)
+            # a tail parked in pinned host memory comes back without the CPU waiting
+            back = (self.tail_keys.to(device, non_blocking=True), key_states)
+            self.tail_keys = torch.cat(back, -2)
+            back = (self.tail_values.to(device, non_blocking=True), value_states)
+            self.tail_values = torch.cat(back, -2)
         else:  # nothing to append to (a turn resumed at a block boundary, a prefill)
             self.tail_keys, self.tail_values = key_states, value_states
         self._seal_full_blocks()
@@ -147,6 +158,56 @@ class HkvLayer(DynamicLayer):
         of its K and V made once: indexing a tensor costs the host more than a step's copy."""
         self._work, self._work_tokens = work, tokens
         self._work_kv = None if work is None else (work[0:1], work[1:2])
+        self._update_fast_limit()
+        if work is not None:
+            stride = self._work_kv[0].stride()
+            self._work_geometry = (self._work_kv[0].shape, stride, stride[0])
+            self._work_inference = work.is_inference()
+
+    def _update_fast_limit(self) -> None:
+        """The most tokens `_fast_append` may leave in the copy: its capacity, and one short of
+        the next block's end (a block completed is sealed by `_append_to_work`)."""
+        if self._work is None:
+            self._fast_limit = -1
+            return
+        b = self.store.settings.block_tokens
+        self._fast_limit = min(self._work.shape[2], (self.num_blocks + 1) * b - 1)
+
+    def _fast_append(self, keys: torch.Tensor, values: torch.Tensor):
+        """A decode step's path, or None when `_update` must run: the working copy current, the
+        caller in the pool's mode, no pins to restore, no prefetch for this layer to wait for,
+        and the tokens completing no block and fitting the copy. Writes K and V in one call and
+        returns `as_strided` views (under `torch.no_grad` a `narrow` costs the host half as much
+        again as a whole step's `torch.cat`)."""
+        store = self.store
+        manager = store.manager
+        start = self._work_tokens
+        end = start + keys.shape[-2]
+        if (
+            self._work_departures != manager.gpu_departures
+            or end > self._fast_limit
+            or self.needs_pins
+            or store.prefetch_for == self.layer_idx
+            or torch.is_inference_mode_enabled() != self._work_inference
+        ):
+            return None
+        work, (shape, stride, v_offset) = self._work, self._work_geometry
+        heads, dim = shape[1], shape[3]
+        torch.cat(
+            [keys, values],
+            0,
+            out=work.as_strided((2, heads, end - start, dim), work.stride(), start * dim),
+        )
+        self._work_tokens = end
+        self.updates += 1
+        self.recent_updates.append(end - start)
+        self._since_touch += 1
+        if self._since_touch >= TOUCH_EVERY:
+            manager.touch(self._keys)
+            self._since_touch = 0
+        store.prefetch_next(self.layer_idx)
+        size = (1, heads, end, dim)
+        return work.as_strided(size, stride), work.as_strided(size, stride, v_offset)
 
     def _append_to_work(self, keys: torch.Tensor, values: torch.Tensor):
         """The fast path: the new tokens written in place, blocks completed sealed from the
@@ -171,6 +232,7 @@ class HkvLayer(DynamicLayer):
             first = self.num_blocks * b
             block = self._work[:, :, first : first + b].permute(0, 2, 1, 3).unsqueeze(0)
             self._seal_block(block)
+        self._update_fast_limit()
         if self.work_is_current():
             self._since_touch += 1
             if self._since_touch >= TOUCH_EVERY:
@@ -327,8 +389,28 @@ class HkvLayer(DynamicLayer):
             manager.unpin(pinned)
             self.store.num_pinned -= len(pinned)
         self.needs_pins = False
-        if self.tail_keys is not None:
-            self.tail_keys, self.tail_values = _to_host(self.tail_keys), _to_host(self.tail_values)
+        if self.tail_keys is not None and self.tail_keys.device.type == "cuda":
+            self._tail_to_host()
+        elif self.tail_keys is not None:
+            self.tail_keys, self.tail_values = self.tail_keys.cpu(), self.tail_values.cpu()
+
+    def _tail_to_host(self) -> None:
+        """Copy the tail (less than a block) into this layer's pinned staging buffer without
+        the CPU waiting, and keep views of it: the buffer is allocated once, at the first
+        release, so a turn's end costs no pinned allocation (`cudaHostAlloc` takes
+        milliseconds). The stream that copies the tail back runs after this copy, and this
+        layer's next release writes the buffer only after that."""
+        keys, values = self.tail_keys, self.tail_values
+        size = keys.numel()
+        staging = self._staging
+        if staging is None or staging.dtype != keys.dtype or 2 * size > staging.numel():
+            _, heads, tokens, dim = keys.shape
+            room = 2 * heads * max(tokens, self.store.settings.block_tokens) * dim
+            staging = self._staging = torch.empty(room, dtype=keys.dtype, pin_memory=True)
+        half = staging.numel() // 2
+        self.tail_keys = staging[:size].view(keys.shape).copy_(keys, non_blocking=True)
+        self.tail_values = staging[half : half + size].view(keys.shape)
+        self.tail_values.copy_(values, non_blocking=True)
 
     def repin(self) -> None:
         """Pin the sink and recent blocks again (a turn resumed): those on the GPU (the usual
@@ -359,12 +441,3 @@ class HkvLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise HkvError("HkvCache: batch size 1 only")
-
-
-def _to_host(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` in host memory; from CUDA into pinned memory without the CPU waiting (the
-    stream that copies it back later runs after this copy)."""
-    if tensor.device.type != "cuda":
-        return tensor.cpu()
-    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    return host.copy_(tensor, non_blocking=True)
