@@ -102,11 +102,13 @@ def test_second_turn_restored_from_host_matches_dynamic_cache(model) -> None:
 def test_sessions_taking_turns_match_dynamic_cache(model, hot_blocks) -> None:
     """Three conversations, two rounds of turns, the next one prefetched while one runs: with a
     pool that holds them all nothing moves; with a small one they cycle through host RAM. Every
-    layer decodes from its working copy once its blocks are on the GPU."""
+    layer decodes from its working copy once its blocks are on the GPU. A finished turn's tail
+    waits in its layer's pinned staging buffer, the same buffer every turn."""
     settings = HkvCacheSettings(block_tokens=32, hot_blocks=hot_blocks, host_blocks=256)
     store = HkvSessionStore(model.config, settings)
     ids = {s: prompt(150 + 40 * s, seed=30 + s) for s in range(3)}
     refs = {s: DynamicCache(config=model.config) for s in range(3)}
+    staging = {}
     for r in range(2):
         for s in range(3):
             if r:
@@ -116,6 +118,10 @@ def test_sessions_taking_turns_match_dynamic_cache(model, hot_blocks) -> None:
             out = generate(model, ids[s], cache, new_tokens=12)
             assert all(layer._work is not None for layer in cache.layers)
             store.finish_turn(str(s), cache, out)
+            buffers = staging.setdefault(s, [layer._staging for layer in cache.layers])
+            for layer, buffer in zip(cache.layers, buffers, strict=True):
+                assert layer._staging is buffer and buffer.is_pinned()
+                assert layer.tail_keys.data_ptr() == buffer.data_ptr()
             assert torch.equal(out, generate(model, ids[s], refs[s], new_tokens=12))
             ids[s] = out
     moved = store._manager.stats.bytes_moved

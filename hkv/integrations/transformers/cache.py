@@ -6,7 +6,8 @@
 Each layer's KV lives in fixed-size token blocks of a `HybridKVCacheManager`; one manager block
 is one layer's `block_tokens` tokens (`BlockLayout(num_layers=1)`), keyed
 `key_base + block_index * num_layers + layer`. The tokens after the last full block (the tail,
-fewer than `block_tokens`) stay a plain tensor on the layer.
+fewer than `block_tokens`) stay a plain tensor on the layer; between turns it waits in a pinned
+host buffer the layer allocates once, and comes back without the CPU waiting.
 
 Hot on the device, per layer: the first `sink_blocks` (attention sinks) and the last
 `recent_blocks` (both pinned), then a window of the `window_blocks` blocks before the recent ones
@@ -26,7 +27,8 @@ memory is the hot pool plus one layer.
 - Working copy (`working_copy`, on by default): once every block of the sequence (all layers)
   is on the GPU, each layer gathers its blocks once into a `[2, kv_heads, capacity, head_dim]`
   copy with room to grow and from then on writes each step's new tokens into it in place and
-  returns views of it: two small copies a step, no gather, no per-block Python. A completed
+  returns views of it: one `torch.cat` into the copy and two `as_strided` views a step
+  (`HkvLayer._fast_append`), no gather, no per-block Python. A completed
   block is sealed from the copy into the pool. The copy stays while the whole sequence stays on
   the GPU (checked when any block departs: the manager's `gpu_departures`); it is dropped at
   `release`. Memory: the pool plus one copy of the running sequence (a sequence that streams
