@@ -442,7 +442,11 @@ def graphed_sessions() -> tuple[Any, ...]:
     assert table["tokens equal"].eq("80/80").all()
     saved = 100 * table.loc[0.25, "kv_resident_saved"]
     lockstep = bench_e2e.lockstep_table(result("e2e_h200.json"), bench_e2e.GRAPHED_SESSIONS)
-    assert bench_e2e.all_hot_slowdown(lockstep) > bench_e2e.ALL_HOT_TARGET_SLOWDOWN  # "not met"
+    # "every target of the sessions and restore benchmarks holds at once" with the graphs
+    assert bench_e2e.all_hot_slowdown(lockstep) <= bench_e2e.ALL_HOT_TARGET_SLOWDOWN
+    assert bench_e2e.sessions_target_met(lockstep)
+    restores = bench_e2e.ttft_graphed_table(result("e2e_h200.json"))["restore speed-up, graphed"]
+    assert restores[[8192, 32768, 65536]].min() >= bench_e2e.RESTORE_TARGET
     return out[0], out[1], saved, out[2], out[3]
 
 
