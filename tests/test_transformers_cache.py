@@ -243,9 +243,8 @@ def test_working_copy_appends_in_place_and_matches_dynamic_cache(model) -> None:
     settings = HkvCacheSettings(block_tokens=8, hot_blocks=64, sink_blocks=1, recent_blocks=1)
     cache = HkvCache(model.config, settings)
     gathers = []
-    for layer in cache.layers:
-        gather = layer._gather
-        layer._gather = lambda *a, gather=gather: gathers.append(1) or gather(*a)
+    gather = cache.store.gather  # every layer's gathers go through the one store
+    cache.store.gather = lambda *a: gathers.append(1) or gather(*a)
     out = generate(model, input_ids, cache, new_tokens=20)
     assert torch.equal(out, reference)
     # built once per layer at its second update, then every step appended in place: 20 steps

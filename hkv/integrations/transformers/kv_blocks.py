@@ -1,5 +1,6 @@
 """The block store behind `HkvCache` (`hkv.integrations.transformers` says how it works):
-settings, the shared manager, streamed blocks, room-making and the next layer's prefetch."""
+settings, the shared manager, streamed blocks, room-making, the next layer's prefetch, and the
+gather of a layer's blocks from the pool."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hkv.errors import HkvError
 from hkv.planning.config import HybridKVCacheConfig
 from hkv.storage.layout import BlockLayout
 from hkv.storage.manager import AccessResult, HybridKVCacheManager
+from hkv.storage.transfer import as_words, consecutive
 
 if TYPE_CHECKING:
     from hkv.integrations.transformers.kv_layer import HkvLayer
@@ -274,6 +276,50 @@ class BlockStore:
         self.prefetch_for, self.prefetch_pending = layer_idx, pending
         self.prefetched += len(keys)
         return len(keys)
+
+    def slot_index(self, slots: list[int]) -> range | torch.Tensor:
+        """`slots` as a `range` when they are consecutive (read in place, no index), else on
+        the device without the CPU waiting (`TransferEngine.device_index`)."""
+        if consecutive(slots):
+            return range(slots[0], slots[0] + len(slots))
+        return self.manager.engine.device_index(slots)
+
+    def gather(self, kv: torch.Tensor, start: int, index: range | torch.Tensor) -> None:
+        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: one
+        strided copy from `[n, 2, b, heads, dim]` into `kv`'s `[2, heads, n * b, dim]`, read
+        in place from consecutive slots (a `range`), else after gathering whole blocks as
+        8-byte words (a row gather, near copy speed)."""
+        b, n = self.settings.block_tokens, len(index)
+        pool = self.manager.gpu.kv
+        if isinstance(index, range):
+            blocks = pool.narrow(0, index.start, n).view(n, 2, b, *pool.shape[-2:])
+        else:
+            rows = as_words(pool).index_select(0, index)
+            blocks = rows.view(pool.dtype).view(n, 2, b, *pool.shape[-2:])
+        out = kv.narrow(2, start * b, n * b).unflatten(2, (n, b))
+        out.copy_(blocks.permute(1, 3, 0, 2, 4))
+
+    def chunks(self, keys: list[int]):
+        """A layer's `keys` in order, cut so that each cut's cold blocks fit in the slots free
+        or held by streamed blocks, and all of it in the unpinned slots: (keys, indices of the
+        cold ones) pairs."""
+        manager, streamed = self.manager, self.streamed
+        chunk, cold, budget = [], [], self.available()
+        for index, key in enumerate(keys):
+            is_cold = manager.gpu_slots_of((key,)) is None
+            full = len(chunk) >= self.room() or (is_cold and cold and len(cold) >= budget)
+            if full:
+                yield chunk, cold
+                chunk, cold, budget = [], [], None
+            if budget is None:
+                budget = self.available()
+            chunk.append(key)
+            if is_cold:
+                cold.append(index)
+            elif key in streamed and manager.evictable(key):
+                budget -= 1  # its slot counted as available, but the chunk protects it
+        if chunk:
+            yield chunk, cold
 
     def make_room(self, count: int, protected: set[int]) -> None:
         """Free GPU slots for `count` blocks by demoting streamed blocks first.

@@ -18,7 +18,6 @@ from hkv.integrations.transformers.kv_blocks import (
     storage_mode,
 )
 from hkv.storage.formats import LOSSLESS_FORMATS
-from hkv.storage.transfer import as_words, consecutive
 
 
 class HkvLayer(DynamicLayer):
@@ -47,7 +46,7 @@ class HkvLayer(DynamicLayer):
         self._work_tokens = 0
         self._work_departures = -1
         self._fast_limit = -1  # `_set_work` keeps it; no working copy: never
-        self._work_geometry: tuple = ()
+        self._work_geometry: tuple = ()  # heads, head_dim, strides (`_set_work`)
         self._work_inference = False
         self._staging: torch.Tensor | None = None  # pinned host room for the tail, 1st release
 
@@ -155,23 +154,21 @@ class HkvLayer(DynamicLayer):
 
     def _set_work(self, work: torch.Tensor | None, tokens: int) -> None:
         """`work` becomes the working copy (None: none), with `[1, heads, capacity, dim]` views
-        of its K and V made once: indexing a tensor costs the host more than a step's copy."""
+        of its K and V made once (indexing a tensor costs the host more than a step's copy),
+        and what `_fast_append` needs: heads, dim, strides and the copy's grad mode."""
         self._work, self._work_tokens = work, tokens
         self._work_kv = None if work is None else (work[0:1], work[1:2])
-        self._update_fast_limit()
         if work is not None:
-            stride = self._work_kv[0].stride()
-            self._work_geometry = (self._work_kv[0].shape, stride, stride[0])
+            self._work_geometry = (work.shape[1], work.shape[3], work.stride())
             self._work_inference = work.is_inference()
+        self._update_fast_limit()
 
     def _update_fast_limit(self) -> None:
         """The most tokens `_fast_append` may leave in the copy: its capacity, and one short of
         the next block's end (a block completed is sealed by `_append_to_work`)."""
-        if self._work is None:
-            self._fast_limit = -1
-            return
         b = self.store.settings.block_tokens
-        self._fast_limit = min(self._work.shape[2], (self.num_blocks + 1) * b - 1)
+        last = (self.num_blocks + 1) * b - 1
+        self._fast_limit = -1 if self._work is None else min(self._work.shape[2], last)
 
     def _fast_append(self, keys: torch.Tensor, values: torch.Tensor):
         """A decode step's path, or None when `_update` must run: the working copy current, the
@@ -191,13 +188,9 @@ class HkvLayer(DynamicLayer):
             or torch.is_inference_mode_enabled() != self._work_inference
         ):
             return None
-        work, (shape, stride, v_offset) = self._work, self._work_geometry
-        heads, dim = shape[1], shape[3]
-        torch.cat(
-            [keys, values],
-            0,
-            out=work.as_strided((2, heads, end - start, dim), work.stride(), start * dim),
-        )
+        work, (heads, dim, stride) = self._work, self._work_geometry
+        new = work.as_strided((2, heads, end - start, dim), stride, start * dim)
+        torch.cat([keys, values], 0, out=new)
         self._work_tokens = end
         self.updates += 1
         self.recent_updates.append(end - start)
@@ -207,11 +200,12 @@ class HkvLayer(DynamicLayer):
             self._since_touch = 0
         store.prefetch_next(self.layer_idx)
         size = (1, heads, end, dim)
-        return work.as_strided(size, stride), work.as_strided(size, stride, v_offset)
+        return work.as_strided(size, stride), work.as_strided(size, stride, stride[0])
 
     def _append_to_work(self, keys: torch.Tensor, values: torch.Tensor):
-        """The fast path: the new tokens written in place, blocks completed sealed from the
-        copy, the policy told every `TOUCH_EVERY` updates; views of the copy returned."""
+        """The working copy's general path (a block completed, the copy full, or a grad mode
+        other than the copy's): the new tokens written in place, blocks completed sealed from
+        the copy, the policy told every `TOUCH_EVERY` updates; views of the copy returned."""
         start = self._work_tokens
         end = start + keys.shape[-2]
         if end > self._work.shape[2]:
@@ -299,7 +293,7 @@ class HkvLayer(DynamicLayer):
         cached = self._slot_map
         if cached is None or cached[0] != departures or cached[1] != n:
             slots = manager.ready_slots(self._keys)  # None unless all are on or arriving
-            cached = None if slots is None else (departures, n, self._index(slots))
+            cached = None if slots is None else (departures, n, self.store.slot_index(slots))
             self._slot_map = cached
             if cached is not None:
                 manager.touch(self._keys)
@@ -309,13 +303,13 @@ class HkvLayer(DynamicLayer):
             if self._since_touch >= TOUCH_EVERY:
                 manager.touch(self._keys)
                 self._since_touch = 0
-            self._gather(kv, 0, cached[2])
+            self.store.gather(kv, 0, cached[2])
             return
         self.store.settle()
         hot_from = self.num_blocks - self.store.settings.recent_blocks - self.store.window_blocks
         passing = set(self._keys[self.store.settings.sink_blocks : hot_from])
         start = 0
-        for chunk, cold in self._chunks():
+        for chunk, cold in self.store.chunks(self._keys):
             self.store.make_room(len(cold), set(chunk))
             result = manager.access(chunk, pin=True)
             # outside the hot window a block on the GPU is passing through: first to leave
@@ -325,53 +319,11 @@ class HkvLayer(DynamicLayer):
                     f"HkvCache: layer {self.layer_idx} could not bring back its blocks "
                     f"({result.reason or f'{len(result.to_compute)} blocks lost'})"
                 )
-            self._gather(kv, start, self._index([result.gpu_slots[k] for k in chunk]))
+            self.store.gather(
+                kv, start, self.store.slot_index([result.gpu_slots[k] for k in chunk])
+            )
             manager.unpin(chunk)
             start += len(chunk)
-
-    def _index(self, slots: list[int]) -> range | torch.Tensor:
-        """`slots` as a `range` when they are consecutive (read in place, no index), else on
-        the device without the CPU waiting (`TransferEngine.device_index`)."""
-        if consecutive(slots):
-            return range(slots[0], slots[0] + len(slots))
-        return self.store.manager.engine.device_index(slots)
-
-    def _gather(self, kv: torch.Tensor, start: int, index: range | torch.Tensor) -> None:
-        """Copy the blocks in GPU slots `index` into `kv`'s blocks from `start` on: one
-        strided copy from `[n, 2, b, heads, dim]` into `kv`'s `[2, heads, n * b, dim]`, read
-        in place from consecutive slots (a `range`), else after gathering whole blocks as
-        8-byte words (a row gather, near copy speed)."""
-        b, n = self.store.settings.block_tokens, len(index)
-        pool = self.store.manager.gpu.kv
-        if isinstance(index, range):
-            blocks = pool.narrow(0, index.start, n).view(n, 2, b, *pool.shape[-2:])
-        else:
-            rows = as_words(pool).index_select(0, index)
-            blocks = rows.view(pool.dtype).view(n, 2, b, *pool.shape[-2:])
-        out = kv.narrow(2, start * b, n * b).unflatten(2, (n, b))
-        out.copy_(blocks.permute(1, 3, 0, 2, 4))
-
-    def _chunks(self):
-        """This layer's keys in order, cut so that each cut's cold blocks fit in the slots free
-        or held by streamed blocks, and all of it in the unpinned slots: (keys, indices of the
-        cold ones) pairs."""
-        manager, streamed = self.store.manager, self.store.streamed
-        chunk, cold, budget = [], [], self.store.available()
-        for index, key in enumerate(self._keys):
-            is_cold = manager.gpu_slots_of((key,)) is None
-            full = len(chunk) >= self.store.room() or (is_cold and cold and len(cold) >= budget)
-            if full:
-                yield chunk, cold
-                chunk, cold, budget = [], [], None
-            if budget is None:
-                budget = self.store.available()
-            chunk.append(key)
-            if is_cold:
-                cold.append(index)
-            elif key in streamed and manager.evictable(key):
-                budget -= 1  # its slot counted as available, but the chunk protects it
-        if chunk:
-            yield chunk, cold
 
     def get_seq_length(self) -> int:
         if not self.is_initialized:
