@@ -42,7 +42,6 @@ class HkvLayer(DynamicLayer):
         # the working copy: `[2, heads, capacity, dim]`, its first `_work_tokens` tokens this
         # layer's K/V, kept while the whole sequence stays on the GPU (checked at departures)
         self._work: torch.Tensor | None = None
-        self._work_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # its K and V `[1, ...]`
         self._work_tokens = 0
         self._work_departures = -1
         self._fast_limit = -1  # `_set_work` keeps it; no working copy: never
@@ -153,11 +152,9 @@ class HkvLayer(DynamicLayer):
         return max(b, -(-tokens // 8 // b) * b)
 
     def _set_work(self, work: torch.Tensor | None, tokens: int) -> None:
-        """`work` becomes the working copy (None: none), with `[1, heads, capacity, dim]` views
-        of its K and V made once (indexing a tensor costs the host more than a step's copy),
-        and what `_fast_append` needs: heads, dim, strides and the copy's grad mode."""
+        """`work` becomes the working copy (None: none), with what `_write` and `_fast_append`
+        need kept once: heads, dim, strides and the copy's grad mode."""
         self._work, self._work_tokens = work, tokens
-        self._work_kv = None if work is None else (work[0:1], work[1:2])
         if work is not None:
             self._work_geometry = (work.shape[1], work.shape[3], work.stride())
             self._work_inference = work.is_inference()
@@ -173,9 +170,7 @@ class HkvLayer(DynamicLayer):
     def _fast_append(self, keys: torch.Tensor, values: torch.Tensor):
         """A decode step's path, or None when `_update` must run: the working copy current, the
         caller in the pool's mode, no pins to restore, no prefetch for this layer to wait for,
-        and the tokens completing no block and fitting the copy. Writes K and V in one call and
-        returns `as_strided` views (under `torch.no_grad` a `narrow` costs the host half as much
-        again as a whole step's `torch.cat`)."""
+        and the tokens completing no block and fitting the copy (`_write`)."""
         store = self.store
         manager = store.manager
         start = self._work_tokens
@@ -188,19 +183,31 @@ class HkvLayer(DynamicLayer):
             or torch.is_inference_mode_enabled() != self._work_inference
         ):
             return None
+        views = self._write(keys, values, start, end)
+        self.updates += 1
+        self.recent_updates.append(end - start)
+        self._count_touch()
+        store.prefetch_next(self.layer_idx)
+        return views
+
+    def _write(self, keys: torch.Tensor, values: torch.Tensor, start: int, end: int):
+        """Write `keys` and `values` into the copy's tokens `start:end` (one `torch.cat` into
+        an `as_strided` view; under `torch.no_grad` a `narrow` costs the host half as much
+        again as a whole step's `torch.cat`); return K and V views of its first `end` tokens."""
         work, (heads, dim, stride) = self._work, self._work_geometry
         new = work.as_strided((2, heads, end - start, dim), stride, start * dim)
         torch.cat([keys, values], 0, out=new)
         self._work_tokens = end
-        self.updates += 1
-        self.recent_updates.append(end - start)
-        self._since_touch += 1
-        if self._since_touch >= TOUCH_EVERY:
-            manager.touch(self._keys)
-            self._since_touch = 0
-        store.prefetch_next(self.layer_idx)
         size = (1, heads, end, dim)
         return work.as_strided(size, stride), work.as_strided(size, stride, stride[0])
+
+    def _count_touch(self) -> None:
+        """One more update of blocks that all stayed on the GPU: every `TOUCH_EVERY`, the
+        policy hears of them."""
+        self._since_touch += 1
+        if self._since_touch >= TOUCH_EVERY:
+            self.store.manager.touch(self._keys)
+            self._since_touch = 0
 
     def _append_to_work(self, keys: torch.Tensor, values: torch.Tensor):
         """The working copy's general path (a block completed, the copy full, or a grad mode
@@ -217,10 +224,7 @@ class HkvLayer(DynamicLayer):
             )
             work[:, :, :start] = old[:, :, :start]
             self._set_work(work, start)
-        work_keys, work_values = self._work_kv
-        work_keys.narrow(2, start, end - start).copy_(keys)
-        work_values.narrow(2, start, end - start).copy_(values)
-        self._work_tokens = end
+        views = self._write(keys, values, start, end)
         b = self.store.settings.block_tokens
         while end - self.num_blocks * b >= b:
             first = self.num_blocks * b
@@ -228,12 +232,9 @@ class HkvLayer(DynamicLayer):
             self._seal_block(block)
         self._update_fast_limit()
         if self.work_is_current():
-            self._since_touch += 1
-            if self._since_touch >= TOUCH_EVERY:
-                self.store.manager.touch(self._keys)
-                self._since_touch = 0
+            self._count_touch()
         self.store.prefetch_next(self.layer_idx)
-        return work_keys.narrow(2, 0, end), work_values.narrow(2, 0, end)
+        return views
 
     def _drop_work(self) -> None:
         """Back to the tail tensor and per-step assembly (the copy's memory is freed)."""
@@ -299,10 +300,7 @@ class HkvLayer(DynamicLayer):
                 manager.touch(self._keys)
                 self._since_touch = 0
         if cached is not None:  # all on the GPU where they were: gather, tell the policy
-            self._since_touch += 1
-            if self._since_touch >= TOUCH_EVERY:
-                manager.touch(self._keys)
-                self._since_touch = 0
+            self._count_touch()
             self.store.gather(kv, 0, cached[2])
             return
         self.store.settle()
