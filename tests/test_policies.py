@@ -572,6 +572,7 @@ def test_auto_hyperparameters_are_checked_by_name():
     bad = (
         ("experts", ["lru", "nope"]),
         ("experts", "lru"),
+        ("experts", []),
         ("half_life", 0),
         ("margin", 1.5),
         ("first", "arc"),
@@ -582,6 +583,29 @@ def test_auto_hyperparameters_are_checked_by_name():
         params = {field: value} if field != "first" else {"experts": ["lru"], "first": value}
         with pytest.raises(HkvError, match=rf"auto\.{field}: "):
             make_policy("auto", 8, **params)
+
+
+def test_auto_starts_as_depth_lfu_static_or_else_its_first_expert():
+    """Unset, `first` is `depth_lfu_static` among the default experts (`predictive` one of
+    them), and the first expert given where they leave it out."""
+    policy = make_policy("auto", 64)
+    assert policy.leader == policy.first == "depth_lfu_static"
+    assert "predictive" in policy.experts and policy.hyperparameters()["first"] == policy.first
+    assert make_policy("auto", 64, experts=["arc", "lru"]).leader == "arc"
+
+
+def test_a_sampled_auto_runs_no_shadow_of_predictive():
+    """`predictive` learns from absolute label counts, so it has no sampled shadow: it is
+    scored (and may lead) only where the shadows hold the whole tier."""
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    trace = trace_of(*[[i, i + 1, i + 2] for i in range(0, 600, 3)] * 2)
+    sampled = make_policy("auto", 4096, **sampling)
+    replay(trace, sampled, store="per_request")
+    assert "predictive" not in sampled.scores() and set(sampled.scores()) < set(sampled.experts)
+    assert sampled.leader != "predictive"
+    whole = make_policy("auto", 64, **sampling)
+    replay(trace, whole, store="per_request")
+    assert set(whole.scores()) == set(whole.experts)
 
 
 def test_depth_lfu_keeps_shared_heads_over_deep_tails_and_static_keeps_them_through_a_burst():
@@ -681,7 +705,7 @@ RECORDED_DECISIONS = {
     "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "6ad05f2640c0a37214550fdca6d61dddee59c01c6916ba7e7714036b898cd6c3",
+    "auto": "435b4677989c1e318162a61dec0519b70a1a434f1d7d697988998cb00942f689",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -694,7 +718,8 @@ request finishes) instead of touching inline, and the queue and priority policie
 request's stored blocks tail first. That moved every online policy but `random` (whose victims
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
 recorded when they were added (issue 16); `auto` again each time it was rebuilt (issue 16,
-scope 4), last when it became the leader of shadowed experts; `depth_lfu` when it was added."""
+scope 4), when it became the leader of shadowed experts, and last when `predictive` joined its
+experts and `depth_lfu_static` became its first; `depth_lfu` when it was added."""
 
 
 @pytest.mark.parametrize("name", policy_names())

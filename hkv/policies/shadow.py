@@ -22,9 +22,11 @@ EXPERTS: dict[str, tuple[str, dict[str, Any], int]] = {
     "cost_aware": ("cost_aware", {}, 1),
     "depth_lfu": ("depth_lfu", {"bypass": False}, 1),
     "depth_lfu_static": ("depth_lfu", {"aging": False, "bypass": False}, 1),
+    "predictive": ("predictive", {}, 1),
 }
 """Expert label -> (registered policy, its hyperparameters, store threshold): vLLM's `lru`,
-`lru` with `store_threshold` 2 and (hkv's) `arc`, and hkv's own policies."""
+`lru` with `store_threshold` 2 and (hkv's) `arc`, and hkv's own policies, the learned
+`predictive` among them."""
 
 
 def make_expert(label: str, capacity_blocks: int, **context: Any) -> EvictionPolicy:
