@@ -145,3 +145,64 @@ def replay_speed_frame(results: dict[str, Any], policy: str = "predictive"):
             }
         )
     return pd.DataFrame(rows)
+
+
+CEILING_LINES = {
+    "best_competitor_block_hit_rate": "best of vLLM's options and the peers",
+    "hkv:predictive": "hkv predictive",
+    "hkv:auto": "hkv auto",
+    "block_hit_rate": "lru + admission oracle (ceiling)",
+    "half_gap_block_hit_rate": "half the gap to Belady",
+    "belady_block_hit_rate": "Belady",
+}
+
+
+def ceiling_long(results: dict[str, Any]):
+    """`bench.admission_ceiling`'s cells that have the suite beside them, one row per (workload,
+    capacity, line of `CEILING_LINES`): block hit rate (%)."""
+    import pandas as pd
+
+    rows = []
+    for name, cells_ in results["workloads"].items():
+        for cell in cells_:
+            if "belady_block_hit_rate" not in cell:
+                continue
+            for key, line in CEILING_LINES.items():
+                value = cell.get(key)
+                rate = value["block_hit_rate"] if isinstance(value, dict) else value
+                if rate is not None:
+                    rows.append(
+                        {
+                            "workload": name,
+                            "capacity %": 100 * cell["capacity_frac"],
+                            "line": line,
+                            "block hit rate %": 100 * rate,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def ceiling_summary(results: dict[str, Any], workload: str = "mooncake"):
+    """Per capacity of `workload`: the best competitor, `auto`, `predictive`, the admission
+    ceiling (and its horizon), half the gap to Belady and Belady (%), and the share of that gap
+    the ceiling closes."""
+    import pandas as pd
+
+    rows = []
+    for cell in results["workloads"].get(workload, []):
+        if "belady_block_hit_rate" not in cell:
+            continue
+        rows.append(
+            {
+                "capacity %": 100 * cell["capacity_frac"],
+                "best competitor %": 100 * cell["best_competitor_block_hit_rate"],
+                "auto %": 100 * cell["hkv:auto"]["block_hit_rate"],
+                "predictive %": 100 * cell["hkv:predictive"]["block_hit_rate"],
+                "ceiling %": 100 * cell["block_hit_rate"],
+                "horizon (x tier)": cell["best_horizon_factor"],
+                "half gap %": 100 * cell["half_gap_block_hit_rate"],
+                "belady %": 100 * cell["belady_block_hit_rate"],
+                "gap closed": cell["ceiling_gap_closed"],
+            }
+        )
+    return pd.DataFrame(rows)

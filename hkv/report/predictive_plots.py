@@ -76,3 +76,32 @@ def plot_regret_heatmap(regrets, path: str | os.PathLike[str], clip: float = 10.
     ax.set_title("Regret per policy and suite cell")
     figure.tight_layout()
     return save_figure(figure, path)
+
+
+def plot_ceiling(long, path: str | os.PathLike[str]) -> Path:
+    """Block hit rate against capacity per workload: the best competitor, `auto`, `predictive`,
+    `lru` behind an admission oracle, half the gap to Belady, and Belady."""
+    import seaborn as sns
+
+    lines = list(dict.fromkeys(long["line"]))
+    grid = sns.relplot(
+        data=long,
+        kind="line",
+        x="capacity %",
+        y="block hit rate %",
+        hue="line",
+        hue_order=lines,
+        col="workload",
+        col_wrap=4,
+        markers=True,
+        style="line",
+        height=3.2,
+        aspect=1.1,
+        facet_kws={"sharey": False},
+    )
+    ticks = sorted(set(long["capacity %"]))
+    grid.set(xscale="log", xticks=ticks, xticklabels=[f"{t:g}%" for t in ticks])
+    grid.set_titles("{col_name}")
+    grid.figure.subplots_adjust(top=0.88)
+    grid.figure.suptitle("What a perfect reuse predictor could buy in front of lru")
+    return save_figure(grid.figure, path)
