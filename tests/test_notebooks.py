@@ -471,7 +471,14 @@ def check_predictive(r: dict[str, Any]) -> None:
     assert predictive["mean_gain_over_lru"] > 0
     ahead = ("vllm:lru+st2", "hkv:s3fifo", "hkv:cost_aware", "hkv:modality_aware")
     assert all(regret_summary(suite, p)["mean_regret"] < predictive["mean_regret"] for p in ahead)
-    assert len(r["figures"]) == 3 and all(Path(f).is_file() for f in r["figures"])
+    assert len(r["figures"]) == 4 and all(Path(f).is_file() for f in r["figures"])
+    # the ceiling: the committed file's Mooncake cells, never below the best competitor's
+    ceiling = load_result("admission_ceiling")["workloads"]["mooncake"]
+    rows = r["mooncake_ceiling"]
+    assert [row["ceiling %"] for row in rows] == [100 * c["block_hit_rate"] for c in ceiling]
+    assert all(row["best competitor %"] <= row["ceiling %"] <= row["belady %"] for row in rows)
+    assert all(row["auto %"] < row["half gap %"] for row in rows)
+    assert all(0.45 <= row["gap closed"] <= 0.6 for row in rows)  # "about half ... and no more"
     # section 5: the ranking on unseen seeds is the committed file's, auto first there too
     from hkv.report.suite import ranking
 
