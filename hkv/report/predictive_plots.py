@@ -37,27 +37,35 @@ def plot_suite_hit_rates(long, path: str | os.PathLike[str]) -> Path:
     contenders = [p for p in policies if p not in ("belady", "hkv:random")]
     palette = dict(zip(contenders, sns.color_palette("husl", len(contenders)), strict=True))
     palette.update({"belady": "black", "hkv:random": "grey"})
+    title = "Policy suite: block hit rate against cache size"
+    return _by_capacity(
+        long, path, title, hue="policy", palette=palette, hue_order=policies, style="kind"
+    )
+
+
+def _by_capacity(long, path: str | os.PathLike[str], title: str, **lines) -> Path:
+    """Block hit rate against capacity (log scale), a facet per workload; `lines` says how
+    seaborn tells the lines apart (hue, style, palette...)."""
+    import seaborn as sns
+
     grid = sns.relplot(
         data=long,
         kind="line",
         x="capacity %",
         y="block hit rate %",
-        hue="policy",
-        palette=palette,
-        hue_order=policies,
-        style="kind",
         col="workload",
         col_wrap=4,
         markers=True,
         height=3.2,
         aspect=1.1,
         facet_kws={"sharey": False},
+        **lines,
     )
     ticks = sorted(set(long["capacity %"]))
     grid.set(xscale="log", xticks=ticks, xticklabels=[f"{t:g}%" for t in ticks])
     grid.set_titles("{col_name}")
     grid.figure.subplots_adjust(top=0.88)
-    grid.figure.suptitle("Policy suite: block hit rate against cache size")
+    grid.figure.suptitle(title)
     return save_figure(grid.figure, path)
 
 
@@ -81,27 +89,6 @@ def plot_regret_heatmap(regrets, path: str | os.PathLike[str], clip: float = 10.
 def plot_ceiling(long, path: str | os.PathLike[str]) -> Path:
     """Block hit rate against capacity per workload: the best competitor, `auto`, `predictive`,
     `lru` behind an admission oracle, half the gap to Belady, and Belady."""
-    import seaborn as sns
-
     lines = list(dict.fromkeys(long["line"]))
-    grid = sns.relplot(
-        data=long,
-        kind="line",
-        x="capacity %",
-        y="block hit rate %",
-        hue="line",
-        hue_order=lines,
-        col="workload",
-        col_wrap=4,
-        markers=True,
-        style="line",
-        height=3.2,
-        aspect=1.1,
-        facet_kws={"sharey": False},
-    )
-    ticks = sorted(set(long["capacity %"]))
-    grid.set(xscale="log", xticks=ticks, xticklabels=[f"{t:g}%" for t in ticks])
-    grid.set_titles("{col_name}")
-    grid.figure.subplots_adjust(top=0.88)
-    grid.figure.suptitle("What a perfect reuse predictor could buy in front of lru")
-    return save_figure(grid.figure, path)
+    title = "What a perfect reuse predictor could buy in front of lru"
+    return _by_capacity(long, path, title, hue="line", hue_order=lines, style="line")
