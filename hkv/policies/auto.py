@@ -50,10 +50,10 @@ class AutoPolicy(EvictionPolicy):
     more than half a point behind the best competitor or below vLLM's `lru` in 21; starting as
     `cost_aware` without `predictive`, in 33.) When another expert's score passes the leader's
     by more than `margin` of the (decayed) references, that is by `100 x margin` points of hit
-    rate, the tier switches: the new expert's shadow is copied, with its whole learned state, as the live
-    instance; blocks the shadow holds that the tier does not are dropped from the copy (a tier
-    cannot conjure them), and blocks the tier holds that the shadow had given up are kept
-    aside and evicted first. This is the multi-expert idea of ACME and LeCaR (Ari et al.,
+    rate, the tier switches: the new expert's shadow is copied, with its whole learned state,
+    as the live instance; blocks the shadow holds that the tier does not are dropped from the
+    copy (a tier cannot conjure them), and blocks the tier holds that the shadow had given up
+    are kept aside and evicted first. This is the multi-expert idea of ACME and LeCaR (Ari et al.,
     "ACME: Adaptive Caching Using Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache
     Replacement with ML-based LeCaR", HotStorage 2018) made exact for a prefix tier: a shadow
     hits what its expert alone would, and the tier is its leader's whole policy, not a blend.
