@@ -18,12 +18,12 @@ from hkv.policies.tier import VllmTier, replay_request
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
 DEFAULT_FIRST = "depth_lfu_static"
+"""The expert that runs the tier until the shadows agree on another (`first` left unset): the
+first of `experts` where they do not include it."""
 UNSAMPLED_ONLY = frozenset({"predictive"})
 """Experts left out of sampled shadows: `predictive` counts its labels in absolute numbers
 (`min_samples`, `update_every`, `window`), so a shadow that sees a fraction of the keys learns
 as a different policy would, not as the full tier will (see `AutoPolicy`)."""
-"""The expert that runs the tier until the shadows agree on another (`first` left unset): the
-first of `experts` where they do not include it."""
 HISTORY_TIERS = 2
 """A sampled `auto` keeps its last requests, this many tier-sizes of block references, to warm
 a new leader up with (`_switch`)."""
@@ -71,8 +71,8 @@ class AutoPolicy(EvictionPolicy):
     leads a sampled tier unless it is `first`). With it, on the H200 anchor at 8 GiB (16,384
     blocks, sampled) `auto` kept 24.0 % of prompt tokens cached, 26.1 % in the two-tier model
     of that engine (29.1 % with its counts scaled to the sample); without it 34.6 % in the
-    model. (Sampling lightly saves little and, on Mooncake's
-    trace at 2,196 and 4,392 blocks, cost 0.4 and 1.5 points of hit rate in extra switches;
+    model and 34.0 % on the H200. (Sampling lightly saves little and, on Mooncake's trace at
+    2,196 and 4,392 blocks, cost 0.4 and 1.5 points of hit rate in extra switches;
     at 8,785 and 16,252 blocks 0.1 and 0.2.) A prefix cache's blocks come and go in chains,
     and a sampled request's hits are counted up to its first sampled miss. Sampled shadows
     hold too few keys to run the tier, so at a switch the new leader is built by replaying the
