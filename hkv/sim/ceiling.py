@@ -18,13 +18,13 @@ is about eviction order (when, not whether, a block returns), which admission ca
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float
+from hkv.policies.base import Key, check_float
 from hkv.policies.lru import LRUPolicy
 from hkv.sim.replay import replay
 from hkv.sim.trace import Trace
@@ -52,7 +52,7 @@ def next_uses(future: Sequence[Sequence[Hashable]]) -> list[tuple[int, dict[Hash
 
 
 @dataclass(eq=False)
-class _OracleAdmission(EvictionPolicy):
+class _OracleAdmission(LRUPolicy):
     """`lru` that stores a block only when its next reference is within `horizon` references.
 
     Driven only by `VllmTier` (one `after_request` per request, in trace order), which is how
@@ -70,8 +70,7 @@ class _OracleAdmission(EvictionPolicy):
             check_float(self.name, "horizon", self.horizon, 0.0)
 
     def reset(self) -> None:
-        self._inner = LRUPolicy(self.capacity_blocks)
-        self._resident = self._inner
+        super().reset()
         self._next = next_uses(self.future)
         self._request = 0
 
@@ -82,24 +81,9 @@ class _OracleAdmission(EvictionPolicy):
         use = uses.get(key, NEVER)
         return use != NEVER and use - start <= self.horizon
 
-    def insert(self, key: Key, meta: BlockMeta) -> None:
-        self._inner.insert(key, meta)
-
-    def touch(self, key: Key) -> None:
-        self._inner.touch(key)
-
-    def refresh_all(self, keys) -> None:
-        self._inner.refresh_all(keys)
-
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        self._inner.after_request(stored, reused)
+        super().after_request(stored, reused)
         self._request += 1
-
-    def remove(self, key: Key) -> None:
-        self._inner.remove(key)
-
-    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
-        return self._inner.evict(n, protected)
 
 
 def admission_ceiling(
