@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serve a model on CUDA vLLM with hkv's eviction policy in vLLM's CPU offloading tier.
 #
-#   scripts/serve_vllm_gpu.sh MODEL CPU_TIER_GIB [POLICY] [extra vllm serve flags...]
+#   scripts/serve_vllm_gpu.sh MODEL CPU_TIER_GIB [POLICY (default auto)] [extra vllm serve flags...]
 #   scripts/serve_vllm_gpu.sh MiniMaxAI/MiniMax-M2.5 64 cost_aware --tensor-parallel-size 2
 #
 # Needs the GPU environment of the README (vllm==0.33.0 and `pip install -e .` of this repo in
@@ -13,7 +13,7 @@ if [ $# -lt 2 ]; then
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
-model=$1 cpu_gib=$2 policy=${3:-cost_aware}
+model=$1 cpu_gib=$2 policy=${3:-auto}  # hkv flags' default too
 shift $(( $# >= 3 ? 3 : 2 ))
 python -c 'import hkv, vllm' || { echo "needs hkv and vllm in this Python" >&2; exit 2; }
 cmd=$(hkv flags -- vllm serve "$model" --enable-hybrid-kv-cache \

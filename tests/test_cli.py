@@ -61,7 +61,11 @@ def test_flags_json_contract():
     out = json.loads(result.stdout)
     assert {"vllm_args", "hkv_config", "dropped", "warnings"} <= out.keys()
     assert out["dropped"][0]["flag"] == "--swap-space 64"
-    assert "--kv-offloading-size" in out["vllm_args"]
+    assert "--kv-transfer-config" in out["vllm_args"]  # no policy named: hkv_auto
+    assert (
+        '"eviction_policy":"hkv_auto"'
+        in out["vllm_args"][out["vllm_args"].index("--kv-transfer-config") + 1]
+    )
 
 
 @pytest.mark.parametrize(

@@ -69,8 +69,25 @@ def test_percent_follows_the_article_formula():
         [*MODEL, "--enable-hybrid-kv-cache", "--hybrid-kv-cache-cpu-offload-percent", "0.8"],
         cpu_ram_gib=32,
     )
-    assert value_of(t.vllm_args, "--kv-offloading-size") == f"{32 * 0.7:.2f}"
+    extra = transfer_config(t.vllm_args)["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == int(32 * 0.7 * (1 << 30))
     assert any("min(RAM x 0.7, total_KV x percent)" in w for w in t.warnings)
+
+
+def test_no_policy_named_emits_hkv_auto_and_says_so():
+    t = translate([*MODEL, "--enable-hybrid-kv-cache", "--hybrid-kv-cache-cpu-offload-size", "8"],
+                  cpu_ram_gib=64)  # fmt: skip
+    extra = transfer_config(t.vllm_args)["kv_connector_extra_config"]
+    assert extra["eviction_policy"] == "hkv_auto"
+    assert extra["cache_policy_module_path"] == "hkv.integrations.vllm"
+    assert extra["hkv_config"]["offload_strategy"] == "auto"
+    assert "--kv-offloading-size" not in t.vllm_args
+    said = [row for row in t.translated if row["flag"] == "--hybrid-kv-cache-policy (not given)"]
+    assert len(said) == 1 and "recommended default" in said[0]["to"]
+    named = translate([*MODEL, "--hybrid-kv-cache-policy", "lru",
+                       "--hybrid-kv-cache-cpu-offload-size", "8"], cpu_ram_gib=64)  # fmt: skip
+    assert value_of(named.vllm_args, "--kv-offloading-backend") == "native"
+    assert not any("not given" in row["flag"] for row in named.translated)
 
 
 def test_article_config_file_is_read_and_its_quantization_reported_as_dropped():

@@ -209,7 +209,9 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     assert all(r["formula_checks"].values()), r["formula_checks"]
     percent = r["percent_translation"]
     assert percent["outcome"] == "Translation"
-    assert "--kv-offloading-size 22.40" in percent["command"]
+    # no policy named: hkv_auto in the OffloadingConnector, sized at the capped 0.7 x 32 GiB
+    assert f'"cpu_bytes_to_use":{int(32 * 2**30 * 0.7)}' in percent["command"]
+    assert '"eviction_policy":"hkv_auto"' in percent["command"]
     conflict = r["conflict"]
     assert conflict["error"] == "FlagConflict"
     assert conflict["flags"] == ["--hybrid-kv-cache-cpu-offload-size", "--cpu-ram"]

@@ -39,6 +39,11 @@ from hkv.policies import online_policy_class
 VLLM_NATIVE_POLICIES = ("lru", "arc")
 """Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
 
+DEFAULT_POLICY = "auto"
+"""What offloading runs when neither `--hybrid-kv-cache-policy` nor a config file names a
+policy: hkv's `auto`, the one policy of the suite within half a point of the best of vLLM's
+options and the published peers in every cell (README, "Which policy")."""
+
 COST_WEIGHT_POLICIES = ("cost_aware", "modality_aware")
 """Policies that read per-modality cost weights; the others would silently ignore them."""
 
@@ -93,6 +98,7 @@ class _Translator(RealFlagChecks):
         self.cpu_ram_gib = cpu_ram_gib
         self.out = Translation(vllm_args=[], hkv_config={})
         self._spec: ModelSpec | bool | None = False
+        self.policy_defaulted = False  # no policy named: DEFAULT_POLICY
 
     # -- inputs -----------------------------------------------------------------------------
     def value(self, flag: str) -> str | None:
@@ -206,7 +212,10 @@ class _Translator(RealFlagChecks):
                 "the policy that reads them"
             )
             return "cost_aware"
-        return config.offload_strategy
+        if from_file:
+            return config.offload_strategy
+        self.policy_defaulted = True
+        return DEFAULT_POLICY
 
     def cost_weights(self, policy: str) -> dict[str, float] | None:
         text = self.value("--hybrid-kv-cache-cost-weights")
@@ -318,13 +327,12 @@ class _Translator(RealFlagChecks):
             )
         else:
             self.out.vllm_args += ["--kv-transfer-config", self.transfer_json(nbytes, config)]
-            self.out.translated.append(
-                {
-                    "flag": "--hybrid-kv-cache-policy",
-                    "to": f"eviction_policy {self.eviction_policy(policy)!r} "
-                    "in --kv-transfer-config",
-                }
-            )
+            to = f"eviction_policy {self.eviction_policy(policy)!r} in --kv-transfer-config"
+            flag = "--hybrid-kv-cache-policy"
+            if self.policy_defaulted:
+                flag += " (not given)"
+                to += " (hkv's recommended default; --hybrid-kv-cache-policy lru for vLLM's own)"
+            self.out.translated.append({"flag": flag, "to": to})
         lossy = config.quantized_modalities
         if lossy:
             self.out.dropped.append(
