@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -15,11 +16,26 @@ from hkv.policies.queue import QueuePolicy
 
 _DEPTHS, _COUNTS, _GAPS = 8, 4, 8
 _MODALITIES = {Modality.TEXT: 0, Modality.VISION: 1, Modality.AUDIO: 2}
-_TEXT = Modality.TEXT
 _COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the prior of a bucket
 _BUCKETS = _DEPTHS * 3 * _COARSE
+# The two parts of a bucket that depend on the reference, looked up on the path of every one
+# (`_bucket` says how they add up), each by a bit length (at most 64: ages and block indices
+# below 2**64). (depth x 3 + modality) x _COARSE, by modality, then by the bit length of the
+# block's index in its sequence (the depth, capped)
+_FINE = {
+    modality: tuple((min(bits, _DEPTHS - 1) * 3 + index) * _COARSE for bits in range(65))
+    for modality, index in _MODALITIES.items()
+}
+# (references so far x _GAPS + gap) x 2, by references so far (3: 3 or more), then by the bit
+# length of the age of the previous one in eighths of a horizon (the gap is one more, capped;
+# gap 0 is "no previous reference")
+_EARLIER = tuple(
+    tuple((references * _GAPS + min(bits + 1, _GAPS - 1)) * 2 for bits in range(65))
+    for references in range(_COUNTS)
+)
 _PRIOR_WEIGHT = 4.0  # pseudo-labels a bucket borrows from its coarse parent
-_CLOCK = itemgetter(0)  # of a history record: [clock, bucket or None, count, key]
+# of a history record: [clock, bucket (None once labelled), references so far, key]
+_CLOCK = itemgetter(0)
 
 
 @dataclass(eq=False)
@@ -81,44 +97,38 @@ class PredictivePolicy(QueuePolicy):
         self._seen: dict[Key, list] = {}
         self._log: list[list] = []  # every reference's record, oldest first
         self._log_at = 0  # entries before it are past the horizon (labelled)
-        self._drop_at = 0  # entries before it are past 8 horizons (scanned for forgetting)
+        self._drop_at = 0  # entries before it are past 8 horizons (the log is trimmed there)
+        self._expiring: list[list] = []  # the entries the sweep labelled, oldest first
+        self._expiring_at = 0  # of those, the ones before it were scanned for forgetting
         self._kept: list[list] = []  # of those, the ones kept for a resident key
         # labels since the last rebuild, in order: the bucket of each, and of each positive one
         self._labelled: list[int] = []
         self._returned: list[int] = []
         self._pos, self._num = np.zeros(_BUCKETS), np.zeros(_BUCKETS)
         self._coarse_pos, self._coarse_num = np.zeros(_COARSE), np.zeros(_COARSE)
-        self._p = [1.0] * _BUCKETS  # optimistic until labels arrive: behaves as LRU
-        self._trusted = [False] * _BUCKETS
+        self._p = np.ones(_BUCKETS)  # optimistic until labels arrive: behaves as LRU
+        self._trusted = np.zeros(_BUCKETS, dtype=bool)
+        # per bucket, what the hot paths read (from `_p` and `_trusted` at each rebuild):
+        # whether a block filed there goes to the friendly queue, and whether admission declines
+        self._friendly_at = [True] * _BUCKETS
+        self._declined_at = [False] * _BUCKETS
         self._request_last = -1  # position of the request's last offered block
         self._extends = 0
         self._declining = False
         self._pending: dict[Key, int] = {}  # admitted key -> its bucket
 
     # -- features and labels --------------------------------------------------------------
-    def _bucket(self, key: Key, meta: BlockMeta) -> int:
-        record = self._seen.get(key)
-        if record is None:
-            coarse = self._extends
-        else:
-            gap = (self._clock - record[0]) * 8 // self._horizon
-            gap_bucket = min(gap.bit_length() + 1, _GAPS - 1)  # 0: no earlier reference
-            coarse = (min(record[2], 3) * _GAPS + gap_bucket) * 2 + self._extends
-        depth = min((meta.position // (meta.tokens or 1)).bit_length(), _DEPTHS - 1)
-        return (depth * 3 + _MODALITIES[meta.modality]) * _COARSE + coarse
-
-    def _record(self, key: Key, bucket: int) -> None:
-        """A reference to `key` now, filed under `bucket`; labels its previous reference."""
-        seen, clock = self._seen, self._clock
-        record = seen.get(key)
-        count = 1
+    # `admit` and `touch_all`, on the path of every reference, compute the same bucket inline
+    def _bucket(self, record: list | None, meta: BlockMeta) -> int:
+        """The bucket of a reference to a block whose latest reference is `record` (None:
+        none remembered): (depth x 3 + modality) x _COARSE + (references so far x _GAPS +
+        gap) x 2 + extends, the first term from `_FINE` and the second from `_EARLIER`."""
+        bucket = _FINE[meta.modality][(meta.position // (meta.tokens or 1)).bit_length()]
         if record is not None:
-            count += record[2]
-            if record[1] is not None:
-                self._label(record[1], clock - record[0] <= self._horizon)
-                record[1] = None
-        seen[key] = record = [clock, bucket, count, key]
-        self._log.append(record)
+            count = record[2]
+            age = (self._clock - record[0]) * 8 // self._horizon
+            bucket += _EARLIER[count if count < 3 else 3][age.bit_length()]
+        return bucket + self._extends
 
     def _label(self, bucket: int, returned: bool) -> None:
         """A label for `bucket`, filed for the next rebuild (nothing reads the counts before)."""
@@ -129,27 +139,31 @@ class PredictivePolicy(QueuePolicy):
         if len(labelled) == self.update_every:
             self._refresh_model()
 
-    def _counted(self) -> tuple[np.ndarray, ...]:
-        """(pos, num, coarse_pos, coarse_num): the counts with the labels filed since the last
-        rebuild added. `np.add.at` adds 1.0 once per label, in order: the same sums as adding
-        them one at a time."""
+    def _label_negatives(self, buckets: list[int]) -> None:
+        """`_label(bucket, False)` for each of `buckets` in order, a rebuild's worth at a time."""
+        labelled, every = self._labelled, self.update_every
+        while len(labelled) + len(buckets) >= every:
+            room = every - len(labelled)
+            labelled.extend(buckets[:room])
+            buckets = buckets[room:]
+            self._refresh_model()
+            labelled = self._labelled
+        labelled.extend(buckets)
+
+    def _add_labels(self, pos: np.ndarray, num: np.ndarray, coarse_pos, coarse_num) -> None:
+        """Add the labels filed since the last rebuild to the given count tables, in place.
+        `np.add.at` adds 1.0 once per label, in order: the same sums as adding them one at a
+        time."""
         labelled = np.array(self._labelled, dtype=np.intp)
         returned = np.array(self._returned, dtype=np.intp)
-        counts = []
-        for table, buckets in (
-            (self._pos, returned),
-            (self._num, labelled),
-            (self._coarse_pos, returned % _COARSE),
-            (self._coarse_num, labelled % _COARSE),
-        ):
-            table = table.copy()
-            np.add.at(table, buckets, 1.0)
-            counts.append(table)
-        return tuple(counts)
+        np.add.at(pos, returned, 1.0)
+        np.add.at(num, labelled, 1.0)
+        np.add.at(coarse_pos, returned % _COARSE, 1.0)
+        np.add.at(coarse_num, labelled % _COARSE, 1.0)
 
     def _refresh_model(self) -> None:
         """Rebuild the prediction table (batched: once per `update_every` labels)."""
-        self._pos, self._num, self._coarse_pos, self._coarse_num = self._counted()
+        self._add_labels(self._pos, self._num, self._coarse_pos, self._coarse_num)
         self._labels = labels = self._labels + len(self._labelled)
         self._labelled, self._returned = [], []
         if labels - self._halved_at >= self.window * self._horizon:
@@ -164,8 +178,10 @@ class PredictivePolicy(QueuePolicy):
         prior = (cpos + weight * base) / (cnum + weight)
         num = self._num.reshape(-1, _COARSE)
         pos = self._pos.reshape(-1, _COARSE)
-        self._p = ((pos + weight * prior) / (num + weight)).ravel().tolist()
-        self._trusted = (cnum + num >= self.min_samples).ravel().tolist()
+        self._p = p = ((pos + weight * prior) / (num + weight)).ravel()
+        self._trusted = trusted = (cnum + num >= self.min_samples).ravel()
+        self._friendly_at = (p >= self.friendly_threshold).tolist()
+        self._declined_at = (trusted & (p < self.admit_threshold)).tolist()
 
     def _sweep(self) -> None:
         """Negative labels for references the horizon has passed without a return; forget
@@ -173,43 +189,56 @@ class PredictivePolicy(QueuePolicy):
         decrease, so each pass ends where a binary search says."""
         log, at, clock = self._log, self._log_at, self._clock
         end = bisect_left(log, clock - self._horizon, at, key=_CLOCK)
-        label = self._label
+        negatives, expiring = [], self._expiring
         for record in log[at:end]:
             if record[1] is not None:  # its key's latest reference, not yet labelled
-                label(record[1], False)
+                negatives.append(record[1])
                 record[1] = None
-        # forgetting: an entry past 8 horizons goes with its key's history unless the key was
-        # referenced since (it never goes then) or is resident (checked again every sweep
-        # until the log is trimmed: `_kept`); each entry is scanned once
+                expiring.append(record)
+        self._label_negatives(negatives)
+        self._forget(end)
+
+    def _forget(self, end: int) -> None:
+        """Forget the history of keys whose latest reference is past 8 horizons, unless the
+        key is resident (then checked again every sweep until the log is trimmed: `_kept`).
+        Only a reference that the sweep labelled can still be its key's latest by then (one
+        labelled by the key's next reference never is again): those are `_expiring`, in log
+        order, and each is scanned once. `end`: where the labelled part of the log ends."""
+        log, expiring, oldest = self._log, self._expiring, self._clock - 8 * self._horizon
+        first = self._expiring_at
+        last = bisect_left(expiring, oldest, first, key=_CLOCK)
         seen, averse, friendly = self._seen, self._averse, self._friendly
-        drop = self._drop_at
-        stop = bisect_left(log, clock - 8 * self._horizon, drop, end, key=_CLOCK)
         kept = []
-        for record in (*self._kept, *log[drop:stop]):
+        for record in (*self._kept, *expiring[first:last]):
             key = record[3]
             if seen.get(key) is record:
                 if key in averse or key in friendly:
                     kept.append(record)
                 else:
                     del seen[key]
+        stop = bisect_left(log, oldest, self._drop_at, end, key=_CLOCK)
         if stop > 1024:
-            del log[:stop]
-            end, stop, kept = end - stop, 0, []
-        self._log_at, self._drop_at, self._kept = end, stop, kept
+            del log[:stop], expiring[:last]
+            end, stop, last, kept = end - stop, 0, 0, []
+        self._log_at, self._drop_at, self._expiring_at, self._kept = end, stop, last, kept
 
     # -- the policy -----------------------------------------------------------------------
-    def _new_request(self, position: int) -> None:
-        self._extends = int(position > 0)
-        self._declining = False
-
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Decline blocks predicted not to return within the horizon, and the rest of their
         request's chain, once the tier is full and the prediction rests on enough labels."""
-        position = meta.position
-        if position <= self._request_last or self._request_last < 0:
-            self._new_request(position)
+        position, last = meta.position, self._request_last
+        if position <= last or last < 0:  # the first block of a request
+            self._extends = int(position > 0)
+            self._declining = False
         self._request_last = position
-        bucket = self._bucket(key, meta)
+        # `_bucket(self._seen.get(key), meta)`, inline
+        bucket = _FINE[meta.modality][(position // (meta.tokens or 1)).bit_length()]
+        record = self._seen.get(key)
+        if record is not None:
+            count = record[2]
+            age = (self._clock - record[0]) * 8 // self._horizon
+            bucket += _EARLIER[count if count < 3 else 3][age.bit_length()]
+        bucket += self._extends
         pending = self._pending
         if len(pending) > self.capacity_blocks:
             pending.clear()  # admitted keys whose store never happened
@@ -218,7 +247,7 @@ class PredictivePolicy(QueuePolicy):
             return False
         if len(self._averse) + len(self._friendly) < self.capacity_blocks:
             return True
-        if self._trusted[bucket] and self._p[bucket] < self.admit_threshold:  # full: judged
+        if self._declined_at[bucket]:  # full: judged
             self._declining = True
             return False
         return True
@@ -228,45 +257,60 @@ class PredictivePolicy(QueuePolicy):
         size = len(averse) + len(friendly)
         if size >= self.capacity_blocks or key in averse or key in friendly:
             self._check_insert(key, size, key in averse or key in friendly)  # raises
+        seen, clock = self._seen, self._clock
+        record = seen.get(key)
         bucket = self._pending.pop(key, None)
         if bucket is None:
-            bucket = self._bucket(key, meta)
-        self._record(key, bucket)
-        (friendly if self._p[bucket] >= self.friendly_threshold else averse)[key] = meta
-        self._clock = clock = self._clock + 1
+            bucket = self._bucket(record, meta)
+        count = 1
+        if record is not None:  # the key's latest reference, labelled now if not yet
+            count += record[2]
+            if record[1] is not None:
+                self._label(record[1], clock - record[0] <= self._horizon)
+                record[1] = None
+        seen[key] = record = [clock, bucket, count, key]
+        self._log.append(record)
+        (friendly if self._friendly_at[bucket] else averse)[key] = meta
+        self._clock = clock = clock + 1
         if not clock % self._sweep_every:
             self._sweep()
             self._demote_stale()
 
     def touch(self, key: Key) -> None:
-        """A reference to a resident block: `_bucket` then `_record` with one lookup of the
-        key's history (the same bucket and labels), on the path every hit takes."""
-        meta = self._averse.pop(key, None)
-        if meta is None:
-            meta = self._friendly.pop(key, None)
+        self.touch_all((key,))
+
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        """A reference to each resident key of `keys`, in order: `_bucket`, then the labelling
+        and filing of `insert`, inline, with one lookup of each key's history (the path every
+        hit takes: the replay touches a request's hit prefix in one call)."""
+        averse, friendly, seen, log = self._averse, self._friendly, self._seen, self._log
+        clock, horizon, extends = self._clock, self._horizon, self._extends
+        for key in keys:
+            meta = averse.pop(key, None)
             if meta is None:
-                return
-        seen, clock = self._seen, self._clock
-        record = seen.get(key)
-        depth = (meta.position // (meta.tokens or 1)).bit_length()
-        modality = meta.modality
-        mod = 0 if modality is _TEXT else _MODALITIES[modality]
-        bucket = ((depth if depth < _DEPTHS else _DEPTHS - 1) * 3 + mod) * _COARSE + self._extends
-        if record is None:
-            count = 1
-        else:
-            age, count = clock - record[0], record[2]
-            gap_bucket = (age * 8 // self._horizon).bit_length() + 1
-            gap_bucket = gap_bucket if gap_bucket < _GAPS else _GAPS - 1
-            bucket += ((count if count < 3 else 3) * _GAPS + gap_bucket) * 2
-            if record[1] is not None:
-                self._label(record[1], age <= self._horizon)
-                record[1] = None
-            count += 1
-        seen[key] = record = [clock, bucket, count, key]
-        self._log.append(record)
-        friendly = self._p[bucket] >= self.friendly_threshold
-        (self._friendly if friendly else self._averse)[key] = meta
+                meta = friendly.pop(key, None)
+                if meta is None:
+                    continue
+            record = seen.get(key)
+            fine = _FINE[meta.modality][(meta.position // (meta.tokens or 1)).bit_length()]
+            bucket = fine + extends
+            if record is None:
+                count = 1
+            else:
+                age, count = clock - record[0], record[2]
+                bucket += _EARLIER[count if count < 3 else 3][(age * 8 // horizon).bit_length()]
+                if record[1] is not None:  # `_label`, inline
+                    labelled = self._labelled
+                    labelled.append(record[1])
+                    if age <= horizon:
+                        self._returned.append(record[1])
+                    record[1] = None
+                    if len(labelled) == self.update_every:
+                        self._refresh_model()
+                count += 1
+            seen[key] = record = [clock, bucket, count, key]
+            log.append(record)
+            (friendly if self._friendly_at[bucket] else averse)[key] = meta
 
     def after_request(self, stored, reused) -> None:
         super().after_request(stored, reused)
@@ -289,7 +333,10 @@ class PredictivePolicy(QueuePolicy):
         last table rebuild), its (decayed) label count and positives, and whether admission
         trusts it. `references` is the references before this one (0: a first reference)."""
         modalities = {index: modality.value for modality, index in _MODALITIES.items()}
-        pos, num_labels = (counts.tolist() for counts in self._counted()[:2])
+        positives, labels = self._pos.copy(), self._num.copy()
+        self._add_labels(positives, labels, self._coarse_pos.copy(), self._coarse_num.copy())
+        pos, num_labels = positives.tolist(), labels.tolist()
+        p, trusted = self._p.tolist(), self._trusted.tolist()
         rows = []
         for bucket, num in enumerate(num_labels):
             if not num:
@@ -305,10 +352,10 @@ class PredictivePolicy(QueuePolicy):
                     "references": references,
                     "gap": gap,
                     "extends": bool(extends),
-                    "p": self._p[bucket],
+                    "p": p[bucket],
                     "labels": num,
                     "positives": pos[bucket],
-                    "trusted": self._trusted[bucket],
+                    "trusted": trusted[bucket],
                 }
             )
         return rows

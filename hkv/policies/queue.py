@@ -28,7 +28,9 @@ class QueuePolicy(EvictionPolicy):
 
     def _eviction_order(self) -> Iterable[tuple[Queue, Iterable[Key]]]:
         """Each queue with its keys in the order they are given up, first queue first."""
-        return zip(self._queues, self._queues, strict=True)  # (queue, its order): in C
+        # (queue, its order), in C; `strict` is moot for one tuple twice and a keyword would
+        # cost zip its fast path, on every `evict`
+        return zip(self._queues, self._queues)  # noqa: B905
 
     def _recent_ends(self) -> Iterable[Queue]:
         """The queues whose last key is the last to be evicted (`refresh_all` re-ranks there)."""
@@ -48,8 +50,6 @@ class QueuePolicy(EvictionPolicy):
                 return
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
-        if n <= 0:
-            return []
         if n == 1:  # the replay's and the block manager's case, without the bookkeeping below
             skip = protected.__contains__  # the first unprotected key, skipped to in C
             for queue, order in self._eviction_order():
@@ -59,6 +59,8 @@ class QueuePolicy(EvictionPolicy):
                     del queue[key]  # and the iteration ends here, before it sees the change
                     return [key]
             return None
+        if n <= 0:
+            return []
         picks: list[tuple[Queue, list[Key]]] = []
         needed = n
         for queue, order in self._eviction_order():

@@ -140,58 +140,59 @@ class _BlockCosts:
 class _Tally:
     """What a replay sums over its requests: references, hits and what the hits saved and cost.
 
-    `resident` is the keys held; `metas` and `block_cost` are filled as blocks are first seen
-    (a block keeps the label of its first appearance). Blocks of one shape (index in the
-    request, tokens, modality) share one meta and its price: nothing in a replay changes a
-    meta, and most blocks of a trace are first seen at one of a few hundred shapes."""
+    `resident` is the keys held. `metas` is filled as blocks are first seen (a block keeps the
+    label of its first appearance) and `block_cost` as they are first hit, priced by that meta:
+    most blocks of a trace are never hit, and pricing is most of what a first sight would cost.
+    Blocks of one shape (index in the request, tokens, modality) share one meta (and its
+    price): nothing in a replay changes a meta, and most blocks of a trace are first seen at
+    one of a few hundred shapes."""
 
     def __init__(self, trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts):
         self.block_tokens, self.tier, self.costs = trace.block_tokens, tier, costs
         self.resident: set[Hashable] = set(policy)
         self.metas: dict[Hashable, BlockMeta] = {}
         self.block_cost: dict[Hashable, tuple[float, float, int, int]] = {}
-        self.shapes: dict[tuple, tuple[BlockMeta, tuple[float, float, int, int]]] = {}
+        self.shapes: dict[tuple, BlockMeta] = {}
         self.refs = self.hits = self.hit_tokens = self.input_tokens = 0
         self.bytes_loaded = self.recomputed = 0
         self.saved_s = self.load_s = 0.0
         self.start = time.perf_counter()
 
     def meta(self, request, index: int, key: Hashable) -> BlockMeta:
-        """The block's meta (made and priced on first sight: `Request.block_meta`)."""
+        """The block's meta (made on first sight: `Request.block_meta`)."""
         meta = self.metas.get(key)
         if meta is None:
             # the two fields `block_meta` takes from the request beside the index
-            tail = request.input_length - index * self.block_tokens
+            tail, block_tokens = request.input_length - index * self.block_tokens, self.block_tokens
             modality = None if request.modalities is None else request.modalities[index]
-            shape = (index, min(tail, self.block_tokens), modality)
-            made = self.shapes.get(shape)
-            if made is None:
-                meta = request.block_meta(index, self.block_tokens, self.tier)
-                made = self.shapes[shape] = (meta, self.costs.of(meta))
-            meta, self.block_cost[key] = made
+            shape = (index, tail if tail < block_tokens else block_tokens, modality)
+            meta = self.shapes.get(shape)
+            if meta is None:
+                meta = self.shapes[shape] = request.block_meta(index, block_tokens, self.tier)
             self.metas[key] = meta
         return meta
 
     def lookup(self, request) -> int:
         """Count the request's hits (its longest resident prefix) and their costs."""
-        ids, resident = request.hash_ids, self.resident
-        num_hit = 0
-        while num_hit < len(ids) and ids[num_hit] in resident:
-            num_hit += 1
-        block_cost, saved_s, load_s = self.block_cost, 0.0, 0.0
-        for index in range(num_hit):
-            key = ids[index]
+        resident, block_cost = self.resident, self.block_cost
+        num_hit = nbytes = recomputed = 0
+        saved_s = load_s = 0.0
+        for key in request.hash_ids:
+            if key not in resident:
+                break
             cost = block_cost.get(key)
-            if cost is None:  # resident before this replay began
-                self.meta(request, index, key)
-                cost = block_cost[key]
+            if cost is None:  # its first hit
+                cost = block_cost[key] = self.costs.of(self.meta(request, num_hit, key))
             saved_s += cost[0]
             load_s += cost[1]
-            self.bytes_loaded += cost[2]
-            self.recomputed += cost[3]
+            nbytes += cost[2]
+            recomputed += cost[3]
+            num_hit += 1
         self.saved_s += saved_s
         self.load_s += load_s
-        self.refs += len(ids)
+        self.bytes_loaded += nbytes
+        self.recomputed += recomputed
+        self.refs += len(request.hash_ids)
         self.hits += num_hit
         self.input_tokens += request.input_length
         self.hit_tokens += min(num_hit * self.block_tokens, request.input_length)
@@ -214,21 +215,29 @@ class _Tally:
 
 def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
     """DESIGN §2: after the lookup, each block in order is touched or stored (one eviction at a
-    time, never of a block of the request being stored). Plain locals on the hot path: a block
-    already met takes its meta from the tally's dict without a call, and `admit` is not called
-    where the policy admits everything (`admits_everything`)."""
+    time, never of a block of the request being stored). The hit prefix is touched in one
+    `touch_all` (the same calls in the same order: the blocks before the first miss are all
+    resident). Plain locals on the hot path: a block already met takes its meta from the
+    tally's dict without a call, and `admit` is not called where the policy admits everything
+    (`admits_everything`)."""
     tally = _Tally(trace, policy, tier, costs)
-    touch, insert, evict = policy.touch, policy.insert, policy.evict
+    touch, touch_all, insert, evict = policy.touch, policy.touch_all, policy.insert, policy.evict
     admit = None if policy.admits_everything else policy.admit
     capacity, resident = policy.capacity_blocks, tally.resident
-    metas, meta_of = tally.metas, tally.meta
+    lookup, metas, meta_of = tally.lookup, tally.metas, tally.meta
     inserts = evictions = declined = failed = 0
     for request in trace.requests:
-        tally.lookup(request)
+        num_hit = lookup(request)
         ids = request.hash_ids
         protected = None
-        mine = set()  # the request's keys resident now (never a victim: they are protected)
-        for index, key in enumerate(ids):
+        # the request's keys resident now (never a victim: they are protected)
+        if num_hit:
+            hits = ids[:num_hit]
+            touch_all(hits)
+            mine = set(hits)
+        else:
+            mine = set()
+        for index, key in enumerate(ids[num_hit:], num_hit):
             if key in resident:
                 touch(key)
                 mine.add(key)
@@ -245,12 +254,12 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                     continue
                 if protected is None:
                     protected = frozenset(ids)
-                victims = evict(1, protected)
+                victims = evict(1, protected)  # exactly one key, or None
                 if victims is None:
                     failed += 1
                     continue
-                resident.difference_update(victims)
-                evictions += len(victims)
+                resident.remove(victims[0])
+                evictions += 1
             insert(key, meta)
             resident.add(key)
             mine.add(key)
