@@ -102,9 +102,11 @@ def counter_totals(counters) -> dict:
     """The policy timer's, step timer's and manager counter's totals now."""
     policy_timer, step_timer, manager_counter, _ = counters
     policy = policy_timer.snapshot()
+    hkv_policy = getattr(policy_timer.policy, "policy", None)  # hkv's adapter: its policy
     return {
         "policy_s": policy["policy_s"],
         "policy_calls": policy["policy_calls"],
+        "policy_switches": getattr(hkv_policy, "switches", 0),  # `auto`'s changes of leader
         "step_s": step_timer.seconds,
         "steps": step_timer.steps,
         **manager_counter.snapshot(),

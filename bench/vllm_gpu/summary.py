@@ -118,6 +118,7 @@ def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
         "step_s_mean": used["step_s"] / steps,
         **policy_time(used),
         "policy_calls": used["policy_calls"],
+        "policy_switches": used.get("policy_switches", 0),
         "policy_by_method": used.get("policy_by_method"),
         "metrics_delta": metrics,
     }

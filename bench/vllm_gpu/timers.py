@@ -20,6 +20,7 @@ class PolicyTimer:
     OPTIONAL = ("mark_evictable", "mark_non_evictable", "on_store_miss", "on_request_finished")
 
     def __init__(self, policy) -> None:
+        self.policy = policy
         self.per_method: dict[str, list] = {}
         self.overhead: dict[str, float] | None = None  # `measure_overhead()`, set by the caller
         for name in self.METHODS + self.OPTIONAL:
