@@ -498,6 +498,9 @@ def check_predictive(r: dict[str, Any]) -> None:
     speed = load_result("replay_speed_h200host")
     rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in speed["cells"]]
     assert r["predictive_refs_per_s"] == rates and min(rates) > 0
+    rerun = load_result("replay_speed_h200host_run2")
+    rerun_rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in rerun["cells"]]
+    assert r["predictive_refs_per_s_rerun"] == rerun_rates and min(rerun_rates) > 0
 
 
 CHECKS = {

@@ -697,6 +697,39 @@ def auto_h200_policy_ratio() -> tuple[float]:
     return (runs["hkv_auto"]["policy_s_net"] / runs["lru"]["policy_s_net"],)
 
 
+def auto_h200_total_ratios() -> tuple[float, float]:
+    """`auto`'s and vLLM arc's policy time over lru's, summed over the five engines (net)."""
+    total: dict[str, float] = {}
+    for run in result("vllm_h200_auto.json")["runs"]:
+        total[run["policy"]] = total.get(run["policy"], 0.0) + run["policy_s_net"]
+    return total["hkv_auto"] / total["lru"], total["arc"] / total["lru"]
+
+
+def auto_h200_previous_gap() -> tuple[float]:
+    """The largest difference in `auto`'s cached share between this run and the one before
+    (2,048-block miniatures), read from the file's note on that run (points)."""
+    h200 = result("vllm_h200_auto.json")
+    note = next(n for n in h200["notes"] if "2,048 blocks" in n)
+    before = json.loads(re.search(r"hkv_auto: (\{.*?\});", note).group(1))
+    now = {
+        f"text@{r['cpu_gib']:g}GiB/pop{r['popularity']:g}": 100 * r["cached_frac"]
+        for r in h200["runs"]
+        if r["policy"] == "hkv_auto"
+    }
+    assert before.keys() == now.keys()
+    return (max(abs(now[k] - before[k]) for k in now),)
+
+
+def predictive_speed_run2() -> tuple[float, ...]:
+    """The second run on the H200 host: lru's and predictive's slowest and fastest cell (k refs/s)
+    and predictive's cells at 300k or more."""
+    cells = result("replay_speed_h200host_run2.json")["cells"]
+    lru = [c["policies"]["lru"]["refs_per_s_best"] for c in cells]
+    rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in cells]
+    fast = sum(rate >= 300_000 for rate in rates)
+    return min(lru) / 1e3, max(lru) / 1e3, min(rates) / 1e3, max(rates) / 1e3, fast, len(rates)
+
+
 def auto_cpu_policy_time() -> tuple[float]:
     rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
     return (rows["hkv_auto"]["ratio_to_lru026_net"],)
@@ -1028,6 +1061,16 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ),
     ("lru itself ran at {:.0f}k to {:.0f}k in that run", lambda: replay_speed_ranges()[:2]),
     (
+        "(`replay_speed_h200host_run2.json`) had lru at {:.0f}k\nto {:.0f}k and `predictive` at "
+        "{:.0f}k to {:.0f}k, 300k in {} of the {} cells",
+        predictive_speed_run2,
+    ),
+    (
+        "{:.1f} times over the five\nengines, where vLLM's own arc takes {:.1f} times",
+        auto_h200_total_ratios,
+    ),
+    ("cached shares within {:.1f} points of\nthese", auto_h200_previous_gap),
+    (
         "(Zipf sessions at 1 % and 5 %, {:.1f}x to {:.1f}x) and {:.1f}x to {:.1f}x elsewhere. "
         "`cost_aware` runs at {:.0f}k to {:.0f}k there",
         lambda: replay_speed_ranges()[2:],
@@ -1035,7 +1078,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ("e0c22be, {:.0f}k in this one", anchor_lru_speed),
     ("{}", auto_h200_table),
     (
-        "they and the live leader cost {:.1f} ms of policy time per scheduler step at 8 GiB "
+        "They and the live leader cost {:.1f} ms of policy time per scheduler step at 8 GiB "
         "against {:.2f} ms for vLLM's lru, {:.1f} times lru's policy time over the run",
         lambda: auto_h200_policy_ms()[:2] + auto_h200_policy_ratio(),
     ),
