@@ -51,7 +51,6 @@ class CostAwarePolicy(PrefixValuePolicy):
             from hkv.cost import CostModel
 
             self.cost_model = CostModel.default()
-        self._worth_cache: dict[tuple, float] = {}
         self._reference_saving = self._saving(BlockMeta(tokens=512, position=0, tier=Tier.HOST))
         if self._reference_saving <= 0:
             self._reference_saving = 1.0
@@ -63,9 +62,5 @@ class CostAwarePolicy(PrefixValuePolicy):
         return max(0.0, params.computation_cost_per_block - params.transfer_cost_cpu_to_gpu)
 
     def value(self, meta: BlockMeta) -> float:
-        shape = (meta.tokens, meta.position, meta.modality, meta.tier)
-        worth = self._worth_cache.get(shape)
-        if worth is None:
-            saving = self._saving(meta) / self._reference_saving
-            worth = self._worth_cache[shape] = saving * self._weights[meta.modality]
-        return worth
+        """Remembered per (tokens, position, modality, tier) by `PrefixValuePolicy._observe`."""
+        return self._saving(meta) / self._reference_saving * self._weights[meta.modality]

@@ -26,6 +26,7 @@ class DepthLFUPolicy(PrefixValuePolicy):
 
     aging: bool = True
     name = "depth_lfu"
+    worth_fields = ("position", "tokens")
 
     def validate(self) -> None:
         super().validate()
@@ -35,6 +36,6 @@ class DepthLFUPolicy(PrefixValuePolicy):
     def value(self, meta: BlockMeta) -> float:
         return 1.0 / (1 + meta.position // max(meta.tokens, 1))
 
-    def _on_evict(self, entry) -> None:
+    def _on_evicted(self, entries) -> None:
         if self.aging:
-            super()._on_evict(entry)
+            super()._on_evicted(entries)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.policies.priority import PriorityEntry, PriorityPolicy
+from hkv.policies.priority import ENTRY_PRIORITY, PriorityEntry, PriorityPolicy
 
 
 @dataclass(eq=False)
@@ -43,5 +43,6 @@ class GDSFPolicy(PriorityPolicy):
         value = 1.0 if self.cost == "unit" else self.cost_model.decide(meta).saved_s
         return self.inflation + (entry.hits + 1) * value / max(meta.tokens, 1)
 
-    def _on_evict(self, entry: PriorityEntry) -> None:
-        self.inflation = max(self.inflation, entry.priority)
+    def _on_evicted(self, entries: list[PriorityEntry]) -> None:
+        if entries:  # max() folds left to right, as one max() per victim would
+            self.inflation = max(self.inflation, *map(ENTRY_PRIORITY, entries))

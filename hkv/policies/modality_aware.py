@@ -52,21 +52,16 @@ class ModalityAwarePolicy(PrefixValuePolicy):
         self._caps = {m: s.max_keep_blocks for m, s in self._settings.items()}
         reference = BlockMeta(tokens=512, position=0, tier=Tier.HOST)
         self._reference_saving = self.cost_model.decide(reference).saved_s or 1.0
-        self._worth_cache: dict[tuple, float] = {}
 
     def reset(self) -> None:
         super().reset()
         self._resident_by_modality = {m: 0 for m in Modality}
 
     def value(self, meta: BlockMeta) -> float:
-        shape = (meta.tokens, meta.position, meta.modality, meta.tier)
-        worth = self._worth_cache.get(shape)
-        if worth is None:
-            settings = self._settings[meta.modality]
-            saving = self.cost_model.decide(meta, cold_format=settings.quantization).saved_s
-            keep = 1.0 - settings.offload_priority
-            worth = self._worth_cache[shape] = keep * saving / self._reference_saving
-        return worth
+        """Remembered per (tokens, position, modality, tier) by `PrefixValuePolicy._observe`."""
+        settings = self._settings[meta.modality]
+        saving = self.cost_model.decide(meta, cold_format=settings.quantization).saved_s
+        return (1.0 - settings.offload_priority) * saving / self._reference_saving
 
     def excess_blocks(self) -> dict[Modality, int]:
         """Resident blocks above each modality's `max_keep_blocks` (only modalities over it)."""
@@ -86,9 +81,11 @@ class ModalityAwarePolicy(PrefixValuePolicy):
             self._resident_by_modality[entry.meta.modality] -= 1
         super().remove(key)
 
-    def _on_evict(self, entry: PriorityEntry) -> None:
-        super()._on_evict(entry)
-        self._resident_by_modality[entry.meta.modality] -= 1
+    def _on_evicted(self, entries: list[PriorityEntry]) -> None:
+        super()._on_evicted(entries)
+        resident = self._resident_by_modality
+        for entry in entries:
+            resident[entry.meta.modality] -= 1
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         excess = self.excess_blocks()

@@ -6,16 +6,17 @@ Not a registered policy: `cost_aware` and `modality_aware` are this machinery wi
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from heapq import heappop, heappush
+from operator import attrgetter
+from typing import Any, ClassVar
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import Key, check_float
-from hkv.policies.priority import PriorityEntry, PriorityPolicy
+from hkv.policies.priority import ENTRY_PRIORITY, PriorityEntry, PriorityPolicy
 
 POSITION_TIE_BREAK = 1e-12
 """Priority given up per token of position: at equal worth, the deeper block goes first."""
@@ -39,6 +40,9 @@ class PrefixValuePolicy(PriorityPolicy):
       the tail, like the leaves of SGLang's radix cache.
     - Admission: with `bypass`, a miss is declined when the cache is full and its priority is
       below every evictable resident's (it would be the next victim anyway).
+
+    `value(meta)` must read only the meta's `worth_fields`: `_observe` computes it once per
+    distinct tuple of them and remembers it.
     """
 
     history_factor: float = 32.0
@@ -46,6 +50,7 @@ class PrefixValuePolicy(PriorityPolicy):
     cost_model: Any = field(default=None, repr=False)  # a CostModel: what a hit saves
     config: Any = field(default=None, repr=False)  # a HybridKVCacheConfig (modality settings)
     context_fields = ("cost_model", "config")
+    worth_fields: ClassVar[tuple[str, ...]] = ("tokens", "position", "modality", "tier")
 
     def validate(self) -> None:
         check_float(self.name, "history_factor", self.history_factor, 0.0, open_low=True)
@@ -62,10 +67,12 @@ class PrefixValuePolicy(PriorityPolicy):
         self._chain_cap = math.inf
         self._epoch_keys: set[Key] = set()
         self._pending: dict[Key, tuple[int, float]] = {}  # admitted, not yet inserted
-        # heap items of this epoch's keys, taken out of the heap by `_lowest_evictable` until
-        # the epoch ends (see there); `_parked_keys` are their keys
+        # heap items of this epoch's keys, taken out of the heap by `_lowest_evictable` and
+        # `_pass_over` until the epoch ends (see there); `_parked_keys` are their keys
         self._parked: list[tuple[float, int, Key]] = []
         self._parked_keys: set[Key] = set()
+        self._shape = attrgetter(*self.worth_fields)
+        self._worths: dict[Any, float] = {}  # value() by `worth_fields`
 
     def _history_refs(self) -> int:
         return max(64, int(self.history_factor * self.capacity_blocks))
@@ -78,11 +85,7 @@ class PrefixValuePolicy(PriorityPolicy):
         """Count a reference and return (count, priority) for it, in prefix order."""
         position = meta.position
         if position <= self._last_position:
-            self._epoch_inflation = self.inflation
-            self._chain_cap = math.inf
-            self._epoch_keys = set()
-            if self._parked:
-                self._unpark()
+            self._start_epoch()
         self._last_position = position
         self._epoch_keys.add(key)
         counts = self._counts
@@ -90,10 +93,22 @@ class PrefixValuePolicy(PriorityPolicy):
         self._refs_until_halving -= 1
         if self._refs_until_halving <= 0:
             self._halve_counts()
-        raw = self._epoch_inflation + count * self.value(meta)
+        shape = self._shape(meta)
+        worth = self._worths.get(shape)
+        if worth is None:
+            worth = self._worths[shape] = self.value(meta)
+        raw = self._epoch_inflation + count * worth
         cap = self._chain_cap
         priority = self._chain_cap = cap if cap < raw else raw  # min(raw, cap), without a call
         return count, priority - position * POSITION_TIE_BREAK
+
+    def _start_epoch(self) -> None:
+        """A new request: its blocks are judged against today's `L`, with no cap yet."""
+        self._epoch_inflation = self.inflation
+        self._chain_cap = math.inf
+        self._epoch_keys = set()
+        if self._parked:
+            self._unpark()
 
     def _halve_counts(self) -> None:
         self._refs_until_halving = self._history_refs()
@@ -102,25 +117,17 @@ class PrefixValuePolicy(PriorityPolicy):
     def priority(self, entry: PriorityEntry) -> float:
         return entry.priority  # set by _observe before each push
 
-    def _push_with(self, key: Key, entry: PriorityEntry, priority: float) -> None:
-        self._seq = seq = self._seq + 1
-        entry.seq = seq
-        entry.priority = priority
-        heap = self._heap
-        heapq.heappush(heap, (priority, seq, key))
-        if len(heap) > 2 * len(self._entries) + 64:
-            self._compact()
-
     def admit(self, key: Key, meta: BlockMeta) -> bool:
-        count, priority = self._observe(key, meta)
-        if len(self._pending) > self.capacity_blocks:
-            self._pending.clear()  # admitted keys whose store never happened
+        observed = self._observe(key, meta)  # (count, priority), kept for `insert`
+        pending = self._pending
+        if len(pending) > self.capacity_blocks:
+            pending.clear()  # admitted keys whose store never happened
         admitted = not self.bypass or len(self._entries) < self.capacity_blocks
         if not admitted:
             lowest = self._lowest_evictable()
-            admitted = lowest is not None and priority >= lowest
+            admitted = lowest is not None and observed[1] >= lowest
         if admitted:
-            self._pending[key] = (count, priority)
+            pending[key] = observed
         return admitted
 
     def _lowest_evictable(self) -> float | None:
@@ -129,31 +136,32 @@ class PrefixValuePolicy(PriorityPolicy):
         The current request's own blocks are never the answer, and with their chain-capped
         priorities they gather at the top of the heap: instead of stepping over them again at
         every admission of the request (quadratic in its length), their heap items are parked
-        outside the heap until the request's epoch ends (`_unpark`). `_select` sees the heap
-        as if they were in it (`_select` below), so every decision is the same."""
-        heap, entries, skipped = self._heap, self._entries, []
-        epoch, parked, parked_keys = self._epoch_keys, self._parked, self._parked_keys
+        outside the heap until the request's epoch ends (`_unpark`); `_pass_over` parks those
+        an eviction steps over. `_select` sees the heap as if they were in it (`_select`
+        below), so every decision is the same."""
+        heap, entries, epoch = self._heap, self._entries, self._epoch_keys
+        skipped = []
         lowest = None
         while heap:
             priority, seq, key = heap[0]
             entry = entries.get(key)
             if entry is None or entry.seq != seq:
-                heapq.heappop(heap)
+                heappop(heap)
             elif key in epoch:
-                parked.append(heapq.heappop(heap))
-                parked_keys.add(key)
+                self._parked.append(heappop(heap))
+                self._parked_keys.add(key)
             elif entry.meta.pinned:
-                skipped.append(heapq.heappop(heap))
+                skipped.append(heappop(heap))
             else:
                 lowest = priority
                 break
         for item in skipped:
-            heapq.heappush(heap, item)
+            heappush(heap, item)
         return lowest
 
     def _unpark(self) -> None:
         """The parked heap items back into the heap."""
-        heap, heappush = self._heap, heapq.heappush
+        heap = self._heap
         for item in self._parked:
             heappush(heap, item)
         self._parked.clear()
@@ -167,6 +175,20 @@ class PrefixValuePolicy(PriorityPolicy):
             self._unpark()
         return super()._select(n, protected, accept)
 
+    def _pass_over(self, skipped, protected) -> None:
+        """The current request's protected blocks that `_select` passed over are parked too:
+        without `bypass`, nothing else takes the request's low-priority tail out of the way
+        of its every eviction (quadratic in its length); `_lowest_evictable` never answers
+        with them either. The other items go back into the heap."""
+        heap, epoch = self._heap, self._epoch_keys
+        for item in skipped:
+            key = item[2]
+            if key in protected and key in epoch:
+                self._parked.append(item)
+                self._parked_keys.add(key)
+            else:
+                heappush(heap, item)
+
     def _compact(self) -> None:
         """The heap rebuilt from the entries holds the parked keys' items again."""
         self._parked.clear()
@@ -175,14 +197,16 @@ class PrefixValuePolicy(PriorityPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         entries = self._entries
-        self._check_insert(key, len(entries), key in entries)
-        pending = self._pending.pop(key, None)
-        if pending is None:
-            count, priority = self._observe(key, meta)  # inserted without an admit() first
-        else:
-            count, priority = pending
-        entry = entries[key] = PriorityEntry(meta, count, 0, priority)
-        self._push_with(key, entry, priority)
+        if key in entries or len(entries) >= self.capacity_blocks:
+            self._check_insert(key, len(entries), key in entries)  # raises
+        # what admit() observed, or the reference now when inserted without an admit() first
+        count, priority = self._pending.pop(key, None) or self._observe(key, meta)
+        seq = self._next_seq()
+        entries[key] = PriorityEntry(meta, count, seq, priority)
+        heap = self._heap
+        heappush(heap, (priority, seq, key))
+        if len(heap) > self._heap_limit:
+            self._compact()
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
         """The reused blocks touched in prefix order: the prefix cap (each block worth at most
@@ -191,10 +215,21 @@ class PrefixValuePolicy(PriorityPolicy):
         self.touch_all(reused)
 
     def touch(self, key: Key) -> None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            entry.hits, priority = self._observe(key, entry.meta)
-            self._push_with(key, entry, priority)
+        self.touch_all((key,))
 
-    def _on_evict(self, entry: PriorityEntry) -> None:
-        self.inflation = max(self.inflation, entry.priority)
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        """Each resident key's reference counted and its priority pushed, in order (one frame
+        for a request's hits; the heap is bounded once, after them)."""
+        entries, observe, next_seq, heap = self._entries, self._observe, self._next_seq, self._heap
+        for key in keys:
+            entry = entries.get(key)
+            if entry is not None:
+                entry.hits, entry.priority = observe(key, entry.meta)
+                entry.seq = seq = next_seq()
+                heappush(heap, (entry.priority, seq, key))
+        if len(heap) > self._heap_limit:
+            self._compact()
+
+    def _on_evicted(self, entries: list[PriorityEntry]) -> None:
+        if entries:  # max() folds left to right, as one max() per victim would
+            self.inflation = max(self.inflation, *map(ENTRY_PRIORITY, entries))

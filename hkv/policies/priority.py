@@ -7,10 +7,12 @@ a min-heap of `(priority, seq, key)` with lazy invalidation gives up the lowest 
 
 from __future__ import annotations
 
-import heapq
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
+from itertools import count
+from operator import attrgetter, itemgetter
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import EMPTY, EvictionPolicy, Key
@@ -27,6 +29,9 @@ class PriorityEntry:
 
 
 Accept = Callable[[PriorityEntry], bool]
+ENTRY_PRIORITY = attrgetter("priority")
+_SEQ = attrgetter("seq")
+_KEY = itemgetter(2)
 
 
 @dataclass(eq=False)
@@ -35,16 +40,18 @@ class PriorityPolicy(EvictionPolicy):
 
     One evictor serves every priority policy (SGLang's habit): a min-heap of
     `(priority, seq, key)` with lazy invalidation. A key's priority is recomputed when it is
-    inserted or touched; older heap entries of the key become stale and are skipped. Equal
-    priorities go oldest-first (`seq`). `_on_evict(entry)` lets a policy learn from its victims
-    (GDSF's inflation clock).
+    inserted or touched; older heap entries of the key become stale and are skipped, and the
+    heap is rebuilt from the entries when it outgrows twice the capacity (which heap items are
+    stale never changes a decision). Equal priorities go oldest-first (`seq`).
+    `_on_evicted(entries)` lets a policy learn from its victims (GDSF's inflation clock).
     """
 
     def reset(self) -> None:
         self._entries: dict[Key, PriorityEntry] = {}
         self._resident = self._entries
         self._heap: list[tuple[float, int, Key]] = []
-        self._seq = 0
+        self._next_seq = count(1).__next__
+        self._heap_limit = 2 * self.capacity_blocks + 64  # then `_compact`
 
     @abstractmethod
     def priority(self, entry: PriorityEntry) -> float:
@@ -52,7 +59,8 @@ class PriorityPolicy(EvictionPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         entries = self._entries
-        self._check_insert(key, len(entries), key in entries)
+        if key in entries or len(entries) >= self.capacity_blocks:
+            self._check_insert(key, len(entries), key in entries)  # raises
         entry = entries[key] = PriorityEntry(meta, 0, 0, 0.0)
         self._push(key, entry)
 
@@ -75,20 +83,23 @@ class PriorityPolicy(EvictionPolicy):
         self._entries.pop(key, None)
 
     def _push(self, key: Key, entry: PriorityEntry) -> None:
-        self._seq = seq = self._seq + 1
-        entry.seq = seq
+        entry.seq = seq = self._next_seq()
         entry.priority = priority = self.priority(entry)
         heap = self._heap
-        heapq.heappush(heap, (priority, seq, key))
-        if len(heap) > 2 * len(self._entries) + 64:
+        heappush(heap, (priority, seq, key))
+        if len(heap) > self._heap_limit:
             self._compact()
 
     def _compact(self) -> None:
-        self._heap = [(e.priority, e.seq, k) for k, e in self._entries.items()]
-        heapq.heapify(self._heap)
+        """The heap rebuilt from the entries: one item a resident key, none stale (in C)."""
+        entries = self._entries
+        values = list(entries.values())
+        priorities, seqs = map(ENTRY_PRIORITY, values), map(_SEQ, values)
+        self._heap = list(zip(priorities, seqs, entries, strict=True))
+        heapify(self._heap)
 
-    def _on_evict(self, entry: PriorityEntry) -> None:
-        """Hook: learn from a victim (called once per evicted block, in eviction order)."""
+    def _on_evicted(self, entries: list[PriorityEntry]) -> None:
+        """Hook: learn from the victims of one eviction (their entries, in eviction order)."""
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:
@@ -107,26 +118,37 @@ class PriorityPolicy(EvictionPolicy):
         The chosen heap items are left out of the heap: pass them to `_commit`. This is
         `pop_first` with its verdict inlined: a call per heap item is most of an eviction's cost.
         """
-        entries, heap, heappop = self._entries, self._heap, heapq.heappop
+        entries, heap = self._entries, self._heap
         chosen: list[tuple[float, int, Key]] = []
         skipped: list[tuple[float, int, Key]] = []
         while heap and len(chosen) < n:
             item = heappop(heap)
-            entry = entries.get(item[2])
-            if entry is None or entry.seq != item[1]:
+            _, seq, key = item
+            entry = entries.get(key)
+            if entry is None or entry.seq != seq:
                 continue  # stale: the key was touched, removed or evicted since
-            if item[2] in protected or entry.meta.pinned or (accept and not accept(entry)):
+            if key in protected or entry.meta.pinned or (accept and not accept(entry)):
                 skipped.append(item)
             else:
                 chosen.append(item)
-        return _restore(heap, chosen, skipped, n)
+        if skipped:
+            self._pass_over(skipped, protected)
+        if len(chosen) < n:
+            for item in chosen:
+                heappush(heap, item)
+            return None
+        return chosen
+
+    def _pass_over(self, skipped: list[tuple[float, int, Key]], protected: Collection[Key]):
+        """The heap items `_select` passed over (protected, pinned or not accepted), back."""
+        heap = self._heap
+        for item in skipped:
+            heappush(heap, item)
 
     def _commit(self, chosen: list[tuple[float, int, Key]]) -> list[Key]:
-        """Forget the selected keys (calling `_on_evict` for each) and return them."""
-        entries, on_evict = self._entries, self._on_evict
-        victims = [item[2] for item in chosen]
-        for key in victims:
-            on_evict(entries.pop(key))
+        """Forget the selected keys (telling `_on_evicted` of their entries) and return them."""
+        victims = list(map(_KEY, chosen))
+        self._on_evicted(list(map(self._entries.pop, victims)))
         return victims
 
 
@@ -137,7 +159,7 @@ def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]
     chosen: list[tuple] = []
     skipped: list[tuple] = []
     while heap and len(chosen) < n:
-        item = heapq.heappop(heap)
+        item = heappop(heap)
         ok = verdict(item)
         if ok is None:
             continue
@@ -147,7 +169,6 @@ def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]
 
 def _restore(heap: list[tuple], chosen: list, skipped: list, n: int) -> list | None:
     """Push back the items passed over, and the chosen ones too when fewer than `n`."""
-    heappush = heapq.heappush
     for item in skipped:
         heappush(heap, item)
     if len(chosen) < n:

@@ -138,18 +138,19 @@ class HkvCachePolicy(CachePolicy):
         if shared is not None and self.admits_all:
             self.policy.insert_all(keys, shared)
             return
-        policy, pending = self.policy, self.pending_meta
+        policy, pending, decided = self.policy, self.pending_meta, self.decided
+        admits_all, insert = self.admits_all, policy.insert
         for key in keys:
             meta = shared
             if meta is None:
                 meta = pending.pop(key, None)
                 if meta is None or req_context is not None:
                     meta = self.meta(key, req_context)
-            admitted = self.admits_all or self.decided.pop(key, None)
+            admitted = admits_all or decided.pop(key, None)
             if admitted is None:
                 admitted = policy.admit(key, meta)
             if admitted:
-                policy.insert(key, meta)
+                insert(key, meta)
             else:
                 self.bypassed[key] = None
 
