@@ -26,7 +26,6 @@ class DepthLFUPolicy(PrefixValuePolicy):
 
     aging: bool = True
     name = "depth_lfu"
-    worth_fields = ("position", "tokens")
 
     def validate(self) -> None:
         super().validate()

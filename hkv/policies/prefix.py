@@ -10,8 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from operator import attrgetter
-from typing import Any, ClassVar
+from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
@@ -41,8 +40,8 @@ class PrefixValuePolicy(PriorityPolicy):
     - Admission: with `bypass`, a miss is declined when the cache is full and its priority is
       below every evictable resident's (it would be the next victim anyway).
 
-    `value(meta)` must read only the meta's `worth_fields`: `_observe` computes it once per
-    distinct tuple of them and remembers it.
+    `value(meta)` must read only the meta's tokens, position, modality and tier: `_observe`
+    computes it once per distinct tuple of them and remembers it.
     """
 
     history_factor: float = 32.0
@@ -50,7 +49,6 @@ class PrefixValuePolicy(PriorityPolicy):
     cost_model: Any = field(default=None, repr=False)  # a CostModel: what a hit saves
     config: Any = field(default=None, repr=False)  # a HybridKVCacheConfig (modality settings)
     context_fields = ("cost_model", "config")
-    worth_fields: ClassVar[tuple[str, ...]] = ("tokens", "position", "modality", "tier")
 
     def validate(self) -> None:
         check_float(self.name, "history_factor", self.history_factor, 0.0, open_low=True)
@@ -71,8 +69,7 @@ class PrefixValuePolicy(PriorityPolicy):
         # `_pass_over` until the epoch ends (see there); `_parked_keys` are their keys
         self._parked: list[tuple[float, int, Key]] = []
         self._parked_keys: set[Key] = set()
-        self._shape = attrgetter(*self.worth_fields)
-        self._worths: dict[Any, float] = {}  # value() by `worth_fields`
+        self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
 
     def _history_refs(self) -> int:
         return max(64, int(self.history_factor * self.capacity_blocks))
@@ -93,7 +90,7 @@ class PrefixValuePolicy(PriorityPolicy):
         self._refs_until_halving -= 1
         if self._refs_until_halving <= 0:
             self._halve_counts()
-        shape = self._shape(meta)
+        shape = (meta.tokens, position, meta.modality, meta.tier)  # a literal: no call
         worth = self._worths.get(shape)
         if worth is None:
             worth = self._worths[shape] = self.value(meta)
@@ -201,7 +198,7 @@ class PrefixValuePolicy(PriorityPolicy):
             self._check_insert(key, len(entries), key in entries)  # raises
         # what admit() observed, or the reference now when inserted without an admit() first
         count, priority = self._pending.pop(key, None) or self._observe(key, meta)
-        seq = self._next_seq()
+        self._seq = seq = self._seq + 1
         entries[key] = PriorityEntry(meta, count, seq, priority)
         heap = self._heap
         heappush(heap, (priority, seq, key))
@@ -220,12 +217,12 @@ class PrefixValuePolicy(PriorityPolicy):
     def touch_all(self, keys: Iterable[Key]) -> None:
         """Each resident key's reference counted and its priority pushed, in order (one frame
         for a request's hits; the heap is bounded once, after them)."""
-        entries, observe, next_seq, heap = self._entries, self._observe, self._next_seq, self._heap
+        entries, observe, heap = self._entries, self._observe, self._heap
         for key in keys:
             entry = entries.get(key)
             if entry is not None:
                 entry.hits, entry.priority = observe(key, entry.meta)
-                entry.seq = seq = next_seq()
+                self._seq = entry.seq = seq = self._seq + 1
                 heappush(heap, (entry.priority, seq, key))
         if len(heap) > self._heap_limit:
             self._compact()

@@ -11,7 +11,6 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import count
 from operator import attrgetter, itemgetter
 
 from hkv.blocks import BlockMeta
@@ -50,7 +49,7 @@ class PriorityPolicy(EvictionPolicy):
         self._entries: dict[Key, PriorityEntry] = {}
         self._resident = self._entries
         self._heap: list[tuple[float, int, Key]] = []
-        self._next_seq = count(1).__next__
+        self._seq = 0
         self._heap_limit = 2 * self.capacity_blocks + 64  # then `_compact`
 
     @abstractmethod
@@ -83,7 +82,7 @@ class PriorityPolicy(EvictionPolicy):
         self._entries.pop(key, None)
 
     def _push(self, key: Key, entry: PriorityEntry) -> None:
-        entry.seq = seq = self._next_seq()
+        self._seq = entry.seq = seq = self._seq + 1
         entry.priority = priority = self.priority(entry)
         heap = self._heap
         heappush(heap, (priority, seq, key))
