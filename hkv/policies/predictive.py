@@ -118,7 +118,7 @@ class PredictivePolicy(QueuePolicy):
         self._pending: dict[Key, int] = {}  # admitted key -> its bucket
 
     # -- features and labels --------------------------------------------------------------
-    # `admit` and `touch_all`, on the path of every reference, compute the same bucket inline
+    # `touch_all`, on the path of every hit, computes the same bucket inline
     def _bucket(self, record: list | None, meta: BlockMeta) -> int:
         """The bucket of a reference to a block whose latest reference is `record` (None:
         none remembered): (depth x 3 + modality) x _COARSE + (references so far x _GAPS +
@@ -231,14 +231,7 @@ class PredictivePolicy(QueuePolicy):
             self._extends = int(position > 0)
             self._declining = False
         self._request_last = position
-        # `_bucket(self._seen.get(key), meta)`, inline
-        bucket = _FINE[meta.modality][(position // (meta.tokens or 1)).bit_length()]
-        record = self._seen.get(key)
-        if record is not None:
-            count = record[2]
-            age = (self._clock - record[0]) * 8 // self._horizon
-            bucket += _EARLIER[count if count < 3 else 3][age.bit_length()]
-        bucket += self._extends
+        bucket = self._bucket(self._seen.get(key), meta)
         pending = self._pending
         if len(pending) > self.capacity_blocks:
             pending.clear()  # admitted keys whose store never happened

@@ -132,11 +132,7 @@ class PriorityPolicy(EvictionPolicy):
                 chosen.append(item)
         if skipped:
             self._pass_over(skipped, protected)
-        if len(chosen) < n:
-            for item in chosen:
-                heappush(heap, item)
-            return None
-        return chosen
+        return _restore(heap, chosen, (), n)
 
     def _pass_over(self, skipped: list[tuple[float, int, Key]], protected: Collection[Key]):
         """The heap items `_select` passed over (protected, pinned or not accepted), back."""
@@ -166,7 +162,7 @@ def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]
     return _restore(heap, chosen, skipped, n)
 
 
-def _restore(heap: list[tuple], chosen: list, skipped: list, n: int) -> list | None:
+def _restore(heap: list[tuple], chosen: list, skipped: Iterable, n: int) -> list | None:
     """Push back the items passed over, and the chosen ones too when fewer than `n`."""
     for item in skipped:
         heappush(heap, item)

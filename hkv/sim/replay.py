@@ -163,7 +163,8 @@ class _Tally:
         meta = self.metas.get(key)
         if meta is None:
             # the two fields `block_meta` takes from the request beside the index
-            tail, block_tokens = request.input_length - index * self.block_tokens, self.block_tokens
+            block_tokens = self.block_tokens
+            tail = request.input_length - index * block_tokens
             modality = None if request.modalities is None else request.modalities[index]
             shape = (index, tail if tail < block_tokens else block_tokens, modality)
             meta = self.shapes.get(shape)
