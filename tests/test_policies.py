@@ -561,6 +561,42 @@ def test_a_sampled_switch_builds_the_new_leader_from_the_last_requests():
     assert policy.evict(3) == alone.evict(3) == [5, 4, 6]
 
 
+def test_a_sampled_leader_switched_back_to_resumes_as_its_retired_instance():
+    """Flipping back to a leader that ran the tier within the history kept does not replay
+    the whole history again: its last live instance resumes, caught up on the requests since
+    and fitted to what the tier holds."""
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    policy = make_policy("auto", 4096, experts=["cost_aware", "lru"], **sampling)
+    replay(trace_of([1, 2, 3], [4, 5], [1, 2, 3, 6]), policy, store="per_request")
+    first = policy._live
+    policy._switch(policy.experts.index("lru"))
+    replay(trace_of([1, 2, 7], [4, 5, 8]), policy, store="per_request")
+    held = set(policy)
+    policy._switch(policy.experts.index("cost_aware"))
+    assert policy._live is first and policy.leader == "cost_aware"
+    assert set(policy) == held and set(first) | set(policy._aside) == held
+    assert {7, 8} <= set(first)  # caught up: it has seen the requests it missed
+
+
+def test_a_leader_retired_beyond_the_history_is_rebuilt_and_forgotten():
+    """A retired instance older than the history kept could not be caught up: it is dropped,
+    and the expert, when it leads again, is replayed over the history afresh."""
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    policy = make_policy("auto", 128, experts=["cost_aware", "lru"], **sampling)
+    replay(trace_of([1, 2, 3], [4, 5]), policy, store="per_request")
+    first = policy._live
+    policy._switch(policy.experts.index("lru"))
+    assert policy._retired[policy.experts.index("cost_aware")][0] is first
+    many = [[1000 + 10 * i + j for j in range(10)] for i in range(40)]  # 400 refs > 2 x 128
+    replay(trace_of(*many), policy, store="per_request")
+    policy._switch(policy.experts.index("cost_aware"))
+    assert policy._live is not first and policy.leader == "cost_aware"
+    assert not policy._retired or all(
+        since >= policy._remembered - len(policy._history) for _, since in policy._retired.values()
+    )
+    assert set(policy._live) | set(policy._aside) == set(policy)
+
+
 @pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])
 def test_auto_samples_a_key_by_the_same_bits_every_time(key):
     from hkv.policies.auto import _key_bits

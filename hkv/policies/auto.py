@@ -84,7 +84,11 @@ class AutoPolicy(EvictionPolicy):
     recency, frequencies, ghosts and admission counts that window teaches, then fitted to the
     tier as a copied shadow is. Its cost, one expert over that window, is paid at the switch
     only (a window of one tier-size halves it, and cost those two Mooncake tiers 0.7 and 1.0
-    points).
+    points). A switch back to an expert that led within that window costs far less: its last
+    live instance resumes, caught up on the requests since it led (`_rebuild`). Early on, two
+    experts can trade the lead a few times within a few requests (the vLLM 0.26 replay of the
+    anchor at 8 GiB: four switches in six requests); each flip back then replays those few
+    requests, not the whole window.
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
@@ -141,6 +145,9 @@ class AutoPolicy(EvictionPolicy):
         ]
         self._history: deque[list[tuple[Key, BlockMeta]]] = deque()  # sampled: last requests
         self._history_refs = 0
+        self._remembered = 0  # requests ever put in `_history`
+        # sampled: leaders switched away from, with `_remembered` then (`_switch`)
+        self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
         # an expert without a shadow never leads
         self._scores = [-math.inf if s is None else 0.0 for s in self._shadows]
         self._refs = 0.0  # decayed block references, the scores' denominator
@@ -198,8 +205,10 @@ class AutoPolicy(EvictionPolicy):
         pending.extend(misses)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        self._check_insert(key, len(self), key in self)
-        self._live.insert(key, meta)  # the live policy has room: the keys aside hold it
+        live, aside = self._live, self._aside
+        if key in aside or key in live or len(live) + len(aside) >= self.capacity_blocks:
+            self._check_insert(key, len(self), key in self)  # raises
+        live.insert(key, meta)  # the live policy has room: the keys aside hold it
         self._metas[key] = meta
 
     def touch(self, key: Key) -> None:
@@ -260,7 +269,7 @@ class AutoPolicy(EvictionPolicy):
         if self._sampled:
             self._remember(request)
             threshold = self._threshold
-            request = [pair for pair in request if _key_bits(pair[0]) < threshold]
+            request = _sample(request, threshold)
             if not request:
                 return
         refs = len(request)
@@ -278,12 +287,7 @@ class AutoPolicy(EvictionPolicy):
         """The tier is run from now on by a copy of expert `best`'s shadow (sampled shadows: by
         the expert replayed over the last requests), fitted to the tier."""
         if self._sampled:
-            context = {"cost_model": self.cost_model, "config": self.config}
-            expert = make_expert(self.experts[best], self.capacity_blocks, **context)
-            tier = VllmTier(expert, refuses=False)
-            for request in self._history:
-                tier.store(request)
-            live = tier.policy
+            live = self._rebuild(best)
         else:
             memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
             live = copy.deepcopy(self._shadows[best].policy, memo)
@@ -294,14 +298,49 @@ class AutoPolicy(EvictionPolicy):
         self._live, self._leader = live, best
         self.switches += 1
 
+    def _rebuild(self, best: int) -> EvictionPolicy:
+        """Expert `best` as it would run the tier now: its last live instance, if it led
+        within the history kept, caught up on the requests since (a flip back after a few
+        requests then costs those requests, not a replay of the whole history), otherwise a new
+        one replayed over the history."""
+        history, remembered = self._history, self._remembered
+        self._retired[self._leader] = (self._live, remembered)
+        oldest = remembered - len(history)  # the index of history[0]
+        retired = self._retired.pop(best, None)
+        if retired is not None and retired[1] >= oldest:
+            policy, since = retired
+            requests = islice(history, since - oldest, None)
+        else:
+            context = {"cost_model": self.cost_model, "config": self.config}
+            policy = make_expert(self.experts[best], self.capacity_blocks, **context)
+            requests = iter(history)
+        tier = VllmTier(policy, refuses=False)
+        for request in requests:
+            tier.store(request)
+        for label, (_, since) in list(self._retired.items()):  # beyond reach: freed
+            if since < oldest:
+                del self._retired[label]
+        return tier.policy
+
     def _remember(self, request: list[tuple[Key, BlockMeta]]) -> None:
         """Keep `request` among the last requests, `HISTORY_TIERS` tier-sizes of references."""
         history = self._history
         history.append(request)
+        self._remembered += 1
         self._history_refs += len(request)
         limit = HISTORY_TIERS * self.capacity_blocks
         while self._history_refs - len(history[0]) >= limit:
             self._history_refs -= len(history.popleft())
+
+
+def _sample(request: list[tuple[Key, BlockMeta]], threshold: int) -> list:
+    """The pairs of `request` whose key's bits fall below `threshold`."""
+    if isinstance(request[0][0], bytes):  # vLLM's digests: `_key_bits` inlined
+        try:
+            return [p for p in request if int.from_bytes(p[0][:8], "little") < threshold]
+        except TypeError:
+            pass  # keys of several types
+    return [pair for pair in request if _key_bits(pair[0]) < threshold]
 
 
 def _key_bits(key: Key) -> int:
