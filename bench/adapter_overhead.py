@@ -14,7 +14,7 @@ Every policy method is timed by the GPU benchmark's own `PolicyTimer` (`bench.vl
 so the numbers compare with the H200 run's `policy_s`; the timer's cost per call is measured in
 this process and subtracted (`*_net`). A second, untimed pass gives the whole replay's wall time
 per request (driver included, the same for every policy). Each number is the best of
-`--repeats` passes.
+`--repeats` passes, taken in rounds of one pass per policy (`in_rounds`).
 
     python -m bench.adapter_overhead                     # data/results/adapter_overhead_cpu.json
     python -m bench.adapter_overhead --profile hkv_bip   # cProfile of one policy's replay
@@ -52,8 +52,9 @@ DEFAULT_POLICIES = (
 )
 NOTES = [
     "Per request: the policy's own time over one pass of the anchor workload's 128 "
-    "requests, best of `repeats`; *_net subtracts timer_overhead_s_per_call per call "
-    "(what bench.vllm_gpu's PolicyTimer records around a no-op, measured here).",
+    "requests, best of `repeats` passes taken in rounds (every policy once a round); *_net "
+    "subtracts timer_overhead_s_per_call per call (what bench.vllm_gpu's PolicyTimer records "
+    "around a no-op, measured here).",
     "lru and arc are the installed vLLM's heap-based policies, built for 0.32's "
     "once-per-request hook; under 0.26's whole-prompt touches they do more work than "
     "the lru of the H200 run. lru026 is the closer yardstick for that run.",
@@ -113,11 +114,23 @@ def replay(
     return out
 
 
-def measure(name: str, requests: list[Prompt], capacity: int, repeats: int, overhead_s: float):
-    """Best-of-`repeats` timed and untimed passes of one policy, per request and per call."""
-    passes = [replay(name, requests, capacity, True) for _ in range(repeats)]
-    timed = min(passes, key=lambda r: r["policy_s"])
-    wall_s = min(replay(name, requests, capacity, False)["wall_s"] for _ in range(repeats))
+def measure(
+    name: str,
+    requests: list[Prompt],
+    capacity: int,
+    repeats: int,
+    overhead_s: float,
+    passes: tuple[list[dict], list[float]] | None = None,
+):
+    """Best-of-`repeats` timed and untimed passes of one policy, per request and per call;
+    `passes` gives them already run (`in_rounds`), else they are run here, one after another."""
+    if passes is None:
+        passes = (
+            [replay(name, requests, capacity, True) for _ in range(repeats)],
+            [replay(name, requests, capacity, False)["wall_s"] for _ in range(repeats)],
+        )
+    timed = min(passes[0], key=lambda r: r["policy_s"])
+    wall_s = min(passes[1])
     n, calls = len(requests), timed["policy_calls"]
     net_s = max(0.0, timed["policy_s"] - calls * overhead_s)
     return {
@@ -138,6 +151,22 @@ def measure(name: str, requests: list[Prompt], capacity: int, repeats: int, over
         **{k: timed[k] for k in ("loaded_blocks", "stored_blocks", "evicted_blocks")},
         **{k: timed[k] for k in ("refused_stores", "evictions_sha256")},
     }
+
+
+def in_rounds(
+    policies: list[str], requests: list[Prompt], capacity: int, repeats: int
+) -> dict[str, tuple[list[dict], list[float]]]:
+    """Each policy's timed passes and untimed wall times, `repeats` rounds of one pass each per
+    policy: a slow spell of the machine falls on every policy alike instead of on whichever
+    ran its passes then (on a shared 2-core VM, best-of-3 passes run back to back put hkv's
+    lru anywhere from 0.9x to 1.8x of lru026 from one run to the next)."""
+    out: dict[str, tuple[list[dict], list[float]]] = {name: ([], []) for name in policies}
+    for _ in range(repeats):
+        for name in policies:
+            timed, walls = out[name]
+            timed.append(replay(name, requests, capacity, True))
+            walls.append(replay(name, requests, capacity, False)["wall_s"])
+    return out
 
 
 RATIO_FIELDS = (
@@ -183,8 +212,10 @@ def run(args) -> tuple[dict, dict]:
     requests = setup(args.policies, workload)
     build_s = time.perf_counter() - t0
     overhead = PolicyTimer.measure_overhead()
+    passes = in_rounds(args.policies, requests, capacity, args.repeats)
     rows = [
-        measure(p, requests, capacity, args.repeats, overhead["recorded_s"]) for p in args.policies
+        measure(p, requests, capacity, args.repeats, overhead["recorded_s"], passes[p])
+        for p in args.policies
     ]
     with_ratios(rows)
     parameters = {"policies": list(args.policies), "cpu_gib": args.cpu_gib}
