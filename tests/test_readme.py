@@ -705,12 +705,28 @@ def auto_h200_total_ratios() -> tuple[float, float]:
     return total["hkv_auto"] / total["lru"], total["arc"] / total["lru"]
 
 
-def auto_h200_previous_gap() -> tuple[float]:
-    """The largest difference in `auto`'s cached share between this run and the one before
-    (2,048-block miniatures), read from the file's note on that run (points)."""
+def _previous_h200_run(field: str, policy: str) -> dict[str, float]:
+    """One field of the run before this one (the file as of commit 74af782), per engine, as
+    the file's note on that run gives it."""
     h200 = result("vllm_h200_auto.json")
-    note = next(n for n in h200["notes"] if "2,048 blocks" in n)
-    before = json.loads(re.search(r"hkv_auto: (\{.*?\});", note).group(1))
+    note = next(n for n in h200["notes"] if "as of commit 74af782" in n)
+    part = note[note.index(field) :] if field else note
+    return json.loads(re.search(policy + r": (\{.*?\})", part).group(1))
+
+
+def auto_h200_previous_ratios() -> tuple[float, float]:
+    """`auto`'s policy time over lru's in the run before this one: anchor at 8 GiB, and summed
+    over the five engines."""
+    auto, lru = (_previous_h200_run("policy_s_net", p) for p in ("hkv_auto", "lru"))
+    key = "text@8GiB/pop0"
+    return auto[key] / lru[key], sum(auto.values()) / sum(lru.values())
+
+
+def auto_h200_previous_gap() -> tuple[float]:
+    """The largest difference in `auto`'s cached share between this run and the one before,
+    read from the file's note on that run (points)."""
+    h200 = result("vllm_h200_auto.json")
+    before = _previous_h200_run("", "hkv_auto")
     now = {
         f"text@{r['cpu_gib']:g}GiB/pop{r['popularity']:g}": 100 * r["cached_frac"]
         for r in h200["runs"]
@@ -720,10 +736,10 @@ def auto_h200_previous_gap() -> tuple[float]:
     return (max(abs(now[k] - before[k]) for k in now),)
 
 
-def predictive_speed_run2() -> tuple[float, ...]:
-    """The second run on the H200 host: lru's and predictive's slowest and fastest cell (k refs/s)
+def predictive_speed_run2(name: str = "replay_speed_h200host_run2.json") -> tuple[float, ...]:
+    """A later run on the H200 host: lru's and predictive's slowest and fastest cell (k refs/s)
     and predictive's cells at 300k or more."""
-    cells = result("replay_speed_h200host_run2.json")["cells"]
+    cells = result(name)["cells"]
     lru = [c["policies"]["lru"]["refs_per_s_best"] for c in cells]
     rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in cells]
     fast = sum(rate >= 300_000 for rate in rates)
@@ -733,6 +749,11 @@ def predictive_speed_run2() -> tuple[float, ...]:
 def auto_cpu_policy_time() -> tuple[float]:
     rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
     return (rows["hkv_auto"]["ratio_to_lru026_net"],)
+
+
+def hkv_lru_cpu_ratio() -> tuple[float]:
+    rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
+    return (rows["hkv_lru"]["ratio_to_lru026_net"],)
 
 
 def auto_h200_relations() -> tuple[float, float]:
@@ -1066,10 +1087,16 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         predictive_speed_run2,
     ),
     (
+        "(`replay_speed_h200host_run3.json`), had lru at {:.0f}k to\n{:.0f}k and `predictive` at "
+        "{:.0f}k to {:.0f}k, 300k in {} of the {} cells",
+        lambda: predictive_speed_run2("replay_speed_h200host_run3.json"),
+    ),
+    (
         "{:.1f} times over the five\nengines, where vLLM's own arc takes {:.1f} times",
         auto_h200_total_ratios,
     ),
-    ("cached shares within {:.1f} points of\nthese", auto_h200_previous_gap),
+    ("cached shares within {:.1f} points of these)", auto_h200_previous_gap),
+    ("took {:.1f} and {:.1f} times: since then", auto_h200_previous_ratios),
     (
         "(Zipf sessions at 1 % and 5 %, {:.1f}x to {:.1f}x) and {:.1f}x to {:.1f}x elsewhere. "
         "`cost_aware` runs at {:.0f}k to {:.0f}k there",
@@ -1084,6 +1111,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ),
     ("TTFT is worse than lru's in {} of the {} rows", auto_h200_ttft_worse),
     ("`auto` takes {:.1f} times the policy time of 0.26's lru", auto_cpu_policy_time),
+    ("hkv's own lru came out at {:.2f} times lru's time", hkv_lru_cpu_ratio),
     (
         "its lru costs {:.1f} ms a request against the {:.1f} ms vLLM's lru took in the engine "
         "(`auto`: {:.1f} ms against {:.1f} ms)",
