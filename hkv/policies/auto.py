@@ -86,9 +86,9 @@ class AutoPolicy(EvictionPolicy):
     only (a window of one tier-size halves it, and cost those two Mooncake tiers 0.7 and 1.0
     points). A switch back to an expert that led within that window costs far less: its last
     live instance resumes, caught up on the requests since it led (`_rebuild`). Early on, two
-    experts can trade the lead a few times within a few requests (the vLLM 0.26 replay of the
-    anchor at 8 GiB: four switches in six requests); each flip back then replays those few
-    requests, not the whole window.
+    experts can trade the lead a few times within a few requests (`bench.adapter_overhead`'s CPU
+    replay of the anchor in vLLM 0.26's call order, 8 GiB: four switches in six requests); each
+    flip back then replays those few requests, not the whole window.
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
