@@ -495,6 +495,8 @@ def check_predictive(r: dict[str, Any]) -> None:
     anchor8 = r["h200_cached"]["anchor@8"]
     assert anchor8["hkv_auto"] == max(anchor8.values()) >= 0.30  # issue 16's H200 point
     assert r["h200_policy_ms_anchor_8gib"] == bench_vllm_auto.policy_ms_per_step(h200, "anchor", 8)
+    assert r["h200_policy_time_table"] == bench_vllm_auto.policy_time_table(h200)
+    assert "| anchor | 8 GiB |" in r["h200_policy_time_table"]
     speed = load_result("replay_speed_h200host")
     rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in speed["cells"]]
     assert r["predictive_refs_per_s"] == rates and min(rates) > 0

@@ -686,6 +686,8 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
                     "failed_stores": int(i == 1),
                     "ttft_mean_s": 0.2,
                     "policy_s_per_step_net": 0.001 * (i + 1),
+                    "policy_s_net": 0.5 * (i + 1),
+                    **({"policy_switches": 2} if name == "hkv_auto" else {}),
                     "metrics_delta": {"x": 1},
                     "policy_by_method": {"evict": {}},
                 },
@@ -712,6 +714,8 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     assert "| skewed (Zipf 1) | 8 GiB |" in table
     ms = bench_vllm_auto.policy_ms_per_step(folded, "anchor", 8.0)
     assert ms["lru"] == pytest.approx(1.0) and ms["hkv_auto"] == pytest.approx(3.0)
+    times = bench_vllm_auto.policy_time_table(folded)
+    assert "| anchor | 8 GiB | 0.50 | 2.0x | 3.0x | 4.0x | 2 |" in times
     write_json(files[1], {**json.loads(files[1].read_text()), "status": "error"})
     with pytest.raises(SystemExit, match="did not finish"):
         fold(files, tmp_path / "again.json")

@@ -44,3 +44,26 @@ def policy_ms_per_step(results: dict[str, Any], workload: str, gib: float) -> di
     """Each policy's own time per scheduler step, ms (net of the timer's cost)."""
     runs = runs_by_cell(results)[(workload, gib)]
     return {name: 1000 * runs[name]["policy_s_per_step_net"] for name in POLICIES}
+
+
+def policy_time_table(results: dict[str, Any]) -> str:
+    """Markdown: each policy's own time over the whole run (net of the timer) per engine, as a
+    multiple of vLLM's lru in the same engine, and how often `auto` changed its leader (where
+    the run recorded it)."""
+    others = [name for name in POLICIES if name != "lru"]
+    lines = [
+        "| workload | CPU tier | lru (s) | "
+        + " | ".join(f"{n} / lru" for n in others)
+        + " | auto's switches |",
+        "|---|---|---|" + "---|" * len(others) + "---|",
+    ]
+    for (workload, gib), runs in runs_by_cell(results).items():
+        lru = runs["lru"]["policy_s_net"]
+        ratios = [f"{runs[name]['policy_s_net'] / lru:.1f}x" for name in others]
+        switches = runs["hkv_auto"].get("policy_switches")
+        lines.append(
+            f"| {workload} | {gib:g} GiB | {lru:.2f} | "
+            + " | ".join(ratios)
+            + f" | {'-' if switches is None else switches} |"
+        )
+    return "\n".join(lines)
