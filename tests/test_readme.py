@@ -746,6 +746,47 @@ def predictive_speed_run2(name: str = "replay_speed_h200host_run2.json") -> tupl
     return min(lru) / 1e3, max(lru) / 1e3, min(rates) / 1e3, max(rates) / 1e3, fast, len(rates)
 
 
+def h200_floor() -> tuple[float, ...]:
+    """The anchor at 8 GiB in one engine, two repeats each: policy seconds (net) of lru,
+    hkv_lru, hkv_bip and hkv_auto per repeat, bip's and lru's cached share, auto's cached share
+    and how often it switched leader in each repeat (the same in both), in words."""
+    runs = result("vllm_h200_floor.json")["runs"]
+    by = {(r["policy"], r["repeat"]): r for r in runs}
+    times = [by[(p, i)]["policy_s_net"] for p in ("lru", "hkv_lru", "hkv_bip") for i in (0, 1)]
+    share = {
+        p: {round(100 * by[(p, i)]["cached_frac"], 1) for i in (0, 1)} for p in ("hkv_bip", "lru")
+    }
+    auto = [by[("hkv_auto", i)] for i in (0, 1)]
+    switches = {run["policy_switches"] for run in auto}
+    assert len(share["hkv_bip"]) == len(share["lru"]) == len(switches) == 1
+    auto_share = {round(100 * run["cached_frac"], 1) for run in auto}
+    assert len(auto_share) == 1
+    (count,) = switches
+    return (
+        *times[:4],
+        *times[4:],
+        *share["hkv_bip"],
+        *share["lru"],
+        *(run["policy_s_net"] for run in auto),
+        *auto_share,
+        {1: "once", 2: "twice"}.get(count, f"{count} times"),
+    )
+
+
+def bip_mooncake_suite() -> tuple[float, ...]:
+    """bip's and vLLM lru's block hit rate on Mooncake's trace in the suite, lowest and highest
+    capacity (%)."""
+    cells = result("policy_suite.json")["workloads"]["mooncake"]["cells"]
+    cells = sorted(cells, key=lambda c: c["capacity_frac"])
+    rate = lambda c, p: 100 * c["policies"][p]["block_hit_rate"]  # noqa: E731
+    return (
+        rate(cells[0], "hkv:bip"),
+        rate(cells[-1], "hkv:bip"),
+        rate(cells[0], "vllm:lru"),
+        rate(cells[-1], "vllm:lru"),
+    )
+
+
 def auto_cpu_policy_time() -> tuple[float]:
     rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
     return (rows["hkv_auto"]["ratio_to_lru026_net"],)
@@ -1112,6 +1153,17 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ("TTFT is worse than lru's in {} of the {} rows", auto_h200_ttft_worse),
     ("`auto` takes {:.1f} times the policy time of 0.26's lru", auto_cpu_policy_time),
     ("hkv's own lru came out at {:.2f} times lru's time", hkv_lru_cpu_ratio),
+    (
+        "lru took {:.2f} and {:.2f} s of policy time. hkv's lru behind the adapter took {:.2f} and "
+        "{:.2f} s, and `hkv_bip` {:.2f} and {:.2f} s while caching {:.1f} % (lru: {:.1f} %). "
+        "`auto` took {:.2f} and {:.2f} s for {:.1f} %, switching {} in each run",
+        h200_floor,
+    ),
+    (
+        "in the suite it keeps {:.2f} % to {:.2f} % of Mooncake's trace where vLLM's lru keeps "
+        "{:.2f} % to {:.2f} %",
+        bip_mooncake_suite,
+    ),
     (
         "its lru costs {:.1f} ms a request against the {:.1f} ms vLLM's lru took in the engine "
         "(`auto`: {:.1f} ms against {:.1f} ms)",
