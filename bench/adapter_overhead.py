@@ -158,8 +158,9 @@ def in_rounds(
 ) -> dict[str, tuple[list[dict], list[float]]]:
     """Each policy's timed passes and untimed wall times, `repeats` rounds of one pass each per
     policy: a slow spell of the machine falls on every policy alike instead of on whichever
-    ran its passes then (on a shared 2-core VM, best-of-3 passes run back to back put hkv's
-    lru anywhere from 0.9x to 1.8x of lru026 from one run to the next)."""
+    ran its passes then. (On a shared 2-core VM, passes run back to back put hkv's lru at 0.9x
+    to 1.8x of lru026 over three runs; in rounds at 0.5x and 0.7x over two. The VM stays
+    noisy, but no policy takes a slow spell alone.)"""
     out: dict[str, tuple[list[dict], list[float]]] = {name: ([], []) for name in policies}
     for _ in range(repeats):
         for name in policies:
