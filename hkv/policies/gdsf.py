@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.policies.priority import ENTRY_PRIORITY, PriorityEntry, PriorityPolicy
+from hkv.policies.priority import PriorityEntry, PriorityPolicy, inflated
 
 
 @dataclass(eq=False)
@@ -44,5 +44,4 @@ class GDSFPolicy(PriorityPolicy):
         return self.inflation + (entry.hits + 1) * value / max(meta.tokens, 1)
 
     def _on_evicted(self, entries: list[PriorityEntry]) -> None:
-        if entries:  # max() folds left to right, as one max() per victim would
-            self.inflation = max(self.inflation, *map(ENTRY_PRIORITY, entries))
+        self.inflation = inflated(self.inflation, entries)

@@ -15,7 +15,7 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import Key, check_float
-from hkv.policies.priority import ENTRY_PRIORITY, PriorityEntry, PriorityPolicy
+from hkv.policies.priority import PriorityEntry, PriorityPolicy, inflated
 
 POSITION_TIE_BREAK = 1e-12
 """Priority given up per token of position: at equal worth, the deeper block goes first."""
@@ -228,5 +228,4 @@ class PrefixValuePolicy(PriorityPolicy):
             self._compact()
 
     def _on_evicted(self, entries: list[PriorityEntry]) -> None:
-        if entries:  # max() folds left to right, as one max() per victim would
-            self.inflation = max(self.inflation, *map(ENTRY_PRIORITY, entries))
+        self.inflation = inflated(self.inflation, entries)

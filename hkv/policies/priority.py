@@ -147,6 +147,12 @@ class PriorityPolicy(EvictionPolicy):
         return victims
 
 
+def inflated(inflation: float, victims: list[PriorityEntry]) -> float:
+    """GreedyDual's inflation value `L` after an eviction: the highest of `inflation` and the
+    victims' priorities (max() folds left to right, as one max() per victim would)."""
+    return max(inflation, *map(ENTRY_PRIORITY, victims)) if victims else inflation
+
+
 def pop_first(heap: list[tuple], n: int, verdict: Callable[[tuple], bool | None]) -> list | None:
     """Pop the first `n` heap items whose `verdict` is True; None (and the heap as it was,
     less stale items) when there are fewer. `verdict` None marks a stale item, dropped for good;
