@@ -327,3 +327,56 @@ def test_auto_inside_vllms_manager_sees_whole_requests_as_the_simulator_does():
     assert in_vllm.scores() == pytest.approx(simulated.scores())
     assert in_vllm.switches == simulated.switches > 0
     assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)
+
+
+MALFORMED = {
+    "not a list": {"a": 1},
+    "entry too short": [[0, 16]],
+    "offsets as strings": [["0", "16", "vision"]],
+    "float offset": [[0.0, 16, "vision"]],
+    "negative start": [[-16, 16, "vision"]],
+    "empty span": [[32, 32, "vision"]],
+    "unknown modality": [[0, 16, "smell"]],
+    "modality not a string": [[0, 16, 7]],
+}
+
+
+@pytest.mark.parametrize("spans", list(MALFORMED.values()), ids=list(MALFORMED))
+def test_malformed_modality_spans_are_ignored_with_one_warning(spans, caplog):
+    """A client's malformed `hkv_modalities` must not stop vLLM's scheduler (an exception there
+    ends the engine for every request): the request is stored, its blocks count as text, one
+    warning names the request and the expected form, and a well-formed request next is labelled."""
+    m = manager("modality_aware", chunks=8)
+    bad = ReqContext(req_id="bad-1", kv_transfer_params={"hkv_modalities": spans})
+    good = ReqContext(req_id="good-1", kv_transfer_params={"hkv_modalities": [[0, 16, "audio"]]})
+    for ctx, ids in ((bad, (1, 2)), (good, (3, 4))):
+        for index, block in enumerate(ids):
+            ctx.set_offload_key_position(key(block), 16 * (index + 1))
+    with caplog.at_level("WARNING", logger="hkv.integrations.vllm.request"):
+        for ctx, ids in ((bad, [1, 2]), (good, [3, 4])):
+            m.on_new_request(ctx)
+            assert store(m, ids, ctx).keys_to_store == [key(i) for i in ids]
+            m.on_request_finished(ctx)
+        m._policy.sync()
+    metas = {k: e.meta for k, e in m._policy.policy._entries.items()}
+    assert [metas[key(i)].modality for i in (1, 2, 3, 4)] == [
+        *(Modality.TEXT, Modality.TEXT, Modality.AUDIO, Modality.TEXT)
+    ]
+    warnings = [r.getMessage() for r in caplog.records if "bad-1" in r.getMessage()]
+    assert len(warnings) == 1 and "hkv_modalities" in warnings[0]
+    assert "0 <= start < end" in warnings[0] and "vision" in warnings[0]
+    assert not [r for r in caplog.records if "good-1" in r.getMessage()]
+
+
+def test_a_span_past_the_prompt_labels_the_blocks_it_overlaps():
+    from hkv.integrations.vllm.request import parse_spans
+
+    assert parse_spans([[20, 10**9, "vision"], [0, 4, "audio"]]) == (
+        ((0, 4, Modality.AUDIO), (20, 10**9, Modality.VISION)),
+        None,
+    )
+    p = policy_class("hkv_modality_aware")(cache_capacity=8, block_tokens=16)
+    ctx = ReqContext(req_id="long", kv_transfer_params={"hkv_modalities": [[20, 10**9, "vision"]]})
+    ctx.set_offload_key_position(key(1), 16)
+    ctx.set_offload_key_position(key(2), 32)
+    assert [p.meta(key(i), ctx).modality for i in (1, 2)] == [Modality.TEXT, Modality.VISION]

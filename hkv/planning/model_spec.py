@@ -21,22 +21,26 @@ from hkv.planning.layers import DTYPE_BYTES, LayerGroup, LayerKind, dtype_bytes
 __all__ = ["DTYPE_BYTES", "LayerGroup", "LayerKind", "ModelSpec", "dtype_bytes", "shipped_models"]
 
 
-def data_dir() -> Path:
-    """The project's `data/` folder (override with the `HKV_DATA_DIR` environment variable)."""
-    if env := os.environ.get("HKV_DATA_DIR"):
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+"""The shipped model configs: package data, so that an installed hkv (a wheel, or
+`pip install --target`, as vLLM's plugin loader finds it) has them too, not only a checkout."""
+
+
+def models_dir() -> Path:
+    """Where shipped model configs are read (`HKV_MODELS_DIR` overrides `MODELS_DIR`)."""
+    if env := os.environ.get("HKV_MODELS_DIR"):
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "data"
+    return MODELS_DIR
 
 
 def shipped_models() -> list[str]:
-    """Names accepted by `ModelSpec.load` without a path: the folders of `data/models/`."""
-    models = data_dir() / "models"
-    return sorted(p.parent.name for p in models.glob("*/config.json"))
+    """Names accepted by `ModelSpec.load` without a path: the folders of `hkv/planning/models/`."""
+    return sorted(p.parent.name for p in models_dir().glob("*/config.json"))
 
 
 def _shipped_config(name: str) -> Path | None:
     """The shipped config for a folder name (`minimax-m2.5`) or its Hub id (`MiniMaxAI/...`)."""
-    models = data_dir() / "models"
+    models = models_dir()
     if (models / name / "config.json").is_file():
         return models / name / "config.json"
     for meta_path in models.glob("*/hkv.json"):

@@ -8,31 +8,115 @@ marks the token spans that are images or audio in the request's `kv_transfer_par
 (`[start, end, modality]`, token offsets into the prompt, end exclusive). A block whose tokens
 overlap a marked span takes that span's modality; every other block is text. vLLM's multimodal
 block hashes already include the image hash, so equal images still share blocks.
+
+A malformed `hkv_modalities` (not a list of `[start, end, modality]`, offsets that are not
+integers with `0 <= start < end`, a modality hkv does not know) is ignored, not refused: the
+request is served, its blocks count as text, and one warning per request names the request, the
+entry and the expected form. The policy runs inside vLLM's scheduler, where an exception would
+stop the engine for every request; vLLM passes `kv_transfer_params` through unchecked, so there is
+no earlier place to refuse it. A span reaching past the prompt is valid: its part beyond the last
+token labels no block.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 
 MODALITY_PARAM = "hkv_modalities"
+EXPECTED = (
+    f"expected {MODALITY_PARAM}: [[start, end, modality], ...] with integer token offsets "
+    f"0 <= start < end and modality one of {', '.join(m.value for m in Modality)}"
+)
+
+logger = logging.getLogger(__name__)
+
+Spans = tuple[tuple[int, int, Modality], ...]
 
 
-def modality_at(spans: Sequence[Sequence[Any]] | None, start: int, end: int) -> Modality:
-    """The modality of tokens `[start, end)` given a request's marked spans (text if none)."""
-    for span_start, span_end, label in spans or ():
+def modality_at(spans: Spans | None, start: int, end: int) -> Modality:
+    """The modality of tokens `[start, end)` given a request's checked spans (text if none)."""
+    for span_start, span_end, modality in spans or ():
         if span_start < end and start < span_end:
-            return Modality.parse(label, field=MODALITY_PARAM)
+            return modality
     return Modality.TEXT
 
 
-def request_spans(req_context: Any) -> Any:
-    """The request's marked modality spans (None when it marks none)."""
-    params = getattr(req_context, "kv_transfer_params", None) or {}
-    return params.get(MODALITY_PARAM)
+def request_spans(req_context: Any) -> Spans | None:
+    """The request's marked modality spans, checked (None when it marks none, or marks them in a
+    form hkv cannot read: then once per request a warning says so and its blocks are text)."""
+    params = getattr(req_context, "kv_transfer_params", None)
+    raw = params.get(MODALITY_PARAM) if isinstance(params, dict) else None
+    if raw is None:
+        return None
+    get_state = getattr(req_context, "get_state", None)
+    if get_state is not None and (checked := get_state(_CheckedSpans)) is not None:
+        return checked.spans
+    spans, problem = parse_spans(raw)
+    if problem is not None:  # checked once per request where it has state, else once per id
+        _warn(getattr(req_context, "req_id", "?"), problem, once_per_id=get_state is None)
+    if get_state is not None:
+        req_context.set_state(_CheckedSpans(spans))
+    return spans
+
+
+def parse_spans(raw: Any) -> tuple[Spans | None, str | None]:
+    """`(spans, None)` for a well-formed `hkv_modalities` value (sorted), else `(None, problem)`."""
+    if not isinstance(raw, list | tuple):
+        return None, f"got {_short(raw)}, not a list"
+    spans = []
+    for entry in raw:
+        if not isinstance(entry, list | tuple) or len(entry) != 3:
+            return None, f"entry {_short(entry)} is not [start, end, modality]"
+        start, end, label = entry
+        if not (_is_int(start) and _is_int(end)) or not 0 <= start < end:
+            return None, f"entry {_short(entry)}: offsets must be integers with 0 <= start < end"
+        try:
+            modality = Modality(label)
+        except (ValueError, TypeError):
+            return None, f"entry {_short(entry)}: unknown modality {_short(label)}"
+        spans.append((start, end, modality))
+    return tuple(sorted(spans)), None
+
+
+class _CheckedSpans:
+    """A request's `hkv_modalities`, checked once, kept in its `ReqContext` state."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self, spans: Spans | None) -> None:
+        self.spans = spans
+
+
+_WARNED: OrderedDict[str, None] = OrderedDict()  # vLLM 0.26: requests warned about, newest last
+_MAX_WARNED = 1024
+
+
+def _warn(req_id: str, problem: str, *, once_per_id: bool) -> None:
+    if once_per_id:
+        if req_id in _WARNED:
+            return
+        _WARNED[req_id] = None
+        if len(_WARNED) > _MAX_WARNED:
+            _WARNED.popitem(last=False)
+    logger.warning(
+        "hkv: request %s: ignoring kv_transfer_params[%r] (%s); its blocks count as text; %s",
+        req_id, MODALITY_PARAM, problem, EXPECTED,
+    )  # fmt: skip
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def block_meta(key: Any, req_context: Any, block_tokens: int) -> BlockMeta:
@@ -54,7 +138,7 @@ def block_meta(key: Any, req_context: Any, block_tokens: int) -> BlockMeta:
     )
 
 
-def span_meta(spans: Any, block_tokens: int) -> Callable[[int], BlockMeta]:
+def span_meta(spans: Spans, block_tokens: int) -> Callable[[int], BlockMeta]:
     """`index -> BlockMeta` for the full blocks of a prompt with marked modality spans."""
 
     def meta(index: int) -> BlockMeta:
