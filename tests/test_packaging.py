@@ -24,7 +24,8 @@ import json, importlib.metadata as md, hkv
 from hkv.planning.model_spec import shipped_models
 from hkv.cost import CostModel
 from hkv.policies import make_policy
-eps = sorted(e.name for e in md.entry_points(group="vllm.general_plugins") if e.value.startswith("hkv."))
+eps = md.entry_points(group="vllm.general_plugins")
+eps = sorted(e.name for e in eps if e.value.startswith("hkv."))
 print(json.dumps({"file": hkv.__file__, "models": shipped_models(), "plugins": eps,
                   "cost_model": CostModel.default().spec.name,
                   "auto": type(make_policy("auto", 64)).__name__}))
