@@ -43,12 +43,18 @@ def __getattr__(name: str) -> Any:
     return policy_class(name)
 
 
+REGISTERED_LOG = "hkv: eviction policies known to vLLM in process %d: %s"
+"""The line `register` logs once per process (vLLM's log shows which processes loaded hkv)."""
+
+
 def register() -> None:
     """Entry point (`vllm.general_plugins`): make `hkv_<name>` known to vLLM by name alone.
 
     vLLM >= 0.32 resolves names through `CachePolicyFactory` (lazily: an offline policy fails
     with hkv's message when chosen); 0.26 through the manager's dictionary of classes, which
-    gets the online policies only. Calling this twice is harmless.
+    gets the online policies only. Calling this twice is harmless. The first call in a process
+    logs the names at INFO through vLLM's logger (`vllm.hkv`), so a server's log shows that
+    the plugin loaded in its API server and in its engine.
     """
     from hkv.integrations.vllm.policy import PREFIX, policy_class
     from hkv.policies import policy_names
@@ -58,10 +64,23 @@ def register() -> None:
     except ImportError:  # vLLM 0.26
         import vllm.v1.kv_offload.cpu.manager as manager
 
+        added = []
         for name in policy_names(online_only=True):
-            manager._CACHE_POLICIES.setdefault(PREFIX + name, policy_class(name))
+            if PREFIX + name not in manager._CACHE_POLICIES:
+                manager._CACHE_POLICIES[PREFIX + name] = policy_class(name)
+                added.append(PREFIX + name)
+        _log_registered(added)
         return
     known = getattr(CachePolicyFactory, "_registry", {})
-    for name in (PREFIX + n for n in policy_names()):
-        if name not in known:
-            CachePolicyFactory.register_cache_policy(name, __name__, name)
+    added = [PREFIX + n for n in policy_names() if PREFIX + n not in known]
+    for name in added:
+        CachePolicyFactory.register_cache_policy(name, __name__, name)
+    _log_registered(added)
+
+
+def _log_registered(added: list[str]) -> None:
+    if added:  # vLLM configures the `vllm` logger's handler; hkv's own logger has none there
+        import logging
+        import os
+
+        logging.getLogger("vllm.hkv").info(REGISTERED_LOG, os.getpid(), ", ".join(added))
