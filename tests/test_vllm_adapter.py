@@ -21,10 +21,11 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
 from hkv.blocks import Modality
 from hkv.integrations import vllm as adapter
-from hkv.integrations.vllm.policy import policy_class
+from hkv.integrations.vllm.policy import _insert_takes_no_context, policy_class
 from hkv.policies import make_policy, policy_names
 
 ONLINE = policy_names(online_only=True)
+INSERT_WITHOUT_CONTEXT = _insert_takes_no_context()  # vLLM 0.26-0.32; 0.33 passes the request
 
 
 def key(i: int) -> bytes:
@@ -105,6 +106,10 @@ def test_evict_is_exactly_n_or_nothing(policy):
     assert [k for k, _ in p.evict(1, set())] == [key(0)]
 
 
+@pytest.mark.skipif(
+    not INSERT_WITHOUT_CONTEXT,
+    reason="this vLLM passes the request at insert: the adapter's own insert, tested below",
+)
 @pytest.mark.parametrize("policy", ["lru", "bip", "modality_aware"])
 def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(policy):
     """vLLM's `insert` is the chunk dictionary's own `__setitem__`; the policy hears of the new
@@ -135,8 +140,8 @@ def test_an_insert_with_a_request_context_reaches_the_policy_at_once():
     """A vLLM whose `insert` passes the request (the adapter's Python `insert`, not the dict's):
     earlier inserts are handed over first, then the chunk, with its position and modality."""
     p = policy_class("hkv_modality_aware")(cache_capacity=4)
-    p.insert(key(0), ChunkStatus(0))  # the dict's own __setitem__: not handed over yet
-    del p.insert  # the class's method, as with a vLLM whose insert takes a context
+    p.insert(key(0), ChunkStatus(0))  # 0.26-0.32: the dict's own __setitem__, not handed over yet
+    p.__dict__.pop("insert", None)  # the class's method, as with a vLLM whose insert takes one
     ctx = ReqContext(req_id="r", kv_transfer_params={"hkv_modalities": [[16, 32, "vision"]]})
     ctx.set_offload_key_position(key(1), 32)
     p.insert(key(1), ChunkStatus(1), ctx)
@@ -248,12 +253,40 @@ issue 16: policies with admission (arc, cost_aware, modality_aware) are asked at
 miss, before it evicts room, as hkv's replay asks them, instead of at insert."""
 
 
+def lru_ranks_running_requests() -> bool:
+    """vLLM 0.33's lru ranks a running request's blocks provisionally (`on_request_access`,
+    and at insert by position); hkv's lru, like 0.32's, orders them once, when it finishes."""
+    from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+    from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
+
+    hook = getattr(LRUCachePolicy, "on_request_access", None)
+    return hook is not None and hook is not getattr(CachePolicy, "on_request_access", None)
+
+
+@pytest.mark.skipif(
+    lru_ranks_running_requests(),
+    reason="this vLLM's lru ranks a running request's blocks provisionally; hkv's lru ranks "
+    "them at the request's end (the same hits on whole requests: the test below)",
+)
 def test_hkv_lru_evicts_as_vllms_own_lru():
     def native(policy: str, chunks: int) -> CPUOffloadingManager:
         return CPUOffloadingManager(num_chunks=chunks, cache_policy=policy)
 
     expected = [manager_evictions("lru", chunks, native) for chunks in (40, 16)]
     assert [manager_evictions("lru", chunks) for chunks in (40, 16)] == expected
+
+
+@pytest.mark.parametrize("capacity", [200, 800, 2000])
+def test_hkv_lru_hits_as_vllms_own_lru_on_whole_requests(capacity):
+    """Requests one after another, each looked up, loaded and stored whole (hkv's replay
+    driver): hkv's lru hits exactly as vLLM's, on 0.32 and on 0.33 alike."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager, native_manager
+    from hkv.sim.workload import WorkloadSpec, generate
+
+    trace = generate(WorkloadSpec.multimodal(seed=5, num_sessions=200))
+    native = drive(trace, native_manager("lru", capacity))
+    ours = drive(trace, hkv_manager("lru", trace, capacity))
+    assert ours["block_hit_rate"] == native["block_hit_rate"] > 0
 
 
 @pytest.mark.parametrize("policy", list(RECORDED_MANAGER_EVICTIONS))

@@ -9,7 +9,9 @@ What the adapter adds to the policy (the package docstring says how vLLM finds i
 - Inserts in batches: vLLM calls `insert` for every chunk it stores; without a request context
   (0.26 to 0.32) it is the chunk dictionary's own `__setitem__`, and the policy is told of the
   new chunks in one `insert_all` at its next decision (`sync`), in the same order and between
-  the same decisions as one by one, so its decisions are unchanged.
+  the same decisions as one by one, so its decisions are unchanged. vLLM 0.33 passes the
+  storing request to `insert`: the adapter's own `insert` then hands each chunk over at once,
+  with the position and modality the request gives it.
 - Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
   policy declines is still stored, but outside the policy, and is the first to be evicted.
 - Block metadata (`request`): the position from vLLM's per-request key positions, the modality
@@ -23,6 +25,11 @@ What the adapter adds to the policy (the package docstring says how vLLM finds i
   the most recent and the policy gives up chains from the tail. hkv's replay
   (`store="per_request"`) makes the same call, which is what lets the simulator predict the
   adapter inside vLLM.
+- vLLM 0.33's `on_request_access` (a running request's keys as it first shows them) is left
+  to vLLM's no-op: hkv counts one access per request, at its end, as its simulator does. 0.33's
+  own lru uses the hook to rank a running request's blocks provisionally, so `hkv_lru` and
+  0.33's lru can differ while requests overlap; on whole requests one after another they hit
+  alike (`tests/test_vllm_adapter.py`).
 - Hyperparameters: `hkv_policy_params` in the connector's extra config (`settings`).
 """
 
