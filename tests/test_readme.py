@@ -811,7 +811,69 @@ def auto_h200_relations() -> tuple[float, float]:
     )
 
 
+SERVE_NAMES = {"lru": "vLLM lru", "arc": "vLLM arc"}
+
+
+def serve_row(policy: str) -> Callable[[], tuple[Any, ...]]:
+    """A row of the README's `vllm serve` table (H200, 8 GiB, served over HTTP)."""
+
+    def row() -> tuple[Any, ...]:
+        (run,) = [r for r in result("vllm_serve_h200.json")["runs"] if r["policy"] == policy]
+        s = run["summary"]
+        assert run["status"] == "done" and s["requests_ok"] == s["requests"] == 128
+        return (
+            SERVE_NAMES.get(policy, policy), 100 * s["cached_frac"], s["ttft_p50_s"],
+            s["ttft_p90_s"], s["ttft_p99_s"], s["requests_per_s"], s["prompt_tokens_per_s"],
+            s["failed_stores"], run["start_s"],
+        )  # fmt: skip
+
+    return row
+
+
+def serve_vs_offline() -> tuple[float, ...]:
+    """hkv_auto and lru offline on the same sessions, and how far served auto is below."""
+    offline = {
+        r["policy"]: 100 * r["cached_frac"] for r in result("vllm_h200_mm_offline.json")["runs"]
+    }
+    served = {r["policy"]: 100 * r["summary"]["cached_frac"]
+              for r in result("vllm_serve_h200.json")["runs"]}  # fmt: skip
+    assert round(served["lru"], 1) == round(offline["lru"], 1)
+    return offline["hkv_auto"], offline["lru"], offline["hkv_auto"] - served["hkv_auto"]
+
+
+def serve_bad_input() -> tuple[Any, ...]:
+    """Every server answered every probe with 200 and stayed healthy; hkv's warnings per hkv
+    policy equal the malformed probes (a span past the prompt is valid)."""
+    runs = result("vllm_serve_h200.json")["runs"]
+    for run in runs:
+        assert run["bad_input"]["healthy_after"]
+        assert {r["status"] for r in run["bad_input"]["requests"].values()} == {200}
+    probes = len(runs[0]["bad_input"]["requests"]) - 1  # the last is well-formed
+    warnings = {r["hkv_warnings_in_log"] for r in runs if r["policy"].startswith("hkv_")}
+    (count,) = warnings
+    assert count == probes - 1 and {r["hkv_warnings_in_log"] for r in runs
+                                    if not r["policy"].startswith("hkv_")} == {0}  # fmt: skip
+    return probes, probes + 1, count
+
+
 CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
+    *(
+        (
+            "| {} | {:.1f} % | {:.3f} / {:.3f} / {:.3f} | {:.2f} | {:,.0f} | {} | {:.0f} |",
+            serve_row(p),
+        )
+        for p in ("lru", "arc", "hkv_auto", "hkv_modality_aware")
+    ),
+    (
+        "hkv_auto {:.1f} %, lru {:.1f} %. Served, hkv_auto is {:.1f} points lower; lru is the same",
+        serve_vs_offline,
+    ),
+    (
+        "On the H200 every server got {} requests with unusual spans at once beside a well-formed "
+        "one. All {} answered 200, `/health` answered afterwards, and hkv logged {} warnings per "
+        "hkv policy",
+        serve_bad_input,
+    ),
     (
         "again, more than half a point behind the best competitor in {} of the {} cells, {:.2f}"
         " points ahead on average and below vLLM's `lru` in {}; `cost_aware` is second ({} cells"
