@@ -266,6 +266,7 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     _check_bench_policies(r)
     _check_bench_vllm_h200(r["vllm_h200"])
     _check_bench_tail_first(r["vllm_h200"])
+    _check_bench_serve(r["vllm_serve"])
     _check_bench_e2e(r["e2e"])
     _check_bench_live(r["live"])
     _check_bench_article(r["article"], r["e2e"])
@@ -274,6 +275,22 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     faster = r["frontier_faster_than_dynamic"]
     assert len(faster) == 1
     assert faster[0].startswith("one sequence, 128K (vs DynamicCache), 0% of KV VRAM saved")
+
+
+def _check_bench_serve(serve: dict[str, Any]) -> None:
+    """Served over HTTP: every policy's server answered all requests and every bad-input probe,
+    stayed healthy, hkv's policies were served by hkv's classes, and `auto` cached within 2
+    points of the same sessions offline."""
+    rows = {row["policy"]: row for row in serve["table"]}
+    assert set(rows) == {"lru", "arc", "hkv_auto", "hkv_modality_aware"}
+    for name, row in rows.items():
+        assert row["requests ok"] == "128/128" and row["healthy after"], row
+        assert row["bad-input answers"] == "200", row
+        ours = name.startswith("hkv_")
+        assert row["served by"].startswith("hkv.integrations.vllm." if ours else "vllm."), row
+        assert (row["hkv warnings"] > 0) == ours and (row["failed stores"] == 0 or not ours)
+    assert abs(serve["served_minus_offline_points"]["hkv_auto"]) <= 2.0
+    assert rows["hkv_auto"]["cached %"] > max(rows["lru"]["cached %"], rows["arc"]["cached %"])
 
 
 def _check_bench_transfer(transfer: dict[str, Any]) -> None:

@@ -163,11 +163,13 @@ def run(args) -> dict:
     if args.out.exists():
         result = json.loads(args.out.read_text())
     if not result or result.get("parameters", {}).get("variant") != args.variant:
+        import torch
         import vllm
 
-        result = provenance(
-            "python -m bench.vllm_serve run", parameters, packages=("hkv", "vllm", "torch")
-        )
+        machine = {"gpu_name": torch.cuda.get_device_name(0)} if torch.cuda.is_available() else {}
+        packages = ("hkv", "vllm", "torch")
+        command = "python -m bench.vllm_serve run"
+        result = provenance(command, parameters, packages=packages, machine=machine)
         result |= {
             "vllm_version": vllm.__version__,
             "workload": workload_summary(w),
