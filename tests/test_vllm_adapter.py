@@ -413,3 +413,35 @@ def test_a_span_past_the_prompt_labels_the_blocks_it_overlaps():
     ctx.set_offload_key_position(key(1), 16)
     ctx.set_offload_key_position(key(2), 32)
     assert [p.meta(key(i), ctx).modality for i in (1, 2)] == [Modality.TEXT, Modality.VISION]
+
+
+def spec_manager(extra: dict) -> CPUOffloadingManager:
+    """vLLM's own `CPUOffloadingSpec.get_manager` (the code that builds the manager and the
+    policy in an engine) on a spec holding `extra` as the connector's extra config; the spec's
+    GPU-sized `__init__` is skipped."""
+    from types import SimpleNamespace
+
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    spec = object.__new__(CPUOffloadingSpec)
+    spec.extra_config = extra
+    spec.num_chunks, spec._manager = 8, None
+    spec.eviction_policy = extra["eviction_policy"]
+    spec.cache_policy_module_path = extra.get("cache_policy_module_path")
+    spec.kv_events_config = SimpleNamespace(enable_kv_cache_events=False)
+    spec.cpu_info = None  # vLLM 0.33's manager takes the tier's facts for its metrics
+    return spec.get_manager()
+
+
+def test_the_connectors_extra_config_reaches_a_policy_vllms_spec_builds():
+    """vLLM's spec hands a policy only its capacity, and no current vLLM config is set in the
+    scheduler: without `register`'s wrapper, `hkv_policy_params` beside `eviction_policy` were
+    silently ignored in a real engine. Now they reach the policy, and a wrong one fails there."""
+    adapter.register()
+    base = {"eviction_policy": "hkv_bip", "cache_policy_module_path": "hkv.integrations.vllm"}
+    assert spec_manager(base)._policy.policy.hyperparameters()["tail_first"] is True
+    tuned = spec_manager(base | {"hkv_policy_params": {"tail_first": False}})
+    assert tuned._policy.policy.hyperparameters()["tail_first"] is False
+    with pytest.raises(Exception, match="tail_first"):
+        spec_manager(base | {"hkv_policy_params": {"tail_frist": False}})
+    assert spec_manager(base)._policy.policy.hyperparameters()["tail_first"] is True  # reset

@@ -52,13 +52,16 @@ def register() -> None:
 
     vLLM >= 0.32 resolves names through `CachePolicyFactory` (lazily: an offline policy fails
     with hkv's message when chosen); 0.26 through the manager's dictionary of classes, which
-    gets the online policies only. Calling this twice is harmless. The first call in a process
-    logs the names at INFO through vLLM's logger (`vllm.hkv`), so a server's log shows that
-    the plugin loaded in its API server and in its engine.
+    gets the online policies only. It also lets the policies read the connector's extra
+    config (`settings.follow_offloading_spec`). Calling this twice is harmless. The first call in
+    a process logs the names at INFO through vLLM's logger (`vllm.hkv`), so a server's log shows
+    that the plugin loaded in its API server and in its engine.
     """
     from hkv.integrations.vllm.policy import PREFIX, policy_class
+    from hkv.integrations.vllm.settings import follow_offloading_spec
     from hkv.policies import policy_names
 
+    follow_offloading_spec()  # the connector's extra config reaches the policies (`settings`)
     try:
         from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
     except ImportError:  # vLLM 0.26

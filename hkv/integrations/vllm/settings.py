@@ -5,10 +5,20 @@ else the environment (`HKV_CONFIG` and `HKV_POLICY_PARAMS` as JSON, `HKV_BLOCK_T
 cost model for the served model. `hkv_policy_params` are the policy's hyperparameters
 (`{"tail_first": true}` for `hkv_bip`); an unknown one fails at engine start with the policy's
 valid ones.
+
+Where the connector config comes from: vLLM's CPU offloading spec builds the manager, and with it
+the policy, from its `extra_config`, but passes the policy nothing but its capacity, and no
+"current vLLM config" is set in the scheduler then. `follow_offloading_spec()` (called by the
+`vllm.general_plugins` entry point in every vLLM process) wraps the spec's `get_manager` so that
+while it builds the manager the policy reads that spec's `extra_config`. Without it (vLLM's
+plugins turned off) the current vLLM config, if any, then the environment, are read.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import importlib
 import json
 import os
 from typing import Any
@@ -58,7 +68,47 @@ def _current_vllm_config() -> Any:
     return get_current_vllm_config_or_none()
 
 
+_SPEC_EXTRA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "hkv_offloading_spec_extra_config", default=None
+)
+SPEC_MODULES = ("vllm.v1.kv_offload.cpu.spec", "vllm.v1.kv_offload.cpu_spec")
+"""Where vLLM releases keep `CPUOffloadingSpec` (0.32 and 0.33; older)."""
+_WRAPPED = "_hkv_passes_extra_config"
+
+
+def follow_offloading_spec() -> bool:
+    """Let policies built by vLLM's `CPUOffloadingSpec.get_manager` read that spec's
+    `extra_config` (the connector's `kv_connector_extra_config`). Idempotent; False where this
+    vLLM has no such spec (nothing is changed then)."""
+    for name in SPEC_MODULES:
+        try:
+            spec_cls = importlib.import_module(name).CPUOffloadingSpec
+        except Exception:  # absent in this release, or failing to import on this machine:
+            continue  # a plugin must not stop vLLM; the current config and env still apply
+        if not getattr(spec_cls.get_manager, _WRAPPED, False):
+            spec_cls.get_manager = _passing_extra_config(spec_cls.get_manager)
+        return True
+    return False
+
+
+def _passing_extra_config(get_manager: Any) -> Any:
+    """`get_manager` with the spec's `extra_config` readable by `adapter_settings` meanwhile."""
+
+    @functools.wraps(get_manager)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _SPEC_EXTRA.set(dict(getattr(self, "extra_config", None) or {}))
+        try:
+            return get_manager(self, *args, **kwargs)
+        finally:
+            _SPEC_EXTRA.reset(token)
+
+    setattr(wrapped, _WRAPPED, True)
+    return wrapped
+
+
 def _connector_extra_config() -> dict[str, Any]:
+    if (extra := _SPEC_EXTRA.get()) is not None:
+        return dict(extra)
     transfer = getattr(_current_vllm_config(), "kv_transfer_config", None)
     return dict(getattr(transfer, "kv_connector_extra_config", None) or {})
 
