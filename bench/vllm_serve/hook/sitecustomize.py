@@ -77,6 +77,7 @@ def _wrap(manager_cls, path: str) -> None:
                 "hkv_file": getattr(hkv, "__file__", None),
                 "cpu_blocks": getattr(self, "_num_blocks", None),
                 "policy_switches": getattr(inner, "switches", 0),
+                "hkv_hyperparameters": inner.hyperparameters() if inner is not None else None,
                 **counts,
             }
 
