@@ -30,7 +30,7 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
 
-from bench.vllm_serve.client import complete, health
+from bench.vllm_serve.client import complete, health, metrics
 from hkv.blocks import Modality
 from hkv.tiny_model import build_tiny_minimax
 
@@ -109,6 +109,22 @@ def test_requests_with_modality_spans_are_served_and_bad_ones_do_no_harm(server)
     assert [r["status"] for r in rows] == [200] * len(bodies), rows
     assert all(r["completion_tokens"] == 8 for r in rows)
     assert health(port)
+
+
+def test_the_bench_client_reads_cached_tokens_and_vllms_counters(server):
+    """What `bench.vllm_serve` reads from a server: TTFT, the usage chunk's cached tokens (a
+    prompt sent again is served from the prefix cache) and vLLM's prefix-cache counters."""
+    port, _ = server
+    long_prompt = {**BODY, "prompt": " ".join(["cache"] * 400)}  # blocks of 128 tokens on CPU
+    before = metrics(port)
+    first, again = complete(port, long_prompt), complete(port, long_prompt)
+    after = metrics(port)
+    assert first["status"] == again["status"] == 200 and 0 < again["ttft_s"] <= again["e2e_s"]
+    assert again["cached_tokens"] >= 16 and again["cached_tokens"] > (first["cached_tokens"] or 0)
+    queries = "vllm:prefix_cache_queries_total"
+    assert after[queries] - before.get(queries, 0.0) >= 2 * again["prompt_tokens"] - 1
+    hits = "vllm:prefix_cache_hits_total"
+    assert after[hits] - before.get(hits, 0.0) >= again["cached_tokens"]
 
 
 def test_a_served_requests_spans_reach_hkv_as_the_offloading_scheduler_passes_them(caplog):

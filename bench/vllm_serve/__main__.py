@@ -17,6 +17,10 @@ from hkv.sim.anchor import Workload, build_sessions, workload_summary
 
 WARNING_MARK = "ignoring kv_transfer_params"
 """What hkv's warning about a malformed `hkv_modalities` says (hkv.integrations.vllm.request)."""
+REGISTERED_MARK = "eviction policies known to vLLM in process"
+"""What `hkv.integrations.vllm.register` logs in each process that loads the entry point."""
+REQUEST_FIELDS = ("wave", "session", "turn", "prompt_len", "status", "ttft_s", "e2e_s")
+REQUEST_FIELDS += ("cached_tokens",)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,25 +79,17 @@ def run_policy(args, policy: str, w: Workload, sessions, waves) -> dict:
         one["summary"] = summarize(rows, wall_s, before, after)
         one["metrics_delta"] = {k: v - metrics_before.get(k, 0.0) for k, v in metrics_after.items()}
         one["served_by"] = {
-            k: after.get(k) for k in ("policy_class", "policy_module", "hkv_file", "cpu_blocks")
+            k: after.get(k)
+            for k in (
+                "policy_class",
+                "policy_module",
+                "hkv_file",
+                "cpu_blocks",
+                "hkv_hyperparameters",
+            )
         }
         one["bad_input"] = probe_bad_input(args.port, MODEL_NAME, w)
-        one["requests"] = [
-            {
-                k: r.get(k)
-                for k in (
-                    "wave",
-                    "session",
-                    "turn",
-                    "prompt_len",
-                    "status",
-                    "ttft_s",
-                    "e2e_s",
-                    "cached_tokens",
-                )
-            }
-            for r in rows
-        ]
+        one["requests"] = [{k: r.get(k) for k in REQUEST_FIELDS} for r in rows]
         one["status"] = "done"
     except Exception as exc:  # recorded; the next policy still runs
         one["status"] = f"error: {exc}"
@@ -102,9 +98,8 @@ def run_policy(args, policy: str, w: Workload, sessions, waves) -> dict:
         text = log.read_text(errors="replace") if log.exists() else ""
         one["hkv_warnings_in_log"] = text.count(WARNING_MARK)
         one["log_tail"] = text.splitlines()[-15:] if one["status"] != "done" else []
-        lines = text.splitlines()
-        one["plugin_lines"] = [
-            line.strip()[-200:] for line in lines if "hkv" in line and "plugin" in line.lower()
+        one["plugin_lines"] = [  # hkv's entry point, once per vLLM process that loaded it
+            line.strip()[-300:] for line in text.splitlines() if REGISTERED_MARK in line
         ][:6]
     return one
 
