@@ -17,6 +17,7 @@ engine, ran on the H200 (`bench.vllm_serve`, `data/results/vllm_serve_h200.json`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -125,6 +126,43 @@ def test_the_bench_client_reads_cached_tokens_and_vllms_counters(server):
     assert after[queries] - before.get(queries, 0.0) >= 2 * again["prompt_tokens"] - 1
     hits = "vllm:prefix_cache_hits_total"
     assert after[hits] - before.get(hits, 0.0) >= again["cached_tokens"]
+
+
+HOOK_PROBE = """
+import json, os, time
+from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+m = CPUOffloadingManager(num_chunks=2, cache_policy="hkv_lru",
+                         cache_policy_module_path="hkv.integrations.vllm")
+ctx = ReqContext(req_id="r")
+keys = [make_offload_key(bytes([i]) * 8, 0) for i in range(3)]
+out = m.prepare_store(keys[:2], ctx)
+m.complete_store(out.keys_to_store, ctx)
+m.prepare_load(keys[:2], ctx)
+assert m.prepare_store(keys[2:], ctx) is None  # no free chunk: both are being loaded
+time.sleep(1.2)
+print(open(os.environ["HKV_SERVE_STATS"]).read())
+"""
+
+
+def test_the_serve_benchs_engine_hook_counts_at_vllms_manager(tmp_path):
+    """bench/vllm_serve/hook/sitecustomize.py, as a server process loads it: vLLM's manager
+    counts its loads, stores and refused stores, and the file names the serving policy."""
+    from bench.vllm_serve import HOOK
+
+    stats = tmp_path / "stats.json"
+    env = os.environ | {"HKV_SERVE_STATS": str(stats)}
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-c", HOOK_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (found["policy_class"], found["policy_module"]) == ("hkv_lru", "hkv.integrations.vllm")
+    assert found["hkv_hyperparameters"] == {}
+    counts = {k: found[k] for k in ("stored_blocks", "loaded_blocks", "failed_stores")}
+    assert counts == {"stored_blocks": 2, "loaded_blocks": 2, "failed_stores": 1}
 
 
 def test_a_served_requests_spans_reach_hkv_as_the_offloading_scheduler_passes_them(caplog):

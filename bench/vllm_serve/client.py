@@ -127,28 +127,23 @@ def probe_bad_input(port: int, model: str, w: Workload) -> dict[str, Any]:
     return {"requests": out, "healthy_after": health(port)}
 
 
-def health(port: int) -> bool:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/health")
-        ok = conn.getresponse().status == 200
-        conn.close()
-        return ok
-    except OSError:
-        return False
-
-
-def post(port: int, path: str, timeout: float = 60.0) -> tuple[int | None, str]:
-    """POST `path` (no body); the status (None when the server did not answer) and the body."""
+def call(port: int, method: str, path: str, timeout: float = 60.0) -> tuple[int | None, str]:
+    """One request without a body: the status (None when the server did not answer) and the
+    body (or the connection's error)."""
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        conn.request("POST", path)
-        response = conn.getresponse()
-        out = response.status, response.read().decode(errors="replace")[:200]
-        conn.close()
-        return out
+        try:
+            conn.request(method, path)
+            response = conn.getresponse()
+            return response.status, response.read().decode(errors="replace")
+        finally:
+            conn.close()
     except OSError as exc:
         return None, str(exc)
+
+
+def health(port: int) -> bool:
+    return call(port, "GET", "/health", timeout=5)[0] == 200
 
 
 def reset_caches(port: int, attempts: int = 10) -> dict:
@@ -160,7 +155,8 @@ def reset_caches(port: int, attempts: int = 10) -> dict:
     path = "/reset_prefix_cache?reset_running_requests=true&reset_external=true"
     path += "&reset_connector=true"
     for attempt in range(1, attempts + 1):
-        status, text = post(port, path)
+        status, text = call(port, "POST", path)
+        text = text[:200]
         if status == 200 and '"success":true' in text.replace(" ", ""):
             return {"status": status, "success": True, "attempts": attempt}
         time.sleep(1.0)
@@ -169,12 +165,8 @@ def reset_caches(port: int, attempts: int = 10) -> dict:
 
 def metrics(port: int) -> dict[str, float]:
     """vLLM's Prometheus counters about offloading and prefix caching, summed over labels."""
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-    except OSError:
+    status, text = call(port, "GET", "/metrics", timeout=10)
+    if status != 200:
         return {}
     out: dict[str, float] = {}
     for line in text.splitlines():
