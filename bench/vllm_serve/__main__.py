@@ -12,15 +12,18 @@ from bench.vllm_gpu.summary import percentile
 from bench.vllm_serve import __doc__ as DOC
 from bench.vllm_serve.client import metrics, probe_bad_input, reset_caches, run_waves, warm_up
 from bench.vllm_serve.server import MODEL_NAME, Server, serve_command, server_env
+from hkv.integrations.vllm import REGISTERED_LOG
+from hkv.integrations.vllm.request import IGNORED
 from hkv.report import provenance, write_json
 from hkv.sim.anchor import Workload, build_sessions, workload_summary
 
-WARNING_MARK = "ignoring kv_transfer_params"
-"""What hkv's warning about a malformed `hkv_modalities` says (hkv.integrations.vllm.request)."""
-REGISTERED_MARK = "eviction policies known to vLLM in process"
+WARNING_MARK = IGNORED
+"""What hkv's warning about a malformed `hkv_modalities` says, in a server's log."""
+REGISTERED_MARK = REGISTERED_LOG.split("%d")[0]
 """What `hkv.integrations.vllm.register` logs in each process that loads the entry point."""
-REQUEST_FIELDS = ("wave", "session", "turn", "prompt_len", "status", "ttft_s", "e2e_s")
-REQUEST_FIELDS += ("cached_tokens",)
+REQUEST_FIELDS = (
+    *("wave", "session", "turn", "prompt_len", "status", "ttft_s", "e2e_s", "cached_tokens"),
+)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -35,6 +35,9 @@ EXPECTED = (
 )
 
 logger = logging.getLogger(__name__)
+IGNORED = "ignoring kv_transfer_params"
+IGNORED_LOG = f"hkv: request %s: {IGNORED}[%r] (%s); its blocks count as text; %s"
+"""The warning for a request whose `hkv_modalities` hkv cannot read (logged once per request)."""
 
 Spans = tuple[tuple[int, int, Modality], ...]
 
@@ -104,10 +107,7 @@ def _warn(req_id: str, problem: str, *, once_per_id: bool) -> None:
         _WARNED[req_id] = None
         if len(_WARNED) > _MAX_WARNED:
             _WARNED.popitem(last=False)
-    logger.warning(
-        "hkv: request %s: ignoring kv_transfer_params[%r] (%s); its blocks count as text; %s",
-        req_id, MODALITY_PARAM, problem, EXPECTED,
-    )  # fmt: skip
+    logger.warning(IGNORED_LOG, req_id, MODALITY_PARAM, problem, EXPECTED)
 
 
 def _is_int(value: Any) -> bool:
