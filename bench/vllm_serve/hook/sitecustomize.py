@@ -3,11 +3,11 @@
 Put on `PYTHONPATH` of the server with `HKV_SERVE_STATS=<file>`: when vLLM's
 `vllm.v1.kv_offload.cpu.manager` is imported, its `CPUOffloadingManager` is wrapped so that each
 manager counts blocks loaded, stored and evicted and refused stores (`prepare_store` returned
-None; `bench.vllm_gpu.timers.ManagerCounter`, loaded from its file: the repository is not on
-the server's path, so that hkv is imported from its installed copy), and a daemon thread
-rewrites `<file>` (atomically, twice a second) with them and with what served the policy: its
-class, module, hyperparameters and the file hkv was imported from. Without `HKV_SERVE_STATS` it
-does nothing.
+None), and a daemon thread rewrites `<file>` (atomically, twice a second) with them and with
+what served the policy: its class, module, hyperparameters and the file hkv was imported from.
+Standard library only; without `HKV_SERVE_STATS` it does nothing. The counting is
+`bench.vllm_gpu.timers.ManagerCounter`'s, written again here: the repository is kept off the
+server's path (hkv must come from its installed copy) and the project loads no code by file path.
 """
 
 import os
@@ -43,12 +43,29 @@ def _wrap(manager_cls, path: str) -> None:
     import threading
     import time
 
-    counter_cls = _manager_counter_class()
     init = manager_cls.__init__
 
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        counter = counter_cls(self)  # wraps this manager's prepare_load and prepare_store
+        counts = {"loaded_blocks": 0, "stored_blocks": 0, "evicted_blocks": 0}
+        counts |= {"failed_stores": 0, "store_calls": 0}
+        prepare_load, prepare_store = self.prepare_load, self.prepare_store
+
+        def load(keys, *a, **k):
+            counts["loaded_blocks"] += len(keys)
+            return prepare_load(keys, *a, **k)
+
+        def store(keys, *a, **k):
+            out = prepare_store(keys, *a, **k)
+            counts["store_calls"] += 1
+            if out is None:
+                counts["failed_stores"] += 1
+            else:
+                counts["stored_blocks"] += len(out.keys_to_store)
+                counts["evicted_blocks"] += len(out.evicted_keys)
+            return out
+
+        self.prepare_load, self.prepare_store = load, store
 
         def snapshot() -> dict:
             policy = self._policy
@@ -63,7 +80,7 @@ def _wrap(manager_cls, path: str) -> None:
                 "cpu_blocks": getattr(self, "_num_blocks", None),
                 "policy_switches": getattr(inner, "switches", 0),
                 "hkv_hyperparameters": inner.hyperparameters() if inner is not None else None,
-                **counter.snapshot(),
+                **counts,
             }
 
         def write_forever() -> None:
@@ -77,18 +94,6 @@ def _wrap(manager_cls, path: str) -> None:
         threading.Thread(target=write_forever, name="hkv-serve-stats", daemon=True).start()
 
     manager_cls.__init__ = __init__
-
-
-def _manager_counter_class():
-    """`ManagerCounter` from bench/vllm_gpu/timers.py (standard library only), by file."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "vllm_gpu" / "timers.py"
-    spec = importlib.util.spec_from_file_location("_hkv_bench_timers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ManagerCounter
 
 
 if os.environ.get("HKV_SERVE_STATS"):
