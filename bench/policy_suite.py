@@ -21,7 +21,10 @@ store semantics for all):
   options (the simulator's `lru`/`arc` modelling vLLM's);
 - `belady` in the simulator, per block (the offline yardstick, DESIGN §4).
 Seconds saved come from one cost model (MiniMax-M2.5, the H200 profile or `--profile`, hits
-loaded from pinned host RAM) for every row.
+loaded from pinned host RAM) for every row: `recompute_s_saved`, `load_s` and their difference
+`net_s_saved`, the prefill time the tier's hits saved. hkv's policies inside vLLM's manager rank
+blocks with the adapter's default cost model (MiniMax-M2.5 on the H200 profile), whatever
+`--profile` prices the rows with.
 """
 
 from __future__ import annotations
@@ -210,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "capacities_frac_of_distinct_blocks": args.capacities,
         "in_vllm": not args.no_vllm,
         "cost_model": cost_model.describe(),
+        "net_s_saved": "per row, recompute_s_saved - load_s: the prefill seconds its prefix "
+        "hits saved by cost_model, less their loads from the host tier (hkv.sim.replay's "
+        "pricing; vLLM-measured rows priced by hkv.sim.suite.price_hits)",
         "policies": list(runners),
     }
     return write_results("policy_suite", argv, args.out, results, parameters)

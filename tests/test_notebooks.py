@@ -177,6 +177,10 @@ def check_policies(r: dict[str, Any]) -> None:
     keys = [(row["cells_over_half_point"], row["mean_regret"]) for row in ranking]
     assert keys == sorted(keys) and "belady" not in {row["policy"] for row in ranking}
     assert [row["policy"] for row in ranking[:2]] == ["hkv:auto", "hkv:cost_aware"]
+    # beside each policy's regret, the prefill seconds its hits saved, against vLLM's lru's
+    lru = next(row for row in ranking if row["policy"] == "vllm:lru")
+    assert lru["net_s_vs_lru"] == 1.0 and lru["cells_below_lru_s"] == 0
+    assert all(row["net_s_saved"] > 0 for row in ranking)
     assert r["mean_gap_closed"][best] == max(r["mean_gap_closed"][p] for p in online) > 0.0
     assert all(rate > 0 for rate in r["lru_refs_per_s"].values())
     for workload, reuse in r["rereference"].items():
@@ -485,6 +489,12 @@ def check_predictive(r: dict[str, Any]) -> None:
         assert claim["cells_below_lru"] == expected["cells_below_lru"], policy
         assert claim["cells"] == r["suite_cells"], policy
     assert r["claim"]["hkv:auto"]["mean_regret"] <= r["claim"]["hkv:predictive"]["mean_regret"]
+    # section 2: seconds saved beside hit rate, per cell, as the committed suite prices them
+    from hkv.report.suite import seconds_table
+
+    assert r["suite_cost_model"] == suite["parameters"]["cost_model"]
+    assert r["suite_cost_model"]["model"] == "minimax-m2.5"
+    assert r["suite_seconds"] == seconds_table(suite, r["parameters"]["SECONDS_POLICIES"])
     # the closing prose: it gains on vLLM's lru on average but ranks behind these four
     predictive = r["claim"]["hkv:predictive"]
     assert predictive["mean_gain_over_lru"] > 0

@@ -8,18 +8,23 @@ import os
 
 import pytest
 
+from hkv.blocks import BlockMeta, Tier
 from hkv.cli import main
 from hkv.cost import CostModel
 from hkv.errors import HkvError
 from hkv.policies import policy_names
-from hkv.sim import simulate, write_trace
+from hkv.report import suite as report
+from hkv.report.bench_results import load_result
+from hkv.sim import Request, Trace, simulate, write_trace
 from hkv.sim.suite import (
     FRACTIONS,
     NATIVES,
     YARDSTICK,
     capacity_for,
     price_hits,
+    run_cell,
     run_suite,
+    sim_runner,
     sim_runners,
     suite_table,
 )
@@ -97,6 +102,63 @@ def test_hits_counted_elsewhere_are_priced_like_the_simulator(cost_model):
     assert sim.block_hits == sum(num_hits)
     assert saved_s == pytest.approx(sim.recompute_s_saved)
     assert load_s == pytest.approx(sim.load_s)
+
+
+def test_seconds_saved_are_the_cost_models_recompute_less_load_of_each_hit(cost_model):
+    """`net_s_saved`: per hit block, the cost model's prefill seconds at the block's position
+    less its load from host RAM, for hits counted elsewhere (vLLM's) and in the simulator alike;
+    no hits save nothing, more hits of the same blocks save more."""
+    trace = Trace((Request(0.0, 3 * 512, 1, (1, 2, 3)), Request(1.0, 3 * 512, 1, (1, 2, 4))), 512)
+
+    def counted(num_hits):  # a runner whose hits were counted outside hkv, as vLLM's are
+        return lambda trace, capacity: {"block_hit_rate": sum(num_hits) / 6, "num_hits": num_hits}
+
+    runners = {f"{n} hits": counted([0, n]) for n in (0, 1, 2)}
+    rows = run_cell(trace, 4, runners | {"sim": sim_runner("lru", cost_model)}, cost_model)
+    by_hand = 0.0
+    for position in (0, 512):  # request 2 hits blocks 1 and 2, the first two of its prompt
+        block = BlockMeta(512, position=position, tier=Tier.HOST)
+        by_hand += cost_model.recompute_s(block) - cost_model.load_s(block, Tier.HOST)
+    assert rows["0 hits"]["recompute_s_saved"] == rows["0 hits"]["net_s_saved"] == 0.0
+    assert 0.0 < rows["1 hits"]["net_s_saved"] < rows["2 hits"]["net_s_saved"]
+    assert rows["2 hits"]["net_s_saved"] == pytest.approx(by_hand, abs=1e-3)
+    assert rows["sim"]["block_hit_rate"] == 2 / 6
+    assert rows["sim"]["net_s_saved"] == rows["2 hits"]["net_s_saved"]
+    sim = simulate(trace, ["lru"], 4, cost_model=cost_model, store="per_request")[0]
+    assert sim.net_s_saved == pytest.approx(by_hand)
+    failed = run_cell(trace, 4, {"x": lambda t, c: {"block_hit_rate": None}}, cost_model)
+    assert failed["x"]["net_s_saved"] is None  # a failed runner's row has no price
+
+
+def test_report_puts_seconds_saved_beside_hit_rates(results):
+    out = results[1]
+    lru = report.seconds_summary(out, "vllm:lru")
+    assert lru["net_s_vs_lru"] == 1.0 and lru["cells_below_lru_s"] == 0
+    belady = report.seconds_summary(out, "belady")
+    assert belady["net_s_saved"] >= lru["net_s_saved"] > 0
+    ranked = report.ranking_with_seconds(out)
+    assert [row["policy"] for row in ranked] == [row["policy"] for row in report.ranking(out)]
+    assert all(row["net_s_saved"] >= 0 for row in ranked)
+    table = report.seconds_table(out, ["hkv:auto", "vllm:lru"])
+    assert len(table) == len(SHAPES) * len(FRACTIONS)
+    for row, (_, cell) in zip(table, report.cells(out), strict=True):
+        best = cell["policies"][cell["best_competitor"]]
+        assert row["best competitor net s"] == best["net_s_saved"]
+        assert row["vllm:lru hit %"] == 100 * cell["policies"]["vllm:lru"]["block_hit_rate"]
+
+
+def test_the_committed_suite_prices_every_row_with_its_cost_model():
+    suite = load_result("policy_suite")
+    cost = suite["parameters"]["cost_model"]
+    assert (cost["model"], cost["profile"], cost["host_memory"]) == (
+        "minimax-m2.5",
+        "h200-default",
+        "pinned",
+    )
+    assert report.priced_by(suite).startswith("minimax-m2.5 on the h200-default profile")
+    for _, cell in report.cells(suite):
+        for row in cell["policies"].values():
+            assert row["net_s_saved"] == round(row["recompute_s_saved"] - row["load_s"], 3)
 
 
 def test_zipf_sessions_are_seeded_and_skewed():

@@ -1,6 +1,8 @@
 """The policy suite's results (`data/results/policy_suite.json`) as the README and notebooks
 state them: per-policy regret against the best of vLLM's options and the peers, cells where a
-policy falls below vLLM's `lru`, and the best hkv policy per cell. Standard library only."""
+policy falls below vLLM's `lru`, the best hkv policy per cell, and beside the hit rates the
+prefill seconds each policy's hits saved net of their loads (`net_s_saved`, priced by the
+suite's cost model, `parameters.cost_model`). Standard library only."""
 
 from __future__ import annotations
 
@@ -85,3 +87,51 @@ def rankings_side_by_side(results: dict[str, dict[str, Any]]) -> list[dict[str, 
         for row in ranked
         if all(f"{label}: cells" in rows[row["policy"]] for label in results)
     ]
+
+
+def _net_s(cell: dict[str, Any], policy: str) -> float:
+    """A policy's prefill seconds saved in a cell, net of its loads from the tier."""
+    return cell["policies"][policy]["net_s_saved"]
+
+
+def seconds_summary(results: dict[str, Any], policy: str) -> dict[str, Any]:
+    """`policy`'s net prefill seconds saved summed over the cells, that sum over vLLM's `lru`'s,
+    and the cells where it saves less time than `lru` (rounded to 0.1 s): the time-side
+    counterparts of `regret_summary`'s hit-rate numbers."""
+    total = lru_total = 0.0
+    below_lru = 0
+    for _, cell in cells(results):
+        net_s, lru_s = _net_s(cell, policy), _net_s(cell, LRU)
+        total, lru_total = total + net_s, lru_total + lru_s
+        below_lru += round(net_s, 1) < round(lru_s, 1)
+    return {
+        "net_s_saved": total,
+        "net_s_vs_lru": total / lru_total if lru_total else None,
+        "cells_below_lru_s": below_lru,
+    }
+
+
+def ranking_with_seconds(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """`ranking` (by hit-rate regret), each row with `seconds_summary`'s numbers beside it."""
+    return [row | seconds_summary(results, row["policy"]) for row in ranking(results)]
+
+
+def seconds_table(results: dict[str, Any], policies: list[str]) -> list[dict[str, Any]]:
+    """One row per cell: the best competitor (by hit rate) and each of `policies`, each with its
+    block hit rate (%) and its net prefill seconds saved, side by side."""
+    rows = []
+    for name, cell in cells(results):
+        best = cell["best_competitor"]
+        row = {"workload": name, "capacity %": 100 * cell["capacity_frac"], "best competitor": best}
+        for label, policy in [("best competitor", best), *((p, p) for p in policies)]:
+            row[f"{label} hit %"] = _rate(cell, policy)
+            row[f"{label} net s"] = _net_s(cell, policy)
+        rows.append(row)
+    return rows
+
+
+def priced_by(results: dict[str, Any]) -> str:
+    """What the suite's seconds are priced for: model, hardware profile, where hits load from."""
+    cost = results["parameters"]["cost_model"]
+    profile, memory = cost["profile"], cost["host_memory"]
+    return f"{cost['model']} on the {profile} profile, hits loaded from {memory} host RAM"

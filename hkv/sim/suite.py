@@ -13,7 +13,9 @@ Per row the suite adds `regret_points`: 100 x (best competitor's block hit rate 
 the competitors are vLLM's options and the peers, whichever ran; the best competitor's regret is
 0, a row ahead of it is negative. `lru_to_belady_gap_closed` is DESIGN §4's share of the gap.
 A row without `recompute_s_saved` but with per-request `num_hits` is priced here with the same
-cost model the simulator uses. Standard library and numpy only.
+cost model the simulator uses. Every row then gets `net_s_saved`: the prefill seconds its hits
+saved less the seconds of loading them from the tier (`ReplayResult.net_s_saved`), the figure to
+judge a policy by beside its hit rate. Standard library and numpy only.
 """
 
 from __future__ import annotations
@@ -114,16 +116,27 @@ def price_hits(
     return saved_s, load_s
 
 
+def net_s_saved(row: Mapping[str, Any]) -> float | None:
+    """Seconds of prefill the row's hits saved net of loading them from the tier
+    (`recompute_s_saved - load_s`, as `ReplayResult.net_s_saved`), to the millisecond (the
+    cost model is no finer); None for a row without prices (its runner failed)."""
+    if row.get("recompute_s_saved") is None or row.get("load_s") is None:
+        return None
+    return round(row["recompute_s_saved"] - row["load_s"], 3)
+
+
 def run_cell(
     trace: Trace, capacity: int, runners: Mapping[str, Runner], cost_model: CostModel
 ) -> dict[str, dict[str, Any]]:
-    """Every runner on `trace` at `capacity`, keyed by label; rows priced where needed."""
+    """Every runner on `trace` at `capacity`, keyed by label; rows priced where needed, each
+    with its `net_s_saved`."""
     rows = {}
     for label, runner in runners.items():
         row = dict(runner(trace, capacity))
         num_hits = row.pop("num_hits", None)
         if "recompute_s_saved" not in row and num_hits is not None:
             row["recompute_s_saved"], row["load_s"] = price_hits(trace, num_hits, cost_model)
+        row["net_s_saved"] = net_s_saved(row)
         rows[label] = row
     return rows
 
