@@ -14,6 +14,7 @@ from bench.vllm_gpu import __doc__ as DOC
 from bench.vllm_gpu.capacity import run_capacity
 from bench.vllm_gpu.driver import drive, measure_link
 from bench.vllm_gpu.engine import run_config
+from bench.vllm_gpu.steps import fold_traces
 from bench.vllm_gpu.summary import fold
 from hkv.report import write_json
 from hkv.sim.anchor import Workload, workload_summary
@@ -39,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     one.add_argument("--model", type=Path, default=default_model())
     one.add_argument("--out", type=Path, required=True)
+    one.add_argument(
+        "--trace", action="store_true", help="per-step trace and its diagnosis (steps.py)"
+    )
     cap = sub.add_parser("capacity", help="the engine sized by utilization: its KV tiers")
     cap.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     cap.add_argument("--tp", type=int, default=1)
@@ -57,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     many.add_argument("--model", type=Path, default=default_model())
     many.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_gpu")
     many.add_argument("--out", type=Path, default=ROOT / "data/results/vllm_h200.json")
+    traced = sub.add_parser("fold-traces", help="run --trace files as one small results file")
+    traced.add_argument("files", type=Path, nargs="+")
+    traced.add_argument("--out", type=Path, required=True)
     folded = sub.add_parser("fold", help="several run files as one small results file")
     folded.add_argument("files", type=Path, nargs="+")
     folded.add_argument("--out", type=Path, required=True)
@@ -83,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         drive(args)
     elif args.mode == "fold":
         fold(args.files, args.out)
+    elif args.mode == "fold-traces":
+        fold_traces(args.files, args.out)
     elif args.mode == "link":
         print(json.dumps(measure_link()))
     else:

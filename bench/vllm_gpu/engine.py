@@ -10,6 +10,7 @@ import random
 import time
 
 from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES
+from bench.vllm_gpu.steps import StepTrace, diagnose
 from bench.vllm_gpu.summary import method_use, summarize
 from bench.vllm_gpu.timers import ManagerCounter, PolicyTimer, StepTimer
 from hkv.report import provenance, write_json
@@ -184,6 +185,9 @@ def run_config(args, result: dict) -> None:
     result["block_bytes"] = block_bytes  # over all ranks (vLLM sizes the tier that way)
     result["timer_overhead"] = PolicyTimer.measure_overhead()
     counters = (None, StepTimer(core), ManagerCounter(manager), block_bytes)
+    if getattr(args, "trace", False):  # after the counters: the trace's step holds theirs
+        connector = core.scheduler.connector.connector_scheduler
+        counters = (*counters, StepTrace(core, connector), previous_turn_blocks(sessions, waves))
     t2 = time.perf_counter()
     warm_up(llm, w)
     result["t_warmup_s"] = time.perf_counter() - t2
@@ -232,10 +236,50 @@ def run_policy(llm, manager, name: str, workload, counters, result: dict) -> dic
     result["policy_info"][name] = policy_info(policy)
     timer = PolicyTimer(policy)
     timer.overhead = result["timer_overhead"]
+    inner = time_inner_parts(getattr(policy, "policy", None))
+    trace = counters[4] if len(counters) > 4 else None
+    if trace is not None:
+        trace.reset()
+        trace.use_policy_clock(lambda: timer.seconds)
     gc.collect()  # the last run's garbage (its policy, in cycles with its timer) now
-    one = run_workload(llm, w, sessions, waves, (timer, *counters[1:]), tag=name == ORACLE)
+    one = run_workload(llm, w, sessions, waves, (timer, *counters[1:4]), tag=name == ORACLE)
     one["summary"]["caches_reset"] = reset_ok
+    if inner:
+        one["summary"]["policy_inner"] = {k: {"s": c[0], "calls": c[1]} for k, c in inner.items()}
+    if trace is not None:
+        one["trace"] = trace.snapshot()
+        one["summary"]["diagnosis"] = diagnose(one["trace"], counters[5])
     return one
+
+
+INNER_PARTS = ("_score", "_switch", "after_request", "note_misses", "evict", "touch_all")
+"""Methods of an hkv policy timed inside the adapter's calls (`auto`: `_score` is its shadows'
+replay of a request, `_switch` a change of leader)."""
+
+
+def time_inner_parts(policy) -> dict[str, list]:
+    """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls]."""
+    if policy is None:
+        return {}
+    cells = {}
+    for name in INNER_PARTS:
+        method = getattr(policy, name, None)
+        if method is not None:
+            cells[name] = [0.0, 0]
+            setattr(policy, name, PolicyTimer._timed(method, cells[name]))
+    return cells
+
+
+def previous_turn_blocks(sessions, waves) -> dict[int, int]:
+    """Request index (submission order) -> full blocks of its session's previous prompt (turns
+    after the first): what the CPU tier could hold of it at best, for `diagnose`."""
+    out, index = {}, 0
+    for wave in waves:
+        for session, turn in wave:
+            if turn > 0:
+                out[index] = sessions[session].prompt_lens[turn - 1] // 16
+            index += 1
+    return out
 
 
 def policy_list(text: str) -> list[str]:
