@@ -165,6 +165,27 @@ def test_register_makes_hkv_names_resolvable_without_a_module_path():
     assert CachePolicyFactory.get_cache_policy_cls("hkv_cost_aware").hkv_policy == "cost_aware"
 
 
+def test_every_name_vllms_registry_lists_loads_and_belady_is_not_one():
+    """vLLM's "Supported: [...]" names only policies that load; an offline yardstick is left out
+    of the registry and, asked for by module path, fails with hkv's one-line reason."""
+    from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    adapter.register()
+    names = list(CachePolicyFactory._registry)
+    assert {f"hkv_{p}" for p in ONLINE} <= set(names) and "hkv_belady" not in names
+    for name in names:
+        assert issubclass(CachePolicyFactory.get_cache_policy_cls(name), CachePolicy)
+    with pytest.raises(ValueError, match="Unknown cache policy: 'hkv_belady'") as unknown:
+        CachePolicyFactory.get_cache_policy_cls("hkv_belady")
+    supported = str(unknown.value).partition("Supported:")[2]
+    assert "'hkv_lru'" in supported and "hkv_belady" not in supported
+    with pytest.raises(AttributeError) as offline:
+        CachePolicyFactory.get_cache_policy_cls("hkv_belady", "hkv.integrations.vllm")
+    message = str(offline.value)
+    assert "offline yardstick" in message and "\n" not in message and len(message) < 400
+
+
 def test_modality_and_position_come_from_the_request():
     p = policy_class("hkv_modality_aware")(cache_capacity=8, block_tokens=16)
     ctx = ReqContext(req_id="mm", kv_transfer_params={"hkv_modalities": [[16, 600, "vision"]]})

@@ -50,9 +50,11 @@ REGISTERED_LOG = "hkv: eviction policies known to vLLM in process %d: %s"
 def register() -> None:
     """Entry point (`vllm.general_plugins`): make `hkv_<name>` known to vLLM by name alone.
 
-    vLLM >= 0.32 resolves names through `CachePolicyFactory` (lazily: an offline policy fails
-    with hkv's message when chosen); 0.26 through the manager's dictionary of classes, which
-    gets the online policies only. It also lets the policies read the connector's extra
+    vLLM >= 0.32 resolves names through `CachePolicyFactory`, 0.26 through the manager's
+    dictionary of classes; both get the online policies only. An offline yardstick (`belady`)
+    cannot run inside vLLM, so it is not registered: vLLM's "Supported: [...]" names only
+    policies that load, and `hkv_belady` with `cache_policy_module_path` still fails with hkv's
+    one-line reason (`policy_class`). It also lets the policies read the connector's extra
     config (`settings.follow_offloading_spec`). Calling this twice is harmless. The first call in
     a process logs the names at INFO through vLLM's logger (`vllm.hkv`), so a server's log shows
     that the plugin loaded in its API server and in its engine.
@@ -62,20 +64,21 @@ def register() -> None:
     from hkv.policies import policy_names
 
     follow_offloading_spec()  # the connector's extra config reaches the policies (`settings`)
+    online = policy_names(online_only=True)
     try:
         from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
     except ImportError:  # vLLM 0.26
         import vllm.v1.kv_offload.cpu.manager as manager
 
         added = []
-        for name in policy_names(online_only=True):
+        for name in online:
             if PREFIX + name not in manager._CACHE_POLICIES:
                 manager._CACHE_POLICIES[PREFIX + name] = policy_class(name)
                 added.append(PREFIX + name)
         _log_registered(added)
         return
     known = getattr(CachePolicyFactory, "_registry", {})
-    added = [PREFIX + n for n in policy_names() if PREFIX + n not in known]
+    added = [PREFIX + n for n in online if PREFIX + n not in known]
     for name in added:
         CachePolicyFactory.register_cache_policy(name, __name__, name)
     _log_registered(added)
