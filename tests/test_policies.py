@@ -307,6 +307,21 @@ def test_arc_keeps_reused_blocks_over_new_ones():
     assert policy.target_t1_blocks == 1
 
 
+def test_arc_touch_of_a_ghost_adapts_its_target_but_a_finished_request_does_not():
+    """As vLLM's arc: `touch` of a key remembered in B1 raises the T1 target (an absent key
+    otherwise changes nothing); a request's reused block evicted before it finished is passed
+    over by `after_request`."""
+    policy = make_policy("arc", 3)
+    fill(policy, [1, 2, 3])
+    assert policy.evict(1) == [1]  # 1 -> B1
+    policy.touch(99)  # never seen: nothing
+    assert policy.target_t1_blocks == 0
+    policy.after_request([], [1])  # reused, then evicted before the request finished
+    assert policy.target_t1_blocks == 0
+    policy.touch(1)
+    assert policy.target_t1_blocks == 1 and 1 not in policy
+
+
 def test_s3fifo_filters_one_hit_wonders():
     policy = make_policy("s3fifo", 4, small_fraction=0.5)
     fill(policy, [1, 2, 3, 4])

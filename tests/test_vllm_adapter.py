@@ -466,3 +466,67 @@ def test_the_connectors_extra_config_reaches_a_policy_vllms_spec_builds():
     with pytest.raises(Exception, match="tail_first"):
         spec_manager(base | {"hkv_policy_params": {"tail_frist": False}})
     assert spec_manager(base)._policy.policy.hyperparameters()["tail_first"] is True  # reset
+
+
+def _ids(keys) -> list[int]:
+    return [int.from_bytes(bytes(k)[:8], "big") for k in keys]
+
+
+def _arc_state(m: CPUOffloadingManager) -> tuple[list[list[int]], float]:
+    """(T1, T2, B1, B2 as ids, T1 target) of vLLM's arc or of hkv_arc inside vLLM's manager."""
+    p = m._policy
+    if hasattr(p, "policy"):
+        p.sync()
+        q = p.policy
+        return [_ids(x) for x in (q._t1, q._t2, q._b1, q._b2)], q.target_t1_blocks
+    return [_ids(x) for x in (p.t1, p.t2, p.b1, p.b2)], p.target_t1_size
+
+
+def _touch_scenario(policy: str) -> tuple[CPUOffloadingManager, list]:
+    """Through vLLM's manager: fill 4 chunks, push two out (B1 for arc), touch one of those
+    (a ghost hit), store a chunk left pending, then touch ready chunks around the pending one;
+    each step's state is recorded. Capacity 4; vLLM's own `touch`, as its tiering manager
+    passes it on to every tier."""
+    m = CPUOffloadingManager(
+        num_chunks=4, cache_policy=policy, cache_policy_module_path="hkv.integrations.vllm"
+    )
+    ctx = ReqContext(req_id="t")
+    states = []
+    snapshot = _arc_state if policy.endswith("arc") else (lambda m: None)
+    store(m, [1, 2, 3, 4], ctx)
+    store(m, [5, 6], ctx)  # 1, 2 go (B1 for arc)
+    m.touch([key(1)], ctx)  # a ghost hit: arc's T1 target moves
+    states.append(snapshot(m))
+    m.prepare_store([key(7)], ctx)  # 7 pending (ref_cnt -1), not completed
+    m.touch([key(5), key(7), key(4), key(6)], ctx)  # 5, 4, 6 ready; 7 still being written
+    states.append(snapshot(m))
+    return m, states
+
+
+def test_arc_touch_follows_vllms_arc():
+    """vLLM's `touch` on hkv_arc leaves what it leaves on vLLM's arc: a ghost hit adapts the T1
+    target, the first key ends the most recent, a pending chunk stays in T1."""
+    _, vllm_states = _touch_scenario("arc")
+    _, hkv_states = _touch_scenario("hkv_arc")
+    assert hkv_states == vllm_states
+    (lists, target), (after, _) = hkv_states
+    assert target == 1.0 and lists[2] == [2, 1]  # 1 was a ghost hit in B1
+    t1, t2 = after[:2]
+    assert 7 in t1 and 7 not in t2  # pending: re-ranked in T1, not promoted
+    assert t2[-1] == 5  # the head of the touch is T2's most recent
+
+
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_touch_leaves_the_same_eviction_order_as_vllms_own(policy):
+    """After the same touches, hkv's policy and vLLM's give up the same chunks in the same
+    order (the tiering manager's touch propagation: head most recent)."""
+    orders = []
+    for name in (policy, f"hkv_{policy}"):
+        m, _ = _touch_scenario(name)
+        m.complete_store([key(7)], ReqContext(req_id="t"))
+        order = []
+        for i in range(100, 104):
+            out = store(m, [i], ReqContext(req_id=f"r{i}"))
+            order.append(_ids(out.evicted_keys) if out else None)
+        orders.append(order)
+    assert orders[0] == orders[1]

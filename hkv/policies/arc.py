@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -16,11 +16,20 @@ class ARCPolicy(QueuePolicy):
     """Balances recency (T1: seen once) and frequency (T2: seen again) with ghost lists B1/B2.
 
     Megiddo & Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST 2003; written to
-    behave like vLLM 0.32's `arc` policy: a miss offered for storage that hits a ghost list adapts
-    the T1 target (vLLM's `on_store_miss`; here in `admit`, which admits everything); inserts go
-    to T1; a reference to a resident block moves it to T2's MRU end; eviction takes T1's LRU block
-    while T1 is at or above its target, else T2's, falling back to the other list; evicted keys
-    enter the matching ghost list, each ghost list bounded by the capacity.
+    behave like vLLM's `arc` policy (0.32, 0.33): a miss offered for storage that hits a ghost
+    list adapts the T1 target (vLLM's `on_store_miss`; here in `admit`, which admits
+    everything); inserts go to T1; a reference to a resident block moves it to T2's MRU end;
+    eviction takes T1's LRU block while T1 is at or above its target, else T2's, falling back to
+    the other list; evicted keys enter the matching ghost list, each ghost list bounded by the
+    capacity.
+
+    `touch` of a key in a ghost list adapts the target too, as vLLM's `touch` does (the one
+    departure from `EvictionPolicy`'s "a touch of an absent key is ignored": the key is absent
+    but remembered). `after_request` therefore touches only the reused blocks still resident, as
+    vLLM's `on_request_finished` ignores the others. The rest of vLLM's `touch` lives in the
+    adapter (`HkvCachePolicy.touch`): keys are touched tail first, so the head of a request ends
+    the most recent, and a chunk still being written is re-ranked in T1 (`refresh_all`), not
+    promoted to T2.
     """
 
     name = "arc"
@@ -36,6 +45,11 @@ class ARCPolicy(QueuePolicy):
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Adapt the T1 target on a ghost hit; always admit."""
+        self._adapt_to_ghost_hit(key)
+        return True
+
+    def _adapt_to_ghost_hit(self, key: Key) -> None:
+        """A key remembered in B1 raises the T1 target, one in B2 lowers it (vLLM's arc)."""
         if key in self._b1:
             delta = max(1.0, len(self._b2) / len(self._b1))
             self.target_t1_blocks = min(self.target_t1_blocks + delta, self.capacity_blocks)
@@ -44,7 +58,6 @@ class ARCPolicy(QueuePolicy):
             delta = max(1.0, len(self._b1) / len(self._b2))
             self.target_t1_blocks = max(self.target_t1_blocks - delta, 0.0)
             self._b2.move_to_end(key)
-        return True
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         t1, t2 = self._t1, self._t2
@@ -54,11 +67,19 @@ class ARCPolicy(QueuePolicy):
         self._b2.pop(key, None)
 
     def touch(self, key: Key) -> None:
+        """A reference: T1 -> T2's MRU end, T2 -> its MRU end; a ghost hit adapts the target."""
         meta = self._t1.pop(key, None)
         if meta is not None:
             self._t2[key] = meta
         elif key in self._t2:
             self._t2.move_to_end(key)
+        else:
+            self._adapt_to_ghost_hit(key)
+
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        """The base's tail-first re-ranking; a reused block evicted since is not a ghost hit
+        (vLLM's `on_request_finished` passes it over)."""
+        super().after_request(stored, [key for key in reused if key in self])
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         if n <= 0:

@@ -39,7 +39,7 @@ import inspect
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache
-from itertools import compress, islice
+from itertools import compress, groupby, islice
 from operator import attrgetter
 from typing import Any
 
@@ -170,11 +170,20 @@ class HkvCachePolicy(CachePolicy):
         self.policy.remove(key)
 
     def touch(self, keys: Iterable[Any], req_context=None) -> None:
+        """vLLM's explicit touch (its tiering manager passes one on to every tier), as vLLM's
+        lru and arc make it: the keys are touched tail first, so the first one ends the most
+        recent; a chunk still being written (`ref_cnt == -1`) is re-ranked (`refresh_all`), not
+        referenced, as vLLM's arc keeps it in T1. Runs of either kind keep their order."""
+        keys = keys if isinstance(keys, list | tuple) else list(keys)
         if req_context is not None and not hasattr(req_context, "get_offload_key_position"):
-            touch_request(self, keys if isinstance(keys, list | tuple) else list(keys), req_context)
+            touch_request(self, keys, req_context)
             return
         self.sync()
-        self.policy.touch_all(keys)
+        chunks, policy = self.chunks, self.policy
+        for pending, run in groupby(
+            reversed(keys), lambda k: k in chunks and _REF_CNT(chunks[k]) < 0
+        ):
+            (policy.refresh_all if pending else policy.touch_all)(list(run))
 
     def on_store_miss(self, keys: Iterable[Any], req_context=None) -> None:
         """Keys about to be inserted: note their metadata, since vLLM's `insert` has no context,
