@@ -103,6 +103,25 @@ def test_files_of_the_wrong_size_or_kind_are_refused(tmp_path) -> None:
     assert precious.read_bytes() == b"not a tier"  # never overwritten
 
 
+@pytest.mark.parametrize("table_at", [0, 8, 4095, 4097, 2**32, 2**63 - 1, 2**63, 2**64 - 1])
+def test_a_superblock_with_a_damaged_table_offset_is_refused(tmp_path, table_at) -> None:
+    """The flag table's offset (superblock bytes 32-39) is not covered by the size check:
+    any value but the one written is refused in one line, never read at (2**63 and 2**64 - 1
+    once raised OverflowError and OSError)."""
+    path = tmp_path / "tier.kv"
+    filled(path).close()
+    with open(path, "r+b") as f:
+        f.seek(32)
+        f.write(table_at.to_bytes(8, "little"))
+    with pytest.raises(HkvError, match=f"damaged superblock \\(flag table at {table_at},"):
+        DiskTier.open(path)
+    with open(path, "r+b") as f:
+        f.seek(32)
+        f.write((4096).to_bytes(8, "little"))
+    with DiskTier.open(path) as reopened:  # the offset put back: every block is there again
+        assert count_reads(reopened) == (SLOTS, 0, 0)
+
+
 READER = """
     import sys, time
     import numpy as np

@@ -92,7 +92,7 @@ def _superblock(fd: int, path: Path) -> tuple:
     if len(head) < _SUPER.size or _SUPER.unpack(head)[0] != _FILE_MAGIC:
         raise HkvError(f"DiskTier.open: {str(path)!r} is not an hkv disk tier file")
     fields = _SUPER.unpack(head)
-    _, version, header_bytes, num_slots, slot_bytes, stride, _, data_at, _ = fields
+    _, version, header_bytes, num_slots, slot_bytes, stride, table_at, data_at, _ = fields
     if (version, header_bytes) != (FILE_VERSION, HEADER_BYTES):
         raise HkvError(
             f"DiskTier.open: {str(path)!r} has file version {version}; this hkv reads version "
@@ -103,6 +103,15 @@ def _superblock(fd: int, path: Path) -> tuple:
         raise HkvError(
             f"DiskTier.open: {str(path)!r} is {size} bytes; its superblock says {expected} "
             "(truncated or damaged): create a new tier file"
+        )
+    # the one layout `DiskTier()` writes: offsets past it would be read as they are (a table
+    # at 2**63 is an OverflowError, not a refusal)
+    layout = (_ALIGN, _ALIGN + _round_up(num_slots), _round_up(HEADER_BYTES + slot_bytes))
+    if (table_at, data_at, stride) != layout:
+        raise HkvError(
+            f"DiskTier.open: {str(path)!r} has a damaged superblock (flag table at {table_at}, "
+            f"slots at {data_at}, stride {stride}; its geometry gives {layout[0]}, {layout[1]}, "
+            f"{layout[2]}): create a new tier file"
         )
     return fields
 
