@@ -191,3 +191,34 @@ def test_per_request_stores_what_a_policy_declines_aside_as_vllm_does():
     refusing = VllmTier(StoreThreshold(4, inner=LRUPolicy(4), threshold=2))
     stored, declined, _, _ = refusing.store([(k, meta) for k in (0, 1)])
     assert stored == [] and declined == 2 and len(refusing) == 0  # first offers: not stored
+
+
+class CountedKey(int):
+    """A block key that counts the hashes taken of it: every set or dict operation on a key
+    (a membership test, a protected key skipped by `evict`) costs one."""
+
+    hashes = 0
+
+    def __hash__(self) -> int:
+        CountedKey.hashes += 1
+        return int.__hash__(self)
+
+
+def hashes_to_replay_reversed(name: str, num_blocks: int, store: str) -> int:
+    """Key hashes a replay takes for one request of `num_blocks` blocks, then the same blocks
+    in reversed order, at a tier a quarter smaller."""
+    ids = [CountedKey(i) for i in range(num_blocks)]
+    trace = trace_of(ids, ids[::-1])
+    CountedKey.hashes = 0
+    simulate(trace, name, num_blocks - num_blocks // 4, store=store)
+    return CountedKey.hashes
+
+
+@pytest.mark.parametrize("store", ["per_block", "per_request"])
+@pytest.mark.parametrize("name", policy_names(online_only=True))
+def test_a_request_met_in_reversed_order_costs_linear_work(name, store):
+    """Eviction costs no more than linear in the request's length whatever the order of its
+    blocks: each doubling at most 2.5x the key operations (a scan of the protected set once
+    per missing block made it 4x: the reversed request's resident blocks are all its own)."""
+    counts = [hashes_to_replay_reversed(name, n, store) for n in (400, 800, 1600)]
+    assert counts[1] <= 2.5 * counts[0] and counts[2] <= 2.5 * counts[1], counts

@@ -231,17 +231,13 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
         num_hit = lookup(request)
         ids = request.hash_ids
         protected = None
-        # the request's keys resident now (never a victim: they are protected)
+        # how many resident keys are the request's (never a victim: they are protected)
+        num_mine = len(resident.intersection(ids))
         if num_hit:
-            hits = ids[:num_hit]
-            touch_all(hits)
-            mine = set(hits)
-        else:
-            mine = set()
+            touch_all(ids[:num_hit])
         for index, key in enumerate(ids[num_hit:], num_hit):
             if key in resident:
                 touch(key)
-                mine.add(key)
                 continue
             meta = metas.get(key)
             if meta is None:
@@ -250,9 +246,9 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 declined += 1
                 continue
             if len(resident) >= capacity:
-                if len(mine) >= len(resident):  # every resident block is the request's own:
-                    failed += 1  # no policy has a victim (evict would scan them all for none)
-                    continue
+                if num_mine >= len(resident):  # every resident block is the request's own:
+                    failed += 1  # no policy has a victim (evict would scan them all for none:
+                    continue  # once per missing block, quadratic in the request's length)
                 if protected is None:
                     protected = frozenset(ids)
                 victims = evict(1, protected)  # exactly one key, or None
@@ -263,7 +259,7 @@ def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _Block
                 evictions += 1
             insert(key, meta)
             resident.add(key)
-            mine.add(key)
+            num_mine += 1
             inserts += 1
     counts = {"evictions": evictions, "inserts": inserts, "declined": declined}
     return tally.totals() | counts | {"store_failed": failed}
