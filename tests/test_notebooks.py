@@ -530,6 +530,13 @@ def check_predictive(r: dict[str, Any]) -> None:
     rerun = load_result("replay_speed_h200host_run2")
     rerun_rates = [c["policies"]["predictive"]["refs_per_s_best"] for c in rerun["cells"]]
     assert r["predictive_refs_per_s_rerun"] == rerun_rates and min(rerun_rates) > 0
+    # section 7: time on the H200, policies alternated in one engine, and the traced engine
+    timed, traced = load_result("vllm_h200_time"), load_result("vllm_h200_steps")
+    assert r["h200_time_rows"] == bench_vllm_auto.time_rows(timed)
+    assert all(row["repeats"] == 3 for row in r["h200_time_rows"])
+    assert {row["policy"] for row in r["h200_time_rows"]} >= {"lru", "hkv_bip", "hkv_auto"}
+    assert r["h200_time_findings"] == bench_vllm_auto.time_findings(timed, traced)
+    assert len(r["h200_time_findings"]) == 6  # four engines, then the traced one twice
 
 
 CHECKS = {

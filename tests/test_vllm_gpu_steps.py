@@ -94,3 +94,22 @@ def test_the_trace_counts_idle_steps_loads_and_each_requests_wait():
     assert found["cpu_hit_tokens"] == 64 and found["store_calls"] == 1
     assert found["partial_chain_hits"] == 1  # a got 4 of the 6 blocks its last turn stored
     assert found["policy_s"] == 0.25
+
+
+def test_time_rows_take_medians_over_repeats_against_lru_in_the_same_engine():
+    from hkv.report.bench_vllm_auto import time_findings, time_rows
+
+    def run(policy, wall, ttft, policy_s, repeat):
+        cell = {"repeat": repeat, "cpu_gib": 8.0, "popularity": 0.0, "cached_frac": 0.5}
+        return {"policy": policy, "wall_s": wall, "ttft_mean_s": ttft, "policy_s": policy_s, **cell}
+
+    runs = [run("lru", w, 0.2, 0.1, i) for i, w in enumerate((20.0, 22.0, 21.0))]
+    runs += [run("hkv_auto", w, 0.18, 0.3, i) for i, w in enumerate((19.0, 30.0, 18.9))]
+    rows = {r["policy"]: r for r in time_rows({"runs": runs})}
+    assert rows["lru"]["wall_s"] == 21.0 and rows["lru"]["repeats"] == 3
+    assert rows["hkv_auto"]["wall_s"] == 19.0  # the slow spell of one repeat does not decide
+    assert abs(rows["hkv_auto"]["wall_vs_lru"] - (19.0 / 21.0 - 1)) < 1e-12
+    assert abs(rows["hkv_auto"]["ttft_vs_lru"] + 0.1) < 1e-12
+    assert abs(rows["hkv_auto"]["policy_x_lru"] - 3.0) < 1e-12
+    (line,) = time_findings({"runs": runs}, {"runs": []})
+    assert line.startswith("anchor at 8 GiB: hkv_auto's median wall time is -9.5 %")

@@ -220,8 +220,9 @@ KEPT = ("wall_s", "ttft_mean_s", "cached_frac", "steps", "policy_s", "policy_swi
 
 
 def fold_traces(run_files: list, out, window: tuple[int, int] = (170, 212)) -> dict:
-    """One small results file from `run --trace` files: per run, its summary's `KEPT` keys, and
-    the trace's rows in `window` (steps), where the anchor's first returning wave starts."""
+    """One small results file from `run --trace` files: per run, its summary's `KEPT` keys with
+    the diagnosis made again from the whole trace (this module's `diagnose`), and the trace's
+    rows in `window` (steps), where the anchor's first returning wave starts."""
     from pathlib import Path
 
     from hkv.inputs import read_json
@@ -235,7 +236,8 @@ def fold_traces(run_files: list, out, window: tuple[int, int] = (170, 212)) -> d
         for one in data.get("repeats", []):
             if "trace" not in one:
                 raise SystemExit(f"fold-traces: {path} has a run without a trace (run --trace)")
-            summary = one["summary"]
+            summary = dict(one["summary"])
+            summary["diagnosis"] = diagnose(one["trace"], _previous_blocks(data))
             runs.append(
                 {"policy": one["policy"], "repeat": one["repeat"],
                  "cpu_gib": data["parameters"]["cpu_gib"], "variant": data["parameters"]["variant"],
@@ -249,3 +251,15 @@ def fold_traces(run_files: list, out, window: tuple[int, int] = (170, 212)) -> d
               **head, "runs": runs}  # fmt: skip
     write_json(out, result)
     return result
+
+
+def _previous_blocks(data: dict) -> dict[int, int] | None:
+    """`previous_turn_blocks` of the anchor workload a run file served (None: not the anchor)."""
+    from bench.vllm_gpu.engine import previous_turn_blocks
+    from hkv.sim.anchor import Workload, build_sessions
+
+    params = data.get("parameters", {})
+    workload = Workload(
+        images=params.get("variant") == "mm", popularity=params.get("popularity", 0.0)
+    )
+    return previous_turn_blocks(*build_sessions(workload))

@@ -67,3 +67,144 @@ def policy_time_table(results: dict[str, Any]) -> str:
             + f" | {'-' if switches is None else switches} |"
         )
     return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def time_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per engine (workload, CPU tier) and policy, over its alternated repeats: the median
+    workload wall time, the median of the runs' mean TTFT, the median policy time, the cached
+    share, and the first two as a change against vLLM's lru in the same engine (negative is
+    faster). `vllm_h200_time.json`: each engine's policies took turns, three repeats each."""
+    cells: dict[tuple[str, float], dict[str, list[dict]]] = {}
+    for run in results["runs"]:
+        cell = cells.setdefault((_workload(run), run["cpu_gib"]), {})
+        cell.setdefault(run["policy"], []).append(run)
+    rows = []
+    for (workload, gib), policies in cells.items():
+        medians = {
+            name: {
+                "wall_s": _median([r["wall_s"] for r in runs]),
+                "ttft_mean_s": _median([r["ttft_mean_s"] for r in runs]),
+                "policy_s": _median([r["policy_s"] for r in runs]),
+                "cached_frac": _median([r["cached_frac"] for r in runs]),
+                "repeats": len(runs),
+            }
+            for name, runs in policies.items()
+        }
+        lru = medians.get("lru")
+        for name, m in medians.items():
+            row = {"workload": workload, "cpu_gib": gib, "policy": name, **m}
+            if lru is not None:
+                row["wall_vs_lru"] = m["wall_s"] / lru["wall_s"] - 1
+                row["ttft_vs_lru"] = m["ttft_mean_s"] / lru["ttft_mean_s"] - 1
+                row["policy_x_lru"] = m["policy_s"] / lru["policy_s"]
+            rows.append(row)
+    return rows
+
+
+def time_table(results: dict[str, Any]) -> str:
+    """Markdown of `time_rows`: what each policy makes a user wait, engine by engine."""
+    lines = [
+        "| workload | CPU tier | policy | cached | wall (s) | vs lru | mean TTFT (s) | vs lru "
+        "| policy time (s) | x lru |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in time_rows(results):
+        lines.append(
+            f"| {row['workload']} | {row['cpu_gib']:g} GiB | {row['policy']} "
+            f"| {100 * row['cached_frac']:.1f} % | {row['wall_s']:.2f} "
+            f"| {100 * row.get('wall_vs_lru', 0):+.1f} % | {row['ttft_mean_s']:.3f} "
+            f"| {100 * row.get('ttft_vs_lru', 0):+.1f} % | {row['policy_s']:.2f} "
+            f"| {row.get('policy_x_lru', 1):.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+DIAGNOSIS_KEYS = (
+    ("steps", "steps"),
+    ("idle_steps", "idle steps"),
+    ("idle_s", "idle s"),
+    ("prefill_s", "prefill-step s"),
+    ("decode_s", "decode-step s"),
+    ("load_jobs", "load jobs"),
+    ("load_blocks_per_job_median", "blocks/job (median)"),
+    ("partial_chain_hits", "partial-chain hits"),
+    ("load_wait_steps_mean", "load wait (steps)"),
+    ("policy_s", "policy s"),
+    ("policy_s_max_step", "policy s, worst step"),
+)
+
+
+def diagnosis_table(traced: dict[str, Any]) -> str:
+    """Markdown: `bench.vllm_gpu.steps.diagnose` of each traced run (`vllm_h200_steps.json`),
+    with the wall time and cached share beside it."""
+    runs = traced["runs"]
+    lines = [
+        "| | " + " | ".join(r["policy"] for r in runs) + " |",
+        "|---|" + "---|" * len(runs),
+        "| wall (s) | " + " | ".join(f"{r['wall_s']:.2f}" for r in runs) + " |",
+        "| cached | " + " | ".join(f"{100 * r['cached_frac']:.1f} %" for r in runs) + " |",
+    ]
+    for key, label in DIAGNOSIS_KEYS:
+        cells = []
+        for r in runs:
+            value = r["diagnosis"].get(key)
+            cells.append(f"{value:.2f}" if isinstance(value, float) else str(value))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def time_findings(timed: dict[str, Any], traced: dict[str, Any]) -> list[str]:
+    """Sentences computed from `vllm_h200_time.json` (`time_rows`) and the traced engine
+    (`vllm_h200_steps.json`): where `auto` stands in time against lru and the fastest hkv
+    policy, and what its extra seconds are made of against that policy's."""
+    rows = time_rows(timed)
+    lines = []
+    for workload, gib in dict.fromkeys((r["workload"], r["cpu_gib"]) for r in rows):
+        cell = {r["policy"]: r for r in rows if (r["workload"], r["cpu_gib"]) == (workload, gib)}
+        auto = cell.get("hkv_auto")
+        if auto is None or "wall_vs_lru" not in auto:
+            continue
+        others = [r for name, r in cell.items() if name not in ("lru", "hkv_auto")]
+        best = min(others, key=lambda r: r["wall_s"]) if others else None
+        text = (
+            f"{workload} at {gib:g} GiB: hkv_auto's median wall time is "
+            f"{100 * auto['wall_vs_lru']:+.1f} % against lru's and its mean TTFT "
+            f"{100 * auto['ttft_vs_lru']:+.1f} %, its policy time {auto['policy_x_lru']:.1f}x lru's"
+        )
+        if best is not None:
+            gap = auto["wall_s"] / best["wall_s"] - 1
+            name = best["policy"]
+            text += f"; its wall time is {100 * gap:+.1f} % against {name}'s, the fastest other"
+        lines.append(text + ".")
+    by_policy = {r["policy"]: r for r in traced["runs"]}
+    auto, bip = by_policy.get("hkv_auto"), by_policy.get("hkv_bip")
+    if auto is not None and bip is not None:
+        a, b = auto["diagnosis"], bip["diagnosis"]
+        lines.append(
+            f"Traced engine ({auto['cpu_gib']:g} GiB): hkv_auto caches "
+            f"{100 * auto['cached_frac']:.1f} % against hkv_bip's {100 * bip['cached_frac']:.1f} % "
+            f"yet takes {auto['wall_s'] - bip['wall_s']:.2f} s longer: "
+            f"{a['prefill_s'] - b['prefill_s']:+.2f} s in prefill steps, "
+            f"{a['decode_s'] - b['decode_s']:+.2f} s in decode-only steps and "
+            f"{a['idle_s'] - b['idle_s']:+.2f} s in idle steps, of which its own policy time is "
+            f"{a['policy_s'] - b['policy_s']:+.2f} s. Its hits stop short of the session's last "
+            f"chain in {a['partial_chain_hits']} requests against {b['partial_chain_hits']}: it "
+            "keeps the heads of every session, so what it recomputes sits deep in the prompt, "
+            "where a token costs the most (attention over everything before it), while hkv_bip "
+            "keeps whole chains of fewer sessions."
+        )
+        extra, idle = a["steps"] - b["steps"], a["idle_steps"] - b["idle_steps"]
+        lines.append(
+            f"Of its {extra} steps more than hkv_bip's ({a['steps']} against {b['steps']}), "
+            f"{idle} are idle polls while loads finish ({a['idle_s']:.2f} s in its "
+            f"{a['idle_steps']} idle steps, the worst of its steps holding "
+            f"{a['policy_s_max_step']:.2f} s of policy time): the extra steps are a symptom of "
+            "its partial hits (every request of a wave loading at once), not the cost."
+        )
+    return lines
