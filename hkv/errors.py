@@ -8,6 +8,8 @@ to do instead. Bugs stay ordinary exceptions with tracebacks.
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 
@@ -27,9 +29,45 @@ class FlagConflict(HkvError):
         super().__init__(f"{first} conflicts with {second}: {reason}")
 
 
+SHOWN_CHARS = 80
+"""How many characters of a value an error message shows; longer ones are shortened."""
+
+LINE_CHARS = 300
+"""The longest error line the CLI prints."""
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text`, or its head and tail with the number of characters between, when it is longer
+    than `limit` (a 100,000-character path typed by mistake should not fill the terminal)."""
+    if len(text) <= limit:
+        return text
+    head = max(1, limit * 2 // 3)
+    tail = max(1, limit - head - 20)
+    return f"{text[:head]}...{text[-tail:]} ({len(text):,} characters)"
+
+
 def shown(value: Any) -> str:
-    """`value` as an error message shows it: its repr, a huge integer by its number of digits
-    (a 10**400 typed by mistake should not fill the terminal)."""
-    if isinstance(value, int) and abs(value) > 10**15:
-        return f"an integer of {len(str(abs(value)))} digits"
-    return repr(value)
+    """`value` as an error message shows it: its repr, a huge integer by its number of digits,
+    a long string or path shortened (`shorten`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        return f"an integer of {digits(value)} digits"
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    try:
+        return shorten(repr(value))
+    except (RecursionError, ValueError):  # nested past the recursion limit; an int too long
+        return f"a {type(value).__name__} too deep or too long to show"
+
+
+def digits(value: int) -> str:
+    """How many decimal digits `value` has, without `str()` (which refuses more than 4,300)."""
+    value = abs(value)
+    count = int((value.bit_length() - 1) * math.log10(2)) + 1 if value else 1
+    return f"{count + (value >= 10**count):,}"
+
+
+def one_line(message: str, limit: int = LINE_CHARS) -> str:
+    """`message` on one line for stderr: whitespace runs joined, each word longer than
+    `SHOWN_CHARS` shortened, and the whole cut to `limit` characters."""
+    words = [shorten(word) for word in message.split()]
+    return shorten(" ".join(words), limit)

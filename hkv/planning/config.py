@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.blocks import Modality
-from hkv.errors import ConfigError, HkvError
+from hkv.errors import ConfigError, HkvError, shown
 from hkv.inputs import read_json, read_text, read_yaml
 from hkv.policies.registry import policy_names
 from hkv.storage.formats import COLD_FORMATS, LOSSLESS_FORMATS
@@ -274,14 +274,15 @@ def parse_cost_weights(weights: Any, *, where: str) -> dict[str, float]:
     if isinstance(weights, str):
         try:
             weights = json.loads(weights)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, nested or digits past limits
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "too deep or too long"
             raise ConfigError(
-                f"{where}: not valid JSON ({exc.msg}); write e.g. "
+                f"{where}: not valid JSON ({reason}); write e.g. "
                 """'{"text": 1.0, "vision": 1.5, "audio": 1.2}'"""
             ) from None
     if not isinstance(weights, Mapping) or not weights:
         raise ConfigError(
-            f"{where}: got {weights!r}; expected a non-empty mapping modality -> weight"
+            f"{where}: got {shown(weights)}; expected a non-empty mapping modality -> weight"
         )
     out = {}
     for name, value in weights.items():

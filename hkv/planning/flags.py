@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hkv.errors import ConfigError, FlagConflict, HkvError
+from hkv.errors import ConfigError, FlagConflict, HkvError, shorten
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.planning.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
@@ -128,8 +128,8 @@ class _Translator(RealFlagChecks):
             except HkvError:
                 self._spec = None
                 self.out.warnings.append(
-                    f"--model {name}: no local config.json, so KV sizes, tensor-parallel and "
-                    "block-size checks that need the model's dimensions were skipped"
+                    f"--model {shorten(name)}: no local config.json, so KV sizes, tensor-parallel "
+                    "and block-size checks that need the model's dimensions were skipped"
                 )
         return self._spec  # type: ignore[return-value]
 

@@ -61,6 +61,8 @@ class HFConfigReader:
         an optional field holds something no real config has (text, a list, a zero)."""
         try:
             return self._spec_fields()
+        except HkvError:  # already says which field
+            raise
         except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as exc:
             raise HkvError(
                 f"{self.where}: a config field holds a value hkv cannot read "

@@ -6,15 +6,14 @@ A `ModelSpec` splits a model's decoder layers into layer groups by how their cac
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hkv.errors import HkvError
-from hkv.inputs import read_json
+from hkv.errors import HkvError, shown
+from hkv.inputs import path_shown, read_json
 from hkv.planning.hf_config import HFConfigReader
 from hkv.planning.layers import DTYPE_BYTES, LayerGroup, LayerKind, dtype_bytes
 
@@ -41,12 +40,25 @@ def shipped_models() -> list[str]:
 def _shipped_config(name: str) -> Path | None:
     """The shipped config for a folder name (`minimax-m2.5`) or its Hub id (`MiniMaxAI/...`)."""
     models = models_dir()
-    if (models / name / "config.json").is_file():
+    if os.path.isfile(models / name / "config.json"):  # False, not OSError, for a too-long name
         return models / name / "config.json"
     for meta_path in models.glob("*/hkv.json"):
-        if json.loads(meta_path.read_text()).get("hub_id", "").lower() == name.lower():
+        if (read_meta(meta_path).get("hub_id") or "").lower() == name.lower():
             return meta_path.parent / "config.json"
     return None
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """A model folder's `hkv.json` (Hub id, published counts, source), checked: an object whose
+    `hub_id`, when present, is a string."""
+    meta = read_json(path, "model metadata")
+    hub_id = meta.get("hub_id")
+    if hub_id is not None and not isinstance(hub_id, str):
+        raise HkvError(
+            f"model metadata {path_shown(path)}: hub_id: got {shown(hub_id)}; expected the "
+            'model\'s Hub id as a string (e.g. "MiniMaxAI/MiniMax-M2.5")'
+        )
+    return meta
 
 
 @dataclass(frozen=True)
@@ -82,21 +94,22 @@ class ModelSpec:
     def load(cls, name_or_path: str | os.PathLike[str]) -> ModelSpec:
         """Read a shipped model by name (`minimax-m2.5`) or any HF `config.json` (file or dir)."""
         path = Path(name_or_path)
-        if path.is_dir():
+        if os.path.isdir(path):
             path = path / "config.json"
-        if not path.is_file():
+        if not os.path.exists(path):
             shipped = _shipped_config(str(name_or_path))
             if shipped is None:
                 raise HkvError(
-                    f"model: {str(name_or_path)!r} is neither a config.json, a folder holding "
-                    f"one, nor a shipped model; shipped models: {', '.join(shipped_models())}"
+                    f"model: {shown(str(name_or_path))} is neither a config.json, a folder "
+                    f"holding one, nor a shipped model; shipped models: "
+                    f"{', '.join(shipped_models())}"
                 )
             path = shipped
         config = read_json(path, "model config")
         name = path.parent.name if path.name == "config.json" else path.stem
         spec = cls.from_hf_config(config, name=name, source=str(path))
         meta_path = path.parent / "hkv.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = read_meta(meta_path) if os.path.lexists(meta_path) else {}
         return replace(spec, hub_id=meta.get("hub_id") or str(path.parent), published=meta)
 
     @classmethod
