@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from hkv.cost import HardwareProfile, LinkSpec
-from hkv.errors import HkvError
+from hkv.errors import HkvError, shown
+from hkv.inputs import open_problem
+
+MAX_SIZE_MIB = 4096
+"""The largest buffer `calibrate` measures with (4 GiB; it holds three)."""
+MAX_REPEATS = 20
+"""The most timed copies of each kind (the best is kept; a few suffice)."""
 
 
 def calibrate(
@@ -31,16 +37,15 @@ def calibrate(
     fields. Disk reads drop the page cache for the file first (`posix_fadvise`), so they come
     from the device. Takes a few seconds at the default size.
     """
-    if isinstance(size_mib, bool) or not isinstance(size_mib, int) or size_mib < 1:
-        raise HkvError(f"size_mib: got {size_mib!r}; expected an integer >= 1")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise HkvError(f"repeats: got {repeats!r}; expected an integer >= 1")
+    _check_count("size_mib", size_mib, MAX_SIZE_MIB, "MiB")
+    _check_count("repeats", repeats, MAX_REPEATS, "timed copies")
+    _check_memory(size_mib)
+    disk_dir = Path(disk_dir) if disk_dir is not None else Path(tempfile.gettempdir())
+    if not os.path.isdir(disk_dir):  # False, not OSError, for a name too long
+        raise HkvError(f"disk_dir: no such directory {shown(str(disk_dir))}; give a folder")
     base = HardwareProfile.default()
     nbytes = size_mib * 2**20
     memcpy = _measure_memcpy(nbytes, repeats)
-    disk_dir = Path(disk_dir) if disk_dir is not None else Path(tempfile.gettempdir())
-    if not disk_dir.is_dir():
-        raise HkvError(f"disk_dir: no such directory {str(disk_dir)!r}")
     disk_write, disk_read = _measure_disk(disk_dir, nbytes)
     links = dict(base.links)
     links["disk"] = replace(links["disk"], to_gpu_gbps=disk_read, from_gpu_gbps=disk_write)
@@ -73,6 +78,29 @@ def calibrate(
     )
 
 
+def _check_count(name: str, value: Any, high: int, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise HkvError(
+            f"{name}: got {shown(value)}; expected an integer in [1, {high:,}] ({unit}; the cap "
+            "keeps a calibration within about a minute)"
+        )
+
+
+def _check_memory(size_mib: int) -> None:
+    """Refuse a buffer size whose three copies (source, destination, disk data) would not fit
+    in the host memory available now."""
+    try:
+        import psutil
+    except ImportError:  # measure anyway; the size cap still holds
+        return
+    available_mib = psutil.virtual_memory().available // 2**20
+    if 3 * size_mib > available_mib:
+        raise HkvError(
+            f"size_mib: got {size_mib:,}; three buffers of that size do not fit in the "
+            f"{available_mib:,} MiB of memory available; give at most {available_mib // 3:,}"
+        )
+
+
 def _measure_memcpy(nbytes: int, repeats: int) -> float:
     """Best-of-`repeats` GB/s of one large host-to-host copy (bytes copied per second)."""
     src = np.ones(nbytes, dtype=np.uint8)
@@ -86,26 +114,37 @@ def _measure_memcpy(nbytes: int, repeats: int) -> float:
 
 
 def _measure_disk(directory: Path, nbytes: int) -> tuple[float, float]:
-    """(write-with-fsync GB/s, cold sequential read GB/s) of a file in `directory`."""
+    """(write-with-fsync GB/s, cold sequential read GB/s) of a file in `directory`.
+
+    The file is unlinked as soon as it is made and measured through its open descriptor, so
+    no run, however it ends (Ctrl-C, SIGTERM, SIGKILL, a full disk), leaves it behind."""
     data = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8).tobytes()
-    fd, name = tempfile.mkstemp(prefix="hkv-calibrate-", dir=directory)
     try:
-        start = time.perf_counter()
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        write_s = time.perf_counter() - start
-        with open(name, "rb") as inp:
-            if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(inp.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            start = time.perf_counter()
-            while inp.read(16 * 2**20):
-                pass
-            read_s = time.perf_counter() - start
-    finally:
+        fd, name = tempfile.mkstemp(prefix="hkv-calibrate-", dir=directory)
         os.unlink(name)
-    return nbytes / write_s / 1e9, nbytes / read_s / 1e9
+    except OSError as exc:
+        raise HkvError(open_problem(directory, "disk_dir", exc, "write into")) from None
+    try:
+        with os.fdopen(fd, "r+b") as handle:
+            return _time_disk(handle, data)
+    except OSError as exc:
+        raise HkvError(open_problem(directory, "disk_dir", exc, "measure")) from None
+
+
+def _time_disk(handle: Any, data: bytes) -> tuple[float, float]:
+    start = time.perf_counter()
+    handle.write(data)
+    handle.flush()
+    os.fsync(handle.fileno())
+    write_s = time.perf_counter() - start
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    handle.seek(0)
+    start = time.perf_counter()
+    while handle.read(16 * 2**20):
+        pass
+    read_s = time.perf_counter() - start
+    return len(data) / write_s / 1e9, len(data) / read_s / 1e9
 
 
 def _measure_cuda(nbytes: int, repeats: int) -> dict[str, Any] | None:

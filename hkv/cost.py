@@ -29,6 +29,7 @@ from typing import Any
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
 from hkv.inputs import read_json
+from hkv.outputs import write_atomic
 from hkv.planning.model_spec import LayerKind, ModelSpec
 from hkv.storage.formats import cold_bits_per_value
 
@@ -137,10 +138,9 @@ class HardwareProfile:
         return cls.from_dict(read_json(path, "profile"), source=str(path))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        """Write the profile as JSON to `path`, atomically (`hkv.outputs.write_atomic`)."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        return write_atomic(path, [text], "out", example="hkv-profile.json")
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,22 @@ Unknown fields are ignored. Every malformed line raises `HkvError` naming the fi
 from __future__ import annotations
 
 import json
-import math
 import os
-import tempfile
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
-from hkv.errors import HkvError
-from hkv.inputs import parse_json, read_text
+from hkv.errors import HkvError, shorten, shown
+from hkv.inputs import parse_json, path_shown, read_lines
+from hkv.outputs import write_atomic
 
 DEFAULT_BLOCK_TOKENS = 512
+MAX_TOKENS = 1 << 32
+"""The longest `input_length` / `output_length` a trace line may give (no model comes near)."""
+MAX_TIMESTAMP_MS = 1e15
+"""About 30,000 years: a larger timestamp is a mistake, and would lose precision as a float."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,17 +87,31 @@ class Trace:
         return any(r.modalities is not None for r in self.requests)
 
 
-def load_trace(path: str | os.PathLike[str], *, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
-    """Read a Mooncake-format JSONL file; `HkvError` names the line of any malformed request."""
+def load_trace(
+    path: str | os.PathLike[str],
+    *,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    max_request_blocks: int | None = None,
+) -> Trace:
+    """Read a Mooncake-format JSONL file; `HkvError` names the line of any malformed request
+    (or of one longer than `max_request_blocks` blocks, when given). Lines are split at '\n'
+    only and read in bounded pieces (`hkv.inputs.read_lines`)."""
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
-        raise HkvError(f"block_tokens: got {block_tokens!r}; expected an integer >= 1")
+        raise HkvError(f"block_tokens: got {shown(block_tokens)}; expected an integer >= 1")
     path = Path(path)
+    name = shorten(str(path))
     requests = []
-    for lineno, line in enumerate(read_text(path, "trace").splitlines(), start=1):
+    for lineno, line in read_lines(path, "trace"):
         if line.strip():
-            requests.append(parse_request(line, block_tokens, where=f"{path}:{lineno}"))
+            request = parse_request(line, block_tokens, where=f"{name}:{lineno}")
+            if max_request_blocks is not None and len(request.hash_ids) > max_request_blocks:
+                raise HkvError(
+                    f"{name}:{lineno}: a request of {len(request.hash_ids):,} blocks; hkv "
+                    f"replays at most {max_request_blocks:,} a request (raise --block-tokens?)"
+                )
+            requests.append(request)
     if not requests:
-        raise HkvError(f"trace: {str(path)!r} holds no requests (one JSON object per line)")
+        raise HkvError(f"trace: {path_shown(path)} holds no requests (one JSON object per line)")
     return Trace(tuple(requests), block_tokens, str(path))
 
 
@@ -107,12 +124,16 @@ def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
         if name not in obj:
             raise HkvError(f"{where}: missing field {name!r}")
     timestamp = obj["timestamp"]
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
-        raise HkvError(f"{where}: timestamp: got {timestamp!r}; expected a number (ms)")
+    ok = isinstance(timestamp, int | float) and not isinstance(timestamp, bool)
+    if not ok or not -MAX_TIMESTAMP_MS <= timestamp <= MAX_TIMESTAMP_MS:
+        raise HkvError(
+            f"{where}: timestamp: got {shown(timestamp)}; expected a number of ms within "
+            f"+-{MAX_TIMESTAMP_MS:g}"
+        )
     input_length = _count(obj, "input_length", where, low=1)
     output_length = _count(obj, "output_length", where, low=0)
     hash_ids = _hash_ids(obj["hash_ids"], where)
-    expected = math.ceil(input_length / block_tokens)
+    expected = -(-input_length // block_tokens)
     if len(hash_ids) != expected:
         raise HkvError(
             f"{where}: {len(hash_ids)} hash_ids for input_length {input_length}; expected "
@@ -130,8 +151,10 @@ def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
 
 def _count(obj: dict[str, Any], name: str, where: str, *, low: int) -> int:
     value = obj[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise HkvError(f"{where}: {name}: got {value!r}; expected an integer >= {low}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_TOKENS:
+        raise HkvError(
+            f"{where}: {name}: got {shown(value)}; expected an integer in [{low}, {MAX_TOKENS:,}]"
+        )
     return value
 
 
@@ -140,7 +163,7 @@ def _hash_ids(value: Any, where: str) -> tuple[Hashable, ...]:
         raise HkvError(f"{where}: hash_ids: got {type(value).__name__}; expected a list")
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int | str):
-            raise HkvError(f"{where}: hash_ids: got {item!r}; expected integers (or strings)")
+            raise HkvError(f"{where}: hash_ids: got {shown(item)}; expected integers (or strings)")
     return tuple(value)
 
 
@@ -159,32 +182,15 @@ def _modalities(value: Any, num_blocks: int, where: str) -> tuple[Modality, ...]
 def _session(value: Any, where: str) -> str | int | None:
     if value is None or (isinstance(value, int | str) and not isinstance(value, bool)):
         return value
-    raise HkvError(f"{where}: session: got {value!r}; expected a string or integer id")
+    raise HkvError(f"{where}: session: got {shown(value)}; expected a string or integer id")
 
 
 def write_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> Path:
-    """Write requests as Mooncake-format JSONL (the format `load_trace` reads), atomically: into
-    a temporary file beside `path`, renamed over it when complete, so an interrupted run leaves
-    no half-written trace. Creates missing folders; `HkvError` when the place cannot be written."""
-    path = Path(path)
-    if path.is_dir():
-        raise HkvError(f"out: {str(path)!r} is a folder; give a file name such as trace.jsonl")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise HkvError(f"out: cannot write into {str(path.parent)!r} ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for request in requests:
-                out.write(json.dumps(request.to_json(), separators=(", ", ": ")) + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise HkvError(f"out: cannot write {str(path)!r} ({exc.strerror})") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    """Write requests as Mooncake-format JSONL (the format `load_trace` reads), atomically
+    (`hkv.outputs.write_atomic`: an interrupted run leaves no half-written trace). Creates
+    missing folders; `HkvError` when the place cannot be written or is not a regular file."""
+    lines = (json.dumps(r.to_json(), separators=(", ", ": ")) + "\n" for r in requests)
+    return write_atomic(path, lines, "out", example="trace.jsonl")
 
 
 def trace_from_requests(
