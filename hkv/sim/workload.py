@@ -33,7 +33,14 @@ from hkv.errors import HkvError
 from hkv.sim.trace import Request, Trace
 from hkv.sim.workload_spec import PRESETS, WorkloadSpec
 
-__all__ = ["PRESETS", "WorkloadSpec", "generate", "overlay_modalities"]
+__all__ = ["MAX_BLOCK_REFS", "PRESETS", "WorkloadSpec", "generate", "overlay_modalities"]
+
+MAX_BLOCK_REFS = 1_000_000
+"""The most block references `generate` makes by default (~35,000 chat sessions at 512-token
+blocks, a few seconds): a spec asking for more is refused while it is generated, not after
+minutes. Pass `max_block_refs` to `generate` for a larger trace."""
+MAX_SEGMENT_TOKENS = 1 << 40
+"""Lognormal lengths are clipped here (sigma 10 reaches e**60) so token sums stay exact ints."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +93,10 @@ class _BlockNamer:
 class _Generator:
     """One run of the generator: owns the RNG, the shared pools and the segment counter."""
 
-    def __init__(self, spec: WorkloadSpec):
+    def __init__(self, spec: WorkloadSpec, max_block_refs: int):
         self.spec = spec
+        self.max_block_refs = max_block_refs
+        self.num_block_refs = 0
         self.rng = np.random.default_rng(spec.seed)
         self.namer = _BlockNamer(spec.block_tokens)
         self._next_seg = 0
@@ -108,7 +117,8 @@ class _Generator:
 
     def length(self, median: float, sigma: float | None = None) -> int:
         sigma = self.spec.length_sigma if sigma is None else sigma
-        return max(1, round(float(self.rng.lognormal(math.log(median), sigma))))
+        drawn = float(self.rng.lognormal(math.log(median), sigma))
+        return max(1, round(min(drawn, MAX_SEGMENT_TOKENS)))
 
     def arrivals(self) -> np.ndarray:
         """Session start times (s): Poisson, `burst_factor` times faster during on-periods."""
@@ -147,9 +157,7 @@ class _Generator:
         kind = rng.random()
         system = self.system_prompts[rng.choice(spec.num_system_prompts, p=self.system_pop)]
         if kind < spec.long_doc_fraction:
-            prompt = [system, self.segment(self.length(spec.long_doc_tokens_median))]
-            prompt.append(self.segment(self.length(spec.user_tokens_median)))
-            return [self.request(prompt, start_s, session_id)]
+            return self.long_document(system, start_s, session_id)
         prompt = [system]
         mean_turns = spec.mean_turns
         if kind < spec.long_doc_fraction + spec.rag_fraction:
@@ -169,12 +177,31 @@ class _Generator:
             now += rng.exponential(spec.think_time_s)
         return requests
 
+    def long_document(self, system: _Segment, start_s: float, session_id: int) -> list[Request]:
+        """A one-off long document and a question; the document is cut to what fits within
+        `max_input_tokens` (no request when the system prompt and question alone pass it)."""
+        document = self.segment(self.length(self.spec.long_doc_tokens_median))
+        question = self.segment(self.length(self.spec.user_tokens_median))
+        room = self.spec.max_input_tokens - system.tokens - question.tokens
+        if room < 1:
+            return []
+        document = replace(document, tokens=min(document.tokens, room))
+        return [self.request([system, document, question], start_s, session_id)]
+
     def request(self, prompt: list[_Segment], time_s: float, session_id: int) -> Request:
+        tokens = sum(s.tokens for s in prompt)
+        self.num_block_refs += -(-tokens // self.spec.block_tokens)
+        if self.num_block_refs > self.max_block_refs:
+            raise HkvError(
+                f"workload: this spec makes more than {self.max_block_refs:,} block references "
+                f"(the cap; it had by session {session_id + 1:,} of {self.spec.num_sessions:,}); "
+                "lower num_sessions, max_input_tokens or the token medians, or raise block_tokens"
+            )
         ids, labels = self.namer.name(prompt)
         modalities = labels if any(m is not Modality.TEXT for m in labels) else None
         return Request(
             timestamp_ms=round(time_s * 1000),
-            input_length=sum(s.tokens for s in prompt),
+            input_length=tokens,
             output_length=self.length(self.spec.output_tokens_median),
             hash_ids=ids,
             modalities=modalities,
@@ -183,20 +210,32 @@ class _Generator:
 
 
 def _zipf_weights(n: int, exponent: float) -> np.ndarray:
-    weights = 1.0 / np.arange(1, n + 1) ** exponent
+    weights = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** exponent  # int64 ** 100 wraps
     return weights / weights.sum()
 
 
-def generate(spec: WorkloadSpec | None = None, **overrides: Any) -> Trace:
-    """Generate a workload (`spec`, or `WorkloadSpec(**overrides)`); same seed, same trace."""
+def generate(
+    spec: WorkloadSpec | None = None, *, max_block_refs: int | None = None, **overrides: Any
+) -> Trace:
+    """Generate a workload (`spec`, or `WorkloadSpec(**overrides)`); same seed, same trace.
+
+    `HkvError` when it would hold more than `max_block_refs` block references, or no request
+    at all (every prompt longer than `max_input_tokens`); `max_block_refs` defaults to
+    `MAX_BLOCK_REFS`."""
     if spec is None:
         spec = WorkloadSpec(**overrides)
     elif overrides:
         spec = WorkloadSpec(**{**spec.to_dict(), **overrides})
-    gen = _Generator(spec)
+    gen = _Generator(spec, MAX_BLOCK_REFS if max_block_refs is None else max_block_refs)
     requests = []
     for session_id, start_s in enumerate(gen.arrivals()):
         requests += gen.session(session_id, float(start_s))
+    if not requests:
+        raise HkvError(
+            f"workload: no prompt fits max_input_tokens={spec.max_input_tokens:,} (system "
+            f"prompts alone have a median of {spec.system_tokens_median:g} tokens); raise "
+            "max_input_tokens or lower system_tokens_median and the other medians"
+        )
     requests.sort(key=lambda r: r.timestamp_ms)  # stable: a session's turns keep their order
     return Trace(tuple(requests), spec.block_tokens, f"generated(seed={spec.seed})")
 

@@ -64,6 +64,21 @@ class WorkloadSpec:
                 f"workload.rag_fraction + long_doc_fraction: got "
                 f"{self.rag_fraction + self.long_doc_fraction}; expected <= 1"
             )
+        self._check_burst_switches()
+
+    def _check_burst_switches(self) -> None:
+        """Arrivals are drawn period by period; refuse a spec whose sessions span more on/off
+        periods than `MAX_BURST_SWITCHES` (bursts of a microsecond would take hours)."""
+        on, off = self.burst_on_s, self.burst_off_s
+        mean_rate = self.session_rate_per_s * (off + self.burst_factor * on) / (on + off)
+        switches = 2 * self.num_sessions / mean_rate / (on + off)
+        if switches > MAX_BURST_SWITCHES:
+            raise HkvError(
+                f"workload.burst_on_s + burst_off_s: got {on:g} + {off:g} s; {self.num_sessions:,} "
+                f"sessions at {self.session_rate_per_s:g}/s would span ~{switches:.2g} bursts and "
+                f"pauses, over the cap of {MAX_BURST_SWITCHES:,}; make them longer or the rate "
+                "higher"
+            )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> WorkloadSpec:
@@ -106,6 +121,8 @@ _AT_LEAST_ONE = {"mean_turns", "rag_mean_turns", "burst_factor", "mean_images_pe
 
 
 _TOKENS_MAX = 1 << 20
+MAX_BURST_SWITCHES = 100_000
+"""The most burst/pause periods the arrivals may span (a few hundred ms to draw)."""
 _LIMITS: dict[str, float] = {
     # counts that size the output: 100,000 sessions is ~3 M block references, ~40 s to write
     "num_sessions": 100_000,
@@ -149,12 +166,12 @@ def _check_field(name: str, value: Any, kind: Any) -> None:
             raise HkvError(f"{where}: got {shown(value)}; expected an integer in [{low}, {high:,}]")
         return
     if name not in _FRACTIONS and isinstance(value, int | float) and not low <= value <= high:
-        raise HkvError(f"{where}: got {value!r}; expected a number in [{low:g}, {high:g}]")
+        raise HkvError(f"{where}: got {shown(value)}; expected a number in [{low:g}, {high:g}]")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise HkvError(f"{where}: got {value!r}; expected a finite number")
+        raise HkvError(f"{where}: got {shown(value)}; expected a finite number")
     if name in _FRACTIONS and not 0 <= value <= 1:
-        raise HkvError(f"{where}: got {value!r}; expected a number in [0, 1]")
+        raise HkvError(f"{where}: got {shown(value)}; expected a number in [0, 1]")
     if name in _AT_LEAST_ONE and value < 1:
-        raise HkvError(f"{where}: got {value!r}; expected a number >= 1")
+        raise HkvError(f"{where}: got {shown(value)}; expected a number >= 1")
     if name not in _FRACTIONS and value <= 0:
-        raise HkvError(f"{where}: got {value!r}; expected a number > 0")
+        raise HkvError(f"{where}: got {shown(value)}; expected a number > 0")
