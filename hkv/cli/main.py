@@ -7,13 +7,16 @@ one line on stderr naming the flag or field, the value and what to do, and exits
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from hkv.cli import sim as cli_sim
-from hkv.errors import HkvError
+from hkv.errors import HkvError, one_line, shown
 from hkv.planning.sizes import GIB
 
 
@@ -162,7 +165,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = f"see `{self.prog} -h` for the accepted flags and values"
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}; {hint}\n")
+        self.exit(2, one_line(f"{self.prog}: error: {one_line(message, 200)}; {hint}") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,11 +214,37 @@ def user_message(parser: argparse.ArgumentParser, exc: HkvError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    command = parser._subparsers._group_actions[0].choices[args.command]
     try:
-        return args.handler(args) or 0
+        with _terminate_unwinds():
+            return args.handler(args) or 0
     except HkvError as exc:
-        command = parser._subparsers._group_actions[0].choices[args.command]
-        sys.stderr.write(f"hkv {args.command}: error: {user_message(command, exc)}\n")
-        return 2
+        message = user_message(command, exc)
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the machine's, not hkv's: a full disk, an I/O error
+        where = f" ({shown(exc.filename)})" if exc.filename is not None else ""
+        message = f"{exc.strerror or type(exc).__name__}{where}; check the disk and paths given"
+    except KeyboardInterrupt:
+        sys.stderr.write(f"hkv {args.command}: interrupted\n")
+        return 130
+    sys.stderr.write(one_line(f"hkv {args.command}: error: {message}") + "\n")
+    return 2
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """SIGTERM raises `SystemExit` while a command runs, so that its cleanup (temporary files)
+    runs as it does on Ctrl-C; the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> NoReturn:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -16,15 +16,36 @@ list of one object per registered policy.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from hkv.blocks import Tier
-from hkv.errors import HkvError
+from hkv.errors import HkvError, shown
+from hkv.outputs import check_output
 
 TIERS = {"gpu": Tier.GPU, "host": Tier.HOST, "disk": Tier.DISK}
+MAX_CAPACITY_BLOCKS = 1 << 40
+MAX_BLOCK_TOKENS = 1 << 20
+MAX_REQUEST_BLOCKS = 1 << 16
+"""The longest request `simulate` and `suite` replay: a million-token prompt at vLLM's 16-token
+blocks (`--policy all` takes ~5 s on one such request at a tiny capacity)."""
+
+
+def check_count(flag: str, value: int, high: int) -> None:
+    """`HkvError` unless `flag`'s `value` is an integer in [1, high]."""
+    if not 1 <= value <= high:
+        raise HkvError(f"{flag}: got {shown(value)}; expected an integer in [1, {high:,}]")
+
+
+def load_replay_trace(path: str, block_tokens: int) -> Any:
+    """A trace for `simulate` or `suite`: `--block-tokens` and each request's length capped."""
+    from hkv.sim import load_trace
+
+    check_count("--block-tokens", block_tokens, MAX_BLOCK_TOKENS)
+    return load_trace(path, block_tokens=block_tokens, max_request_blocks=MAX_REQUEST_BLOCKS)
 
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
@@ -81,16 +102,14 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.cost import CostModel, HardwareProfile
     from hkv.planning.model_spec import ModelSpec
     from hkv.policies import get_policy_class
-    from hkv.sim import load_trace, simulate
+    from hkv.sim import simulate
 
     out = out or sys.stdout
-    if args.capacity_blocks < 1:
-        raise HkvError(f"--capacity-blocks: got {args.capacity_blocks}; expected an integer >= 1")
-    if args.store_threshold < 1:
-        raise HkvError(f"--store-threshold: got {args.store_threshold}; expected an integer >= 1")
+    check_count("--capacity-blocks", args.capacity_blocks, MAX_CAPACITY_BLOCKS)
+    check_count("--store-threshold", args.store_threshold, MAX_CAPACITY_BLOCKS)
     if args.policy != "all":
         get_policy_class(args.policy)  # fail on a bad name before reading the trace
-    trace = load_trace(args.trace, block_tokens=args.block_tokens)
+    trace = load_replay_trace(args.trace, args.block_tokens)
     cost_model = CostModel(
         ModelSpec.load(args.model),
         HardwareProfile.load(args.profile),
@@ -158,6 +177,7 @@ def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.calibrate import calibrate
 
     out = out or sys.stdout
+    check_output(args.out, "--out", example="hkv-profile.json")  # before minutes of measuring
     profile = calibrate(disk_dir=args.disk_dir, size_mib=args.size_mib, repeats=args.repeats)
     path = profile.save(args.out)
     if args.json:
@@ -193,7 +213,7 @@ def add_workload_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override any WorkloadSpec field (repeatable)",
+        help=f"override a WorkloadSpec field (repeatable); fields: {', '.join(_spec_fields())}",
     )
     parser.add_argument("--out", required=True, metavar="FILE.jsonl")
     parser.add_argument("--json", action="store_true", help="print a summary as JSON")
@@ -205,19 +225,22 @@ def run_workload(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.sim import WorkloadSpec, generate, write_trace
 
     out = out or sys.stdout
+    check_output(args.out, "--out", example="trace.jsonl")  # before generating
     overrides: dict[str, Any] = {"seed": args.seed}
     if args.sessions is not None:
         overrides["num_sessions"] = args.sessions
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep:
-            raise HkvError(f"--set: got {item!r}; expected FIELD=VALUE")
-        overrides[name] = _parse_value(value)
-    try:
-        spec = WorkloadSpec.preset(args.preset, **overrides)
-    except TypeError as exc:
-        valid = ", ".join(WorkloadSpec.__dataclass_fields__)
-        raise HkvError(f"--set: {exc}; fields: {valid}") from None
+            raise HkvError(f"--set: got {shown(item)}; expected FIELD=VALUE")
+        if name not in _spec_fields():
+            close = difflib.get_close_matches(name, _spec_fields(), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise HkvError(
+                f"--set: unknown field {shown(name)}; {hint}see `hkv workload -h` for the fields"
+            )
+        overrides[name] = _parse_value(value, name)
+    spec = WorkloadSpec.preset(args.preset, **overrides)
     trace = generate(spec)
     path = write_trace(trace.requests, Path(args.out))
     summary = {
@@ -238,10 +261,19 @@ def run_workload(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def _parse_value(text: str) -> Any:
+def _spec_fields() -> list[str]:
+    from hkv.sim import WorkloadSpec
+
+    return list(WorkloadSpec.__dataclass_fields__)
+
+
+def _parse_value(text: str, name: str) -> Any:
+    """A `--set` value: JSON (numbers, true, NaN, ...) or else the text itself."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except RecursionError:
+        raise HkvError(f"--set {name}: the value is nested too deep; give a number") from None
+    except ValueError:  # not JSON, or an integer longer than int() converts
         return text
 
 
@@ -287,7 +319,7 @@ def add_suite_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_suite(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.cost import CostModel, HardwareProfile
     from hkv.planning.model_spec import ModelSpec
-    from hkv.sim import load_trace, suite
+    from hkv.sim import suite
     from hkv.sim.suite_workloads import generated_workloads
 
     out = out or sys.stdout
@@ -296,7 +328,7 @@ def run_suite(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise HkvError(f"--capacities: got {bad[0]!r}; expected fractions in (0, 1]")
     if args.seed < 0:
         raise HkvError(f"--seed: got {args.seed}; expected an integer >= 0")
-    traces = {Path(p).stem: load_trace(p, block_tokens=args.block_tokens) for p in args.trace}
+    traces = {Path(p).stem: load_replay_trace(p, args.block_tokens) for p in args.trace}
     generated = args.generated or ("none" if args.trace else "ci")
     if generated != "none":
         traces |= generated_workloads(generated, args.seed)
