@@ -3,20 +3,29 @@
 Each invocation runs `hkv.cli.main.main` in-process with edge and malformed values (huge,
 infinite and NaN numbers, wrong types, files that are empty, binary, nested a hundred thousand
 deep, directories, missing or read-only). The contract: no traceback ever escapes; the exit
-status is 0 or 2; a mistake is one line on stderr; nothing runs for more than a few seconds.
+status is 0 or 2; a mistake is one line of at most ~300 characters on stderr; nothing runs for
+more than a few seconds. Then one scenario per class of issue 37's fuzz findings: huge values
+echoed, unreadable and malformed files, bad places to write, unbounded work, special files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import json
+import os
 import random
 import signal
+import stat
 from pathlib import Path
 
 import pytest
 
 from hkv.cli.main import main
+from hkv.errors import HkvError
+from hkv.outputs import write_atomic
+from hkv.sim import workload
 
 SEED = 20261201
 SECONDS_EACH = 10
@@ -225,3 +234,294 @@ def test_fuzzed_invocations_end_in_0_or_one_line_and_2(verb, files):
         if code not in (0, 2) or (code == 2 and err.count("\n") != 1):
             failures.append((argv, f"exit {code}, stderr {err[:300]!r}"))
     assert not failures, "\n".join(f"{' '.join(a)[:200]}\n    -> {why}" for a, why in failures)
+
+
+# -- issue 37: one scenario per class of fuzz finding ---------------------------------------------
+LINE_CHARS = 320  # "at most ~300": the CLI's limit plus its `hkv VERB: error: ` prefix
+HUGE = "x" * 100_000
+GOOD_LINE = '{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]}\n'
+MODEL_CONFIG = json.dumps(
+    {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 10,
+        "intermediate_size": 128,
+        "max_position_embeddings": 4096,
+    }
+)
+
+
+def mistake(argv: list[str], *needles: str) -> str:
+    """Run `argv`; assert exit 2 and one short line holding every needle; return the line."""
+    code, _, err = run(argv)
+    assert code == 2, (argv[:4], code, err[:300])
+    assert err.count("\n") == 1 and len(err) <= LINE_CHARS, err[:400]
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory) -> dict[str, str]:
+    """Inputs of the issue's classes, made on the spot from a fixed seed."""
+    d = tmp_path_factory.mktemp("issue37")
+    rng = random.Random(SEED)
+    big = str(rng.randint(1, 9)) + "".join(rng.choice("0123456789") for _ in range(4999))
+    texts = {
+        "trace_u2028": GOOD_LINE.replace(
+            '"hash_ids"', '"session": "a\\u2028b\\u0085c", "hash_ids"'
+        ),
+        "trace_bigint": GOOD_LINE.replace('"input_length": 40', f'"input_length": {big}'),
+        "trace_e400": GOOD_LINE.replace('"input_length": 40', '"input_length": 1' + "0" * 400),
+        "trace_long_request": '{"timestamp": 0, "input_length": 70000, "output_length": 1, '
+        f'"hash_ids": {json.dumps(list(range(70_000)))}}}\n',
+        "bigint.json": f'{{"hidden_size": {big}}}',
+        "list.json": "[1, 2]",
+        "wrong_types.json": '{"hidden_size": "big", "num_attention_heads": [1], '
+        '"num_hidden_layers": {}, "vocab_size": null}',
+        "profile_list.json": '[{"links": 1}]',
+        "afile": "not a folder",
+    }
+    paths = {}
+    for name, text in texts.items():
+        (d / name).write_text(text, encoding="utf-8")
+        paths[name] = str(d / name)
+    (d / "binary").write_bytes(bytes(rng.randrange(128, 256) for _ in range(256)))
+    paths |= {"binary": str(d / "binary"), "dir": str(d), "long_name": str(d / ("n" * 256))}
+    paths["under_file"] = str(d / "afile" / "p.json")  # unreadable even for root
+    for name, meta in {
+        "meta_open": b"{",
+        "meta_list": b"[1]",
+        "meta_int": b'{"hub_id": 5}',
+    }.items():
+        (d / name).mkdir()
+        (d / name / "config.json").write_text(MODEL_CONFIG)
+        (d / name / "hkv.json").write_bytes(meta)
+        paths[name] = str(d / name)
+    (d / "meta_binary").mkdir()
+    (d / "meta_binary" / "config.json").write_text(MODEL_CONFIG)
+    (d / "meta_binary" / "hkv.json").write_bytes(b"\xff\xfe\x00\x9c" * 8)
+    paths["meta_binary"] = str(d / "meta_binary")
+    return paths
+
+
+def simulate(trace: str, *extra: str) -> list[str]:
+    return ["simulate", "--trace", trace, "--capacity-blocks", "64", "--block-tokens", "40", *extra]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--model", HUGE],
+        ["plan", "--model", "minimax-m2.5", "--gpus", HUGE],
+        ["plan", "--model", "minimax-m2.5", "--max-model-len", "9" * 5000],
+        [HUGE],
+        [
+            "flags",
+            "--",
+            "vllm",
+            "serve",
+            "MiniMaxAI/MiniMax-M2.5",
+            "--hybrid-kv-cache-cpu-offload-size",
+            HUGE,
+        ],
+        ["simulate", "--trace", HUGE, "--capacity-blocks", "4"],
+        ["simulate", "--trace", "t", "--capacity-blocks", "4", "--policy", HUGE],
+        ["workload", "--out", HUGE],
+        ["workload", "--out", "w.jsonl", "--set", HUGE + "=1"],
+        ["calibrate", "--size-mib", "1", "--disk-dir", HUGE],
+        ["calibrate", "--out", HUGE],
+    ],
+    ids=lambda argv: " ".join(a[:12] for a in argv[:4]),
+)
+def test_a_huge_value_comes_back_shortened(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "characters)" in mistake(argv)
+
+
+@pytest.mark.parametrize(
+    "key, needle",
+    [
+        ("dir", "neither a config.json"),
+        ("binary", "not UTF-8"),
+        ("list.json", "holds a JSON list"),
+        ("wrong_types.json", "'hidden_size'"),
+        ("bigint.json", "4,300 digits"),
+        ("under_file", "neither a config.json"),
+        ("long_name", "neither a config.json"),
+        ("meta_open", "not valid JSON"),
+        ("meta_list", "holds a JSON list"),
+        ("meta_int", "hub_id: got 5"),
+        ("meta_binary", "not UTF-8"),
+    ],
+)
+def test_a_bad_model_file_is_one_line(bad, key, needle):
+    mistake(["plan", "--model", bad[key]], needle)
+
+
+@pytest.mark.parametrize(
+    "key, needle",
+    [
+        ("binary", "not UTF-8"),
+        ("dir", "is a folder"),
+        ("under_file", "not a folder"),
+        ("long_name", "longer than the file system allows"),
+        ("list.json", "expected a JSON object"),
+        ("trace_bigint", "4,300 digits"),
+        ("trace_e400", "an integer of 401 digits"),
+    ],
+)
+def test_a_bad_trace_is_one_line(bad, key, needle):
+    mistake(simulate(bad[key]), needle)
+
+
+def test_json_nested_past_the_recursion_limit_is_one_line():
+    weights = "[" * 100_000
+    argv = ["flags", "--", "vllm", "serve", "MiniMaxAI/MiniMax-M2.5"]
+    mistake([*argv, "--hybrid-kv-cache-cost-weights", weights], "not valid JSON")
+
+
+def test_a_profile_of_the_wrong_shape_is_one_line(bad):
+    mistake(simulate(bad["trace_u2028"], "--profile", bad["profile_list.json"]), "JSON list")
+
+
+def test_a_trace_line_is_split_at_newlines_only(bad):
+    code, out, err = run(simulate(bad["trace_u2028"], "--json"))
+    assert (code, err) == (0, "")
+    assert json.loads(out)["policy"] == "lru"
+
+
+def test_dev_zero_as_a_trace_stops_at_the_line_cap():
+    mistake(["simulate", "--trace", "/dev/zero", "--capacity-blocks", "4"], "64 MiB")
+
+
+def test_a_request_too_long_to_replay_is_refused_with_the_cap(bad):
+    argv = ["simulate", "--trace", bad["trace_long_request"], "--capacity-blocks", "64"]
+    mistake([*argv, "--block-tokens", "1", "--policy", "belady"], "65,536")
+
+
+@pytest.mark.parametrize("capacity", ["0", "1" + "0" * 400])
+def test_capacity_outside_its_range_is_one_line(bad, capacity):
+    argv = ["simulate", "--trace", bad["trace_u2028"], "--capacity-blocks", capacity]
+    mistake([*argv, "--block-tokens", "40", "--policy", "all"], "--capacity-blocks")
+
+
+@pytest.mark.parametrize(
+    "flag, value, cap", [("--size-mib", "100000", "4,096"), ("--repeats", "1000000000", "20")]
+)
+def test_calibrate_sizes_and_repeats_are_capped(tmp_path, flag, value, cap):
+    mistake(["calibrate", "--out", str(tmp_path / "p.json"), flag, value], cap)
+
+
+@pytest.mark.parametrize(
+    "out, needle",
+    [
+        ("", "empty path"),
+        (".", "is a folder"),
+        ("{dir}", "is a folder"),
+        ("{dir}/afile/p.json", "not a folder"),
+        ("{dir}/" + "n" * 256, "longer than the file system allows"),
+        ("/proc/hkv-fuzz.json", "cannot write"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["workload", "calibrate"])
+def test_an_unwritable_output_is_one_line_before_any_work(tmp_path, monkeypatch, verb, out, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("keep")
+    out = out.format(dir=tmp_path)
+    work = {"workload": ["--sessions", "3"], "calibrate": ["--size-mib", "1", "--repeats", "1"]}
+    mistake([verb, *work[verb], "--out", out], needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_no_space_left_is_one_line_and_leaves_nothing(tmp_path):
+    def chunks():
+        yield "a line\n"
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(HkvError, match="No space left on device"):
+        write_atomic(tmp_path / "t.jsonl", chunks())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_workload_out_never_replaces_a_symlink_or_a_device_node(tmp_path):
+    (tmp_path / "target").write_text("target")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    mistake(["workload", "--sessions", "3", "--out", str(tmp_path / "link")], "symbolic link")
+    mistake(["workload", "--sessions", "3", "--out", str(tmp_path / "dangling")], "symbolic link")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "target"
+    assert not (tmp_path / "nowhere").exists()
+    try:
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        return  # not root: /dev/null itself is then safe from us anyway
+    mistake(["workload", "--sessions", "3", "--out", str(tmp_path / "null")], "not a regular")
+    assert stat.S_ISCHR(os.lstat(tmp_path / "null").st_mode)
+
+
+@pytest.mark.parametrize(
+    "sets, needle",
+    [
+        (["burst_on_s=1e-6", "burst_off_s=1e-6"], "100,000"),
+        (["long_doc_tokens_median=1048576", "block_tokens=1"], "20,000 block references"),
+        (["rag_fraction=NaN"], "finite"),
+        (["seed=" + "9" * 5000], "workload.seed"),
+        (["nope=1"], "unknown field"),
+        (["system_tokens_median=1048576", "max_input_tokens=1024"], "no prompt fits"),
+    ],
+)
+def test_unbounded_workloads_are_refused_with_the_cap(tmp_path, monkeypatch, sets, needle):
+    monkeypatch.setattr(workload, "MAX_BLOCK_REFS", 20_000)  # the same path, 50x sooner
+    argv = ["workload", "--out", str(tmp_path / "w.jsonl"), "--sessions", "30"]
+    if "block_tokens=1" in sets:
+        argv = [*argv[:3], "--sessions", "100"]
+    mistake([*argv, *(f"--set={s}" for s in sets)], needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["zipf_exponent=100"],
+        ["rag_fraction=0", "long_doc_fraction=1", "length_sigma=10"],
+        ["rag_fraction=0", "long_doc_fraction=1", "length_sigma=10", "max_input_tokens=1024"],
+        ["max_input_tokens=1024"],
+    ],
+)
+def test_extreme_workloads_finish_within_their_bound(tmp_path, sets):
+    out = tmp_path / "w.jsonl"
+    argv = ["workload", "--out", str(out), "--sessions", "200", *(f"--set={s}" for s in sets)]
+    code, _, err = run(argv)
+    assert (code, err) == (0, "")
+    bound = 1024 if "max_input_tokens=1024" in sets else 131072
+    lengths = [json.loads(line)["input_length"] for line in out.read_text().splitlines()]
+    assert lengths and max(lengths) <= bound
+
+
+def test_calibrate_leaves_no_temporary_file_however_it_ends(tmp_path, monkeypatch):
+    from hkv import calibrate
+
+    seen = []
+
+    def interrupted(handle, data):
+        seen.extend(tmp_path.iterdir())  # already unlinked: even SIGKILL leaves nothing
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibrate, "_time_disk", interrupted)
+    code, _, err = run(
+        [
+            "calibrate",
+            "--size-mib",
+            "1",
+            "--repeats",
+            "1",
+            "--disk-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "p.json"),
+        ]
+    )
+    assert (code, err, seen) == (130, "hkv calibrate: interrupted\n", [])
+    assert list(tmp_path.iterdir()) == []
