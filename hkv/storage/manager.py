@@ -33,7 +33,8 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
   copy, so its error is one encoding's however often it moves. Kept copies are the first cold
   bytes given up when a tier is short (exact blocks' first); `stats.requantized` counts lossy
   encodings of a decoded copy that this forced. Without `retain_host_copies` every demotion
-  encodes again (quantized blocks then drift by one encoding per round trip).
+  encodes again. A decoded block is encoded again with the minima and scales it was decoded
+  with (`BlockRecord.scales`), which gives back its codes: its error stays one encoding's.
 - Writes: GPU values change through `admit(kv)` and `write`; a caller writing a block in place
   (`gpu.kv`, its slots) calls `mark_dirty([b])` first, or takes `gpu_view(b, write=True)`: the
   kept copy is given up and the next demotion encodes the new values.
@@ -198,7 +199,7 @@ class HybridKVCacheManager:
         for key in block_ids:
             block = self._gpu_block(key, "mark_dirty")
             self.mover.give_up_copy(block)
-            block.exact = True
+            block.exact, block.scales = True, None  # its next demotion encodes its new values
 
     def access(self, block_ids: Iterable[int], *, pin: bool = False) -> AccessResult:
         """Bring the held blocks among `block_ids` to the GPU: prepare and complete an access."""

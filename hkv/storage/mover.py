@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
 from hkv.blocks import Modality, Tier
 from hkv.planning.config import HybridKVCacheConfig
@@ -168,16 +169,32 @@ class Mover:
         if offsets is None:
             self.drop(kept)
             return
-        slots = [b.gpu_slot for b in kept]
-        done = self.engine.store(self.gpu, slots, self.host, offsets, fmt)
-        self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
-        if fmt not in LOSSLESS_FORMATS:
-            self.stats.requantized += sum(1 for b in kept if not b.exact)
+        fresh = [i for i, b in enumerate(kept) if b.scales is None]
+        if fresh:
+            slots = [kept[i].gpu_slot for i in fresh]
+            done = self.engine.store(self.gpu, slots, self.host, offsets[fresh], fmt)
+            self.stats.moved(Link.GPU_TO_HOST, done.nbytes, done.device_s)
+        if len(fresh) < len(kept):
+            again = [i for i, b in enumerate(kept) if b.scales is not None]
+            self._encode_again([kept[i] for i in again], offsets[again], fmt)
         for block, offset in zip(kept, offsets.tolist(), strict=True):
             self.leave_gpu(block)
             block.host_offset, block.meta.tier = offset, Tier.HOST
             self.policies[Tier.HOST].insert(block.key, block.meta)
         self.stats.demoted["host"] += len(kept)
+
+    def _encode_again(self, blocks: list[BlockRecord], offsets: np.ndarray, fmt: str) -> None:
+        """Encode decoded lossy blocks with the minima and scales they were decoded with, into
+        host extents `offsets`: the codes they came from, so their error stays that of one
+        encoding however often their cold copy is given up (under a short host arena)."""
+        c = codec(self.layout, fmt)
+        start = time.perf_counter()
+        kv = self.gpu.kv[[b.gpu_slot for b in blocks]]
+        payload = c.encode(kv, scales=torch.stack([b.scales for b in blocks])).cpu()
+        for row, offset in zip(payload, offsets.tolist(), strict=True):
+            self.host.view(offset, c.payload_bytes).copy_(row)
+        self.stats.moved(Link.GPU_TO_HOST, payload.numel(), time.perf_counter() - start)
+        self.stats.requantized += len(blocks)
 
     def _host_room(self, fmt: str, count: int) -> np.ndarray | None:
         """Host extents for `count` blocks of `fmt`, demoting host blocks to disk as needed."""
@@ -310,6 +327,8 @@ class Mover:
             pin(block)  # in flight: no eviction may pick it
             place(block, slot)
             block.exact = block.fmt in LOSSLESS_FORMATS  # else the GPU holds a decoded copy
+            if not block.exact:
+                block.scales = self._scales_of(block, scratch.get(block.key))
             groups[(block.key in scratch, block.fmt)].append((block, slot))
         transfers, arrivals = [], {}
         for (from_disk, fmt), group in groups.items():
@@ -323,6 +342,15 @@ class Mover:
             events = transfer.block_arrivals()
             arrivals.update((b.key, event) for (b, _), event in zip(group, events, strict=True))
         return transfers, arrivals
+
+    def _scales_of(self, block: BlockRecord, scratch_offset: int | None):
+        """A copy of the minima and scales of the lossy payload `block` is loaded from (in the
+        host arena, or in the scratch arena when read from disk)."""
+        c = codec(self.layout, block.fmt)
+        source, offset = (self.host, block.host_offset)
+        if scratch_offset is not None:
+            source, offset = self.scratch, scratch_offset
+        return source.view(offset, c.payload_bytes)[c.codes_bytes :].clone()
 
     def settle_load(self, block: BlockRecord) -> None:
         """A loaded block keeps the cold copy it came from (or gives it up without

@@ -84,8 +84,20 @@ class Codec:
         """Stored bits per KV element, scales included."""
         return 8 * self.payload_bytes / self.layout.numel
 
-    def encode(self, blocks: torch.Tensor) -> torch.Tensor:
-        """`[n, *layout.shape]` blocks -> `[n, payload_bytes]` uint8, on the blocks' device."""
+    @property
+    def codes_bytes(self) -> int:
+        """Bytes of a payload's packed codes; the rest (`payload[:, codes_bytes:]`, the
+        minima and scales) is what `encode(..., scales=)` takes back."""
+        return self._parts[0]
+
+    def encode(self, blocks: torch.Tensor, scales: torch.Tensor | None = None) -> torch.Tensor:
+        """`[n, *layout.shape]` blocks -> `[n, payload_bytes]` uint8, on the blocks' device.
+
+        `scales` (`[n, payload_bytes - codes_bytes]` uint8: the minima and scales of payloads
+        these blocks were decoded from) quantizes with them instead of the blocks' own: a
+        decoded block then gets back the codes it was decoded from, so a lossy block encoded
+        again keeps its first encoding's error (min-max stats of decoded values drift by a
+        rounding step each time)."""
         n = blocks.shape[0]
         if self.lossless:
             return blocks.contiguous().view(n, -1).view(torch.uint8)
@@ -93,38 +105,53 @@ class Codec:
         x = blocks.float()
         group = self.key_group_tokens
         keys = x[:, :, 0].reshape(n, lay.num_layers, -1, group, lay.kv_heads, lay.head_dim)
-        k_lo, k_scale, k_codes = _quantize(keys, 3, levels, lay.torch_dtype)
-        v_lo, v_scale, v_codes = _quantize(x[:, :, 1], -1, levels, lay.torch_dtype)
+        if scales is None:
+            k_lo, k_scale, k_codes = _quantize(keys, 3, levels, lay.torch_dtype)
+            v_lo, v_scale, v_codes = _quantize(x[:, :, 1], -1, levels, lay.torch_dtype)
+            stats = [t.reshape(n, -1).view(torch.uint8) for t in (k_lo, k_scale, v_lo, v_scale)]
+        else:
+            (k_lo, k_scale), (v_lo, v_scale) = self._stats(scales.to(blocks.device), n)
+            k_codes = _codes(keys, k_lo, k_scale, levels)
+            v_codes = _codes(x[:, :, 1], v_lo, v_scale, levels)
         codes = torch.stack([k_codes.reshape(v_codes.shape), v_codes], dim=2).reshape(n, -1)
         parts = [_pack(codes, BITS[self.fmt])]
-        parts += [t.reshape(n, -1).view(torch.uint8) for t in (k_lo, k_scale, v_lo, v_scale)]
+        if scales is not None:
+            return torch.cat([_pad_cols(parts[0], self._parts[0]), scales.to(blocks.device)], 1)
+        parts += stats
         padded = [_pad_cols(p, size) for p, size in zip(parts, self._parts, strict=True)]
         return torch.cat(padded, dim=1)
+
+    def _stats(self, scales: torch.Tensor, n: int) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """((key minima, key scales), (value minima, value scales)) as float32, shaped to
+        broadcast over the grouped keys and the values, from a payload's stats bytes."""
+        lay, dtype, group = self.layout, self.layout.torch_dtype, self.key_group_tokens
+        bounds = [0]
+        for size in self._parts[1:]:
+            bounds.append(bounds[-1] + size)
+        sections = [scales[:, a:b] for a, b in itertools.pairwise(bounds)]
+
+        def stats(section: torch.Tensor, count: int) -> torch.Tensor:
+            return section[:, : count * dtype.itemsize].contiguous().view(dtype).float()
+
+        key_shape = (n, lay.num_layers, lay.block_tokens // group, 1, lay.kv_heads, lay.head_dim)
+        v_shape = (n, lay.num_layers, lay.block_tokens, lay.kv_heads, 1)
+        k_count, v_count = math.prod(key_shape[1:]), math.prod(v_shape[1:])
+        keys = tuple(stats(s, k_count).view(key_shape) for s in sections[0:2])
+        values = tuple(stats(s, v_count).view(v_shape) for s in sections[2:4])
+        return keys, values
 
     def decode(self, payload: torch.Tensor) -> torch.Tensor:
         """`[n, payload_bytes]` uint8 -> `[n, *layout.shape]` in the layout's dtype."""
         n, lay = payload.shape[0], self.layout
         if self.lossless:
             return payload.contiguous().view(lay.torch_dtype).view(n, *lay.shape)
-        bounds = [0]
-        for size in self._parts:
-            bounds.append(bounds[-1] + size)
-        sections = [payload[:, a:b] for a, b in itertools.pairwise(bounds)]
-        codes = _unpack(sections[0], BITS[self.fmt], lay.numel).view(n, *lay.shape).float()
-        dtype = lay.torch_dtype
-
-        def stats(section: torch.Tensor, count: int) -> torch.Tensor:
-            return section[:, : count * dtype.itemsize].contiguous().view(dtype).float()
-
-        group = self.key_group_tokens
-        key_shape = (n, lay.num_layers, lay.block_tokens // group, 1, lay.kv_heads, lay.head_dim)
-        k_count = math.prod(key_shape[1:])
-        k_lo, k_scale = (stats(s, k_count).view(key_shape) for s in sections[1:3])
-        v_shape = (n, lay.num_layers, lay.block_tokens, lay.kv_heads, 1)
-        v_lo, v_scale = (stats(s, math.prod(v_shape[1:])).view(v_shape) for s in sections[3:5])
+        split = self.codes_bytes
+        codes = _unpack(payload[:, :split], BITS[self.fmt], lay.numel).view(n, *lay.shape).float()
+        dtype, group = lay.torch_dtype, self.key_group_tokens
+        (k_lo, k_scale), (v_lo, v_scale) = self._stats(payload[:, split:], n)
         k_codes = codes[:, :, 0].reshape(n, lay.num_layers, -1, group, lay.kv_heads, lay.head_dim)
         keys = (k_lo + k_codes * k_scale).reshape(
-            n, lay.num_layers, lay.block_tokens, *key_shape[4:]
+            n, lay.num_layers, lay.block_tokens, lay.kv_heads, lay.head_dim
         )
         values = v_lo + codes[:, :, 1] * v_scale
         return torch.stack([keys, values], dim=2).to(dtype)
@@ -155,6 +182,12 @@ def _quantize(
     safe = torch.where(scale_f > 0, scale_f, torch.ones_like(scale_f))
     codes = torch.round((x - lo_f) / safe).clamp_(0, levels).to(torch.uint8)
     return lo_s.squeeze(dim).contiguous(), scale_s.squeeze(dim).contiguous(), codes
+
+
+def _codes(x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, levels: int) -> torch.Tensor:
+    """uint8 codes of `x` (float32) on the grid of minima `lo` and `scale` (broadcast)."""
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round((x - lo) / safe).clamp_(0, levels).to(torch.uint8)
 
 
 def _pad_cols(part: torch.Tensor, size: int) -> torch.Tensor:

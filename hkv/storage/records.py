@@ -90,7 +90,9 @@ class BlockRecord:
 
     A block on the GPU may keep the cold copy it was loaded from (`host_offset` or `disk_slot`,
     never both): that copy encodes its current values. `exact` says the GPU values are the
-    block's own (admitted or written), not decoded from a lossy format.
+    block's own (admitted or written), not decoded from a lossy format; when they are decoded,
+    `scales` holds the minima and scales they were decoded with (a CPU uint8 tensor, the
+    payload's bytes after its codes), so that encoding them again gives back the same codes.
     """
 
     key: int
@@ -102,6 +104,7 @@ class BlockRecord:
     disk_slot: int | None = None
     inflight: bool = False
     exact: bool = True
+    scales: Any = None
 
 
 @dataclass(eq=False)
