@@ -154,7 +154,8 @@ def diagnosis_table(traced: dict[str, Any]) -> str:
         cells = []
         for r in runs:
             value = r["diagnosis"].get(key)
-            cells.append(f"{value:.2f}" if isinstance(value, float) else str(value))
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            cells.append(f"{value:.0f}" if whole else f"{value:.2f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
