@@ -530,3 +530,50 @@ def test_touch_leaves_the_same_eviction_order_as_vllms_own(policy):
             order.append(_ids(out.evicted_keys) if out else None)
         orders.append(order)
     assert orders[0] == orders[1]
+
+
+def group_key(i: int, group: int) -> bytes:
+    return make_offload_key(i.to_bytes(8, "big"), group)
+
+
+def two_group_victims(m: CPUOffloadingManager, reuse: bool) -> set[bytes]:
+    """A hybrid model's request stores blocks 1 and 2 in KV-cache groups 0 and 1 (and, with
+    `reuse`, a second request reads them back); a request storing two new blocks into the full
+    4-chunk tier then evicts two: which?"""
+
+    def context(req_id: str) -> ReqContext:
+        ctx = ReqContext(req_id=req_id)
+        for group in (0, 1):
+            for index, block in enumerate((1, 2)):
+                ctx.set_offload_key_position(group_key(block, group), 16 * (index + 1))
+        m.on_new_request(ctx)
+        return ctx
+
+    keys = [group_key(b, g) for g in (0, 1) for b in (1, 2)]
+    first = context("hybrid")
+    out = m.prepare_store(keys, first)
+    m.complete_store(out.keys_to_store, first)
+    m.on_request_finished(first)
+    if reuse:
+        again = context("again")
+        assert [m.lookup(k, again) for k in keys] == [LookupResult.HIT] * 4
+        m.prepare_load(keys, again)
+        m.complete_load(keys, again)
+        m.on_request_finished(again)
+    other = ReqContext(req_id="other")
+    new = [group_key(9, 0), group_key(9, 1)]
+    for k in new:
+        other.set_offload_key_position(k, 16)
+    m.on_new_request(other)
+    return set(m.prepare_store(new, other).evicted_keys)
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["stored", "reused"])
+@pytest.mark.parametrize("policy", [p for p in ONLINE if p != "random"])  # random: no order
+def test_a_hybrid_models_chains_go_tail_first_across_kv_cache_groups(policy, reuse):
+    """Issue 37: every group's head is needed for a prefix hit, so the tails of all groups go
+    first, as vLLM's own lru orders a request's keys by token position across its groups."""
+    tails = {group_key(2, 0), group_key(2, 1)}
+    native = CPUOffloadingManager(num_chunks=4, cache_policy="lru")
+    assert two_group_victims(native, reuse) == tails
+    assert two_group_victims(manager(policy, chunks=4), reuse) == tails

@@ -62,6 +62,20 @@ class DIPPolicy(QueuePolicy):
     def _recent_ends(self):
         return (self._warm,)  # the cold queue leaves newest first: its tail blocks go first
 
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        """The warm queue as every queue policy re-ranks it; in the cold queue, which leaves
+        newest first, the keys are put back at the newest end in the reverse of the given
+        order, so the last one given still goes last. A request's blocks are the newest there
+        in insertion order already, unless they come from several KV-cache groups (stored group
+        by group): then this interleaves the groups' chains by position, tails first."""
+        if not isinstance(keys, list | tuple):
+            keys = list(keys)
+        super().refresh_all(keys)
+        cold = self._cold
+        if cold:
+            mine = [key for key in reversed(keys) if key in cold]
+            cold.update(zip(mine, map(cold.pop, mine), strict=True))
+
     def validate(self) -> None:
         if self.mode not in ("adaptive", "lru", "bip"):
             raise HkvError(f"{self.name}.mode: got {self.mode!r}; expected adaptive, lru or bip")

@@ -62,6 +62,7 @@ class PrefixValuePolicy(PriorityPolicy):
         self._counts: dict[Key, int] = {}
         self._refs_until_halving = self._history_refs()
         self._last_position = -1
+        self._one_request = False  # `after_request`: equal positions are other KV groups' keys
         self._chain_cap = math.inf
         self._epoch_keys: set[Key] = set()
         self._pending: dict[Key, tuple[int, float]] = {}  # admitted, not yet inserted
@@ -81,7 +82,8 @@ class PrefixValuePolicy(PriorityPolicy):
     def _observe(self, key: Key, meta: BlockMeta) -> tuple[int, float]:
         """Count a reference and return (count, priority) for it, in prefix order."""
         position = meta.position
-        if position <= self._last_position:
+        last = self._last_position
+        if position < last or (position == last and not self._one_request):
             self._start_epoch()
         self._last_position = position
         self._epoch_keys.add(key)
@@ -208,8 +210,24 @@ class PrefixValuePolicy(PriorityPolicy):
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
         """The reused blocks touched in prefix order: the prefix cap (each block worth at most
         its parent, the deeper going first at equal worth) already gives chains up from the
-        tail, and it reads a request's references head to tail."""
-        self.touch_all(reused)
+        tail, and it reads a request's references head to tail.
+
+        They are one request's: its epoch starts here, and a key at the same position as the
+        one before it is another KV-cache group's block of that position (a hybrid model's
+        chains, merged by token position), not the start of another request."""
+        entries = self._entries
+        first = next((entries[key] for key in reused if key in entries), None)
+        if first is None:  # nothing resident: nothing observed
+            self.touch_all(reused)
+            return
+        if first.meta.position <= self._last_position:
+            self._start_epoch()  # what observing the first key would do
+        self._last_position = -1
+        self._one_request = True
+        try:
+            self.touch_all(reused)
+        finally:
+            self._one_request = False
 
     def touch(self, key: Key) -> None:
         self.touch_all((key,))

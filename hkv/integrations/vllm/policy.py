@@ -227,14 +227,20 @@ class HkvCachePolicy(CachePolicy):
         blocks it stored and which were resident before it (`after_request`, each in prefix
         order); blocks it only inserted are not touched (their insert was their reference), or
         frequency-based policies would count them twice, but re-ranked so that chains go from
-        the tail."""
+        the tail.
+
+        A hybrid model's request has one chain per KV-cache group (full attention, sliding
+        window, ...), and a prefix hit needs every group's head. The groups' keys are therefore
+        ranked as one chain, by token position across the groups (ties in group order), as
+        vLLM's own lru and arc rank them: every group's tail goes before any group's head.
+        Ranked group by group, the first group's whole chain would go before the last group's
+        tail."""
         self.sync()
-        after_request = self.policy.after_request
-        for keys in key_groups:
-            ordered = in_prefix_order(keys, req_context)
-            stored = [k for k in ordered if k in insertion_only_keys]
-            reused = [k for k in ordered if k not in insertion_only_keys]
-            after_request(stored, reused)
+        keys = [key for group in key_groups for key in group]
+        ordered = in_prefix_order(keys, req_context)
+        stored = [k for k in ordered if k in insertion_only_keys]
+        reused = [k for k in ordered if k not in insertion_only_keys]
+        self.policy.after_request(stored, reused)
 
     def evict(self, n: int, protected):
         if n <= 0:
