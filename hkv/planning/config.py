@@ -36,6 +36,7 @@ from __future__ import annotations
 import builtins
 import json
 import math
+import os
 import types
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -236,8 +237,8 @@ class HybridKVCacheConfig:
         A `.py` file is executed (its code runs with your permissions): load only files you
         trust. JSON and YAML (safe loading, aliases refused) are the formats for the rest."""
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file: no such file {str(path)!r}")
+        if not os.path.isfile(path):  # False, not OSError, for a name too long
+            raise ConfigError(f"config file: no such file {shown(str(path))}")
         loader = _LOADERS.get(path.suffix.lower())
         if loader is None:
             raise ConfigError(
