@@ -32,9 +32,8 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
   unchanged reuses them: no copy, and a quantized block is never encoded again from its decoded
   copy, so its error is one encoding's however often it moves. Kept copies are the first cold
   bytes given up when a tier is short (exact blocks' first); `stats.requantized` counts lossy
-  encodings of a decoded copy that this forced. Without `retain_host_copies` every demotion
-  encodes again. A decoded block is encoded again with the minima and scales it was decoded
-  with (`BlockRecord.scales`), which gives back its codes: its error stays one encoding's.
+  encodings of a decoded copy this forced, each with the minima and scales it was decoded with
+  (`BlockRecord.scales`): the same codes, so its error stays one encoding's.
 - Writes: GPU values change through `admit(kv)` and `write`; a caller writing a block in place
   (`gpu.kv`, its slots) calls `mark_dirty([b])` first, or takes `gpu_view(b, write=True)`: the
   kept copy is given up and the next demotion encodes the new values.
