@@ -68,6 +68,7 @@ def run_variant(variant: str, names: list[str], cpu_gib: list[float], gpu_blocks
             rows.append(row)
             print(
                 f"{variant:<4} {gib:>4.0f} GiB {name:<15} cached {row['cached_frac']:6.1%}  "
+                f"prefill left {row['prefill_frac']:6.1%}  "
                 f"later turns {row['turn_gt0_cached_frac']:6.1%}  "
                 f"stored {row['store_gb']:5.1f} GB  failed {row['store_failed']}",
                 flush=True,

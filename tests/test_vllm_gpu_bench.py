@@ -424,6 +424,17 @@ def test_prediction_with_room_for_everything_reuses_every_earlier_turn():
     assert everything["cached_frac"] * sum(t.prompt_len for t in turns) == pytest.approx(reusable)
     starved = sim.predict("lru", 1, 1, requests, turns)
     assert starved["cached_frac"] == 0.0 and everything["store_failed"] == 0
+    assert starved["prefill_frac"] == 1.0 > everything["prefill_frac"] > 0.0
+
+
+def test_prefill_left_weighs_deep_tokens_more_than_shallow_ones():
+    """The same number of cached tokens saves more prefill at the end of a long prompt's
+    shared prefix than spread as heads of many short ones: attention grows with position."""
+    cost = sim.CostModel.default()
+    whole_chain = sim.prefill_frac([8000, 0], [8000, 8000], cost)  # one prompt whole
+    two_heads = sim.prefill_frac([4000, 4000], [8000, 8000], cost)  # the heads of both
+    assert sim.prefill_frac([0, 0], [8000, 8000], cost) == 1.0
+    assert whole_chain < two_heads < 1.0
 
 
 def test_measured_and_predicted_shares_are_paired_by_policy_and_tier(tmp_path):

@@ -17,7 +17,13 @@ Two tiers, as in vLLM with its OffloadingConnector:
   one all-or-nothing eviction, its reused blocks touched once, in prefix order).
 
 A request's cached tokens are its GPU prefix plus the CPU-resident blocks that continue it
-(vLLM looks up the CPU tier from the end of the GPU hit), at most `prompt_len - 1`. Each request
+(vLLM looks up the CPU tier from the end of the GPU hit), at most `prompt_len - 1`. What the
+rest costs is `prefill_frac`: the cost model's prefill seconds of every prompt's uncached
+tokens, at their positions, over those of the whole prompts. Two policies with the same cached
+share can differ there: a token deep in a long prompt attends to everything before it, so a
+tier that keeps whole chains of some sessions saves more prefill than one that keeps the heads
+of all of them (the H200 engine's wall times follow `prefill_frac`, not the cached share:
+`data/results/vllm_h200_steps.json`). Each request
 is replayed alone (`replay` on a one-request trace, policy state kept), so per-turn shares come
 out too. vLLM's own `lru` and `arc` are predicted with hkv's `lru` and `arc`. Standard library
 and numpy only.
@@ -29,6 +35,7 @@ import json
 import time
 from pathlib import Path
 
+from hkv.blocks import BlockMeta
 from hkv.cost import CostModel
 from hkv.policies import make_policy
 from hkv.sim.anchor import Workload, block_hash_chain, block_modalities, request_sequence
@@ -105,10 +112,12 @@ def predict(
     requests: list[Request],
     turn_requests: list,
     cost_model: CostModel | None = None,
+    params: dict | None = None,
 ) -> dict:
-    """Cached shares (all turns, turns > 0) of one policy at one CPU capacity."""
+    """Cached shares (all turns, turns > 0) and prefill left of one policy (with hyperparameters
+    `params`) at one CPU capacity."""
     cost_model = cost_model or CostModel.default()
-    policy = make_policy(policy_name, cpu_blocks, cost_model=cost_model)
+    policy = make_policy(policy_name, cpu_blocks, cost_model=cost_model, **(params or {}))
     tiers = TwoTierReplay(policy, gpu_blocks, cost_model=cost_model)
     start = time.perf_counter()
     cached = [
@@ -121,6 +130,7 @@ def predict(
         "cpu_blocks": cpu_blocks,
         "gpu_blocks": gpu_blocks,
         "cached_frac": sum(cached) / sum(prompt),
+        "prefill_frac": prefill_frac(cached, prompt, cost_model),
         "turn_gt0_cached_frac": sum(cached[i] for i in later) / sum(prompt[i] for i in later),
         "store_gb": tiers.inserts * KV_BYTES_PER_TOKEN * 16 / 1e9,
         "inserts": tiers.inserts,
@@ -128,6 +138,17 @@ def predict(
         "store_failed": tiers.store_failed,
         "elapsed_s": round(time.perf_counter() - start, 2),
     }
+
+
+def prefill_frac(cached: list[int], prompt: list[int], cost_model: CostModel) -> float:
+    """Prefill seconds of the prompts' uncached tokens (from `cached[i]` to `prompt[i]`) over
+    those of the whole prompts, priced by `cost_model` at their positions."""
+
+    def seconds(start: int, end: int) -> float:
+        return cost_model.recompute_s(BlockMeta(end - start, position=start)) if end > start else 0
+
+    left = sum(seconds(c, p) for c, p in zip(cached, prompt, strict=True))
+    return left / sum(seconds(0, p) for p in prompt)
 
 
 def gpu_only(gpu_blocks: int, requests: list[Request], turn_requests: list) -> float:

@@ -1,0 +1,46 @@
+"""`bench.auto_candidates`: the bar it judges `auto`'s candidates by, on hand-made cells."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import auto_candidates as bench
+
+
+def cell(best: float, lru: float, net: bool = True) -> dict:
+    key = "net_s_saved" if net else "recompute_s_saved"
+    return {
+        "capacity_frac": 0.01,
+        "best_competitor_block_hit_rate": best,
+        "policies": {"vllm:lru": {"block_hit_rate": lru, key: 1.0},
+                     "peer:evoke": {"block_hit_rate": best, key: 3.0}},
+    }  # fmt: skip
+
+
+def row(c: dict, rate: float) -> dict:
+    ours = {"block_hit_rate": rate, "net_s_saved": 2.0, "recompute_s_saved": 2.5}
+    return {"block_hit_rate": rate, **bench._competitor_row(c, ours)}
+
+
+def test_the_bar_is_half_a_point_behind_the_best_or_below_lru_counted_once():
+    rows = [
+        row(cell(0.30, 0.20), 0.298),  # 0.2 points behind: fine
+        row(cell(0.30, 0.20), 0.290),  # a point behind
+        row(cell(0.30, 0.31), 0.305),  # below lru (lru led the peers here)
+        row(cell(0.30, 0.31), 0.200),  # both: one cell
+    ]
+    judged = bench.judge(rows)
+    assert judged["cells"] == 4 and judged["missing_the_bar"] == 3
+    assert judged["behind_best_by_over_half_a_point"] == 2 and judged["below_lru"] == 2
+    assert judged["seconds"] == "net_s_saved" and judged["seconds_saved"] == 8.0
+    assert judged["best_competitor_seconds_saved"] == 12.0
+
+
+def test_seconds_are_compared_gross_where_the_file_keeps_no_loads():
+    assert row(cell(0.3, 0.2, net=False), 0.3)["our_s"] == 2.5  # the held-out file's rows
+
+
+def test_a_candidate_must_be_json():
+    assert bench.parse(["--candidate", 'x={"margin": 0.01}']).candidates["x"] == {"margin": 0.01}
+    with pytest.raises(SystemExit):
+        bench.parse(["--candidate", "x={margin"])
