@@ -44,3 +44,17 @@ def test_a_candidate_must_be_json():
     assert bench.parse(["--candidate", 'x={"margin": 0.01}']).candidates["x"] == {"margin": 0.01}
     with pytest.raises(SystemExit):
         bench.parse(["--candidate", "x={margin"])
+
+
+def test_an_extra_expert_is_offered_to_candidates_not_added_to_the_default():
+    from hkv.policies import make_policy
+    from hkv.policies.auto import DEFAULT_EXPERTS
+    from hkv.policies.shadow import EXPERTS
+
+    assert "bip" not in EXPERTS
+    try:
+        bench._register(["bip"])
+        assert make_policy("auto", 100).experts == DEFAULT_EXPERTS  # bip not among them
+        assert "bip" in make_policy("auto", 100, experts=[*DEFAULT_EXPERTS, "bip"]).experts
+    finally:
+        EXPERTS.pop("bip", None)
