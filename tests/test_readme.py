@@ -1294,6 +1294,26 @@ TIME_CLAIMS = [
 CLAIMS += TIME_CLAIMS
 
 
+def article_translation() -> tuple[str, str]:
+    """The article's command as notebook 03's parameters give it, and what `hkv flags` makes
+    of it (the README shows both, for a reader to copy)."""
+    import shlex
+
+    from hkv.planning.flags import translate
+
+    notebook = json.loads((ROOT / "notebooks" / "03_flags.ipynb").read_text())
+    source = "".join(next(c["source"] for c in notebook["cells"] if c["cell_type"] == "code"))
+    assigns = [n for n in ast.parse(source).body if isinstance(n, ast.Assign)]
+    line = next(ast.literal_eval(n.value) for n in assigns if n.targets[0].id == "ARTICLE_COMMAND")
+    return line, translate(shlex.split(line), cpu_ram_gib=256).command
+
+
+CLAIMS += [
+    ("```bash\n{}\n```\n\nand `hkv flags -- <that line>`", lambda: article_translation()[:1]),
+    ("dropped, each with its reason):\n\n```bash\n{}\n```", lambda: article_translation()[1:]),
+]
+
+
 def tp2_non_kv() -> tuple[int, int]:
     """(what vLLM measured for everything but weights, the plan's reserve), bytes per GPU."""
     check = tp2_check()
