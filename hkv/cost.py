@@ -249,6 +249,25 @@ class CostModel:
         recompute = self.recompute_s(meta)
         return Decision("load" if load <= recompute else "recompute", load, recompute)
 
+    def disk_crossover_tokens(self, chunk_tokens: int, max_tokens: int = 1 << 20) -> int | None:
+        """The shortest prefix, in whole chunks of `chunk_tokens`, that loads from disk in less
+        time than it takes to recompute; None if there is none up to `max_tokens`.
+
+        A disk hit is worth something only as part of a prefix (an engine reuses the longest
+        cached prefix and recomputes the rest), and the prefix [0, m) saves
+        `recompute(0, m) - m / chunk_tokens x load(chunk)`. Recomputing a chunk costs more the
+        deeper it sits (attention) while loading one costs the same anywhere, so once a prefix
+        saves time every longer one does: this is the admission bound of hkv's disk tier.
+        """
+        load = self.load_s(BlockMeta(tokens=chunk_tokens, tier=Tier.DISK))
+        saved, position = 0.0, 0
+        while position + chunk_tokens <= max_tokens:
+            saved += self.recompute_s(BlockMeta(tokens=chunk_tokens, position=position)) - load
+            position += chunk_tokens
+            if saved > 0:
+                return position
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Model and profile facts for results JSON."""
         return {

@@ -106,3 +106,23 @@ def test_calibrate_rejects_bad_arguments(tmp_path):
         calibrate(size_mib=0)
     with pytest.raises(HkvError, match="disk_dir"):
         calibrate(disk_dir=tmp_path / "nope", size_mib=1)
+
+
+def test_disk_crossover_is_the_first_prefix_whose_load_beats_its_recompute(minimax):
+    chunk = 512
+    crossover = minimax.disk_crossover_tokens(chunk)
+    assert crossover is not None and crossover % chunk == 0
+    load = minimax.load_s(BlockMeta(tokens=chunk, tier=Tier.DISK))
+
+    def saved(m):
+        return sum(
+            minimax.recompute_s(BlockMeta(tokens=chunk, position=p)) - load
+            for p in range(0, m, chunk)
+        )
+
+    assert saved(crossover) > 0 >= saved(crossover - chunk)
+    assert saved(crossover + 8 * chunk) > saved(crossover)  # longer prefixes save more
+
+
+def test_no_disk_crossover_within_a_short_context(minimax):
+    assert minimax.disk_crossover_tokens(512, max_tokens=4096) is None
