@@ -1,4 +1,4 @@
-"""`auto`'s hyperparameters on trial, judged the way issue 34 judges them, on CPU in minutes.
+"""`auto`'s hyperparameters on trial, judged by cells behind the best competitor, on CPU in minutes.
 
     python -m bench.auto_candidates                                    # the default alone
     python -m bench.auto_candidates --extra-expert bip \\

@@ -1,4 +1,4 @@
-"""The policy suite: every policy against vLLM's options and the published peers (issue 16).
+"""The policy suite: every policy against vLLM's options and the published peers.
 
     PYTHONPATH=.peers python -m bench.policy_suite          # writes data/results/policy_suite.json
     python -m bench.policy_suite --size ci --no-trace --out out/policy_suite_ci.json   # seconds
@@ -19,7 +19,7 @@ store semantics for all):
   number the regret is computed from; the simulator's `store="per_request"` replay of the same
   policy is kept beside it (`sim_block_hit_rate`, `sim_diff_points`), and likewise for vLLM's
   options (the simulator's `lru`/`arc` modelling vLLM's);
-- `belady` in the simulator, per block (the offline yardstick, DESIGN §4).
+- `belady` in the simulator, per block (the offline yardstick, docs/design.md §5).
 Seconds saved come from one cost model (MiniMax-M2.5, the H200 profile or `--profile`, hits
 loaded from pinned host RAM) for every row: `recompute_s_saved`, `load_s` and their difference
 `net_s_saved`, the prefill time the tier's hits saved. hkv's policies inside vLLM's manager rank

@@ -3,11 +3,11 @@
     python -m bench.replay_speed                       # writes data/results/replay_speed_cpu.json
     python -m bench.replay_speed --no-trace --repeats 3 --out out/speed.json   # generated only
 
-What is timed: hkv's simulator replaying a whole workload through one policy, per block (DESIGN
-§2: lookup, then each block touched or offered, one eviction at a time), costs accounted, as
-`hkv simulate` runs it. Workloads: Mooncake's synthetic trace (`--trace`, read where it lies)
-and the policy suite's generated ones (`hkv.sim.suite_workloads`, explicit seeds), each at 1 %
-and 5 % of its distinct blocks. The process is pinned to one core where the OS allows it.
+What is timed: hkv's simulator replaying a whole workload through one policy, per block
+(docs/design.md §2: lookup, then each block touched or offered, one eviction at a time), costs
+accounted, as `hkv simulate` runs it. Workloads: Mooncake's synthetic trace (`--trace`, read where
+it lies) and the policy suite's generated ones (`hkv.sim.suite_workloads`, explicit seeds), each at
+1 % and 5 % of its distinct blocks. The process is pinned to one core where the OS allows it.
 
 Shared machines change speed from minute to minute, so every policy's passes alternate with
 `lru`'s in the same loop and each row carries its ratio to `lru` from the same rounds; the

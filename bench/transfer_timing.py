@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-MINIMAX = {"kv_heads": 8, "head_dim": 128}  # one layer of MiniMax-M2.5 (DESIGN §3)
+MINIMAX = {"kv_heads": 8, "head_dim": 128}  # one layer of MiniMax-M2.5 (docs/design.md §3)
 
 
 def sync() -> None:

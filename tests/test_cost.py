@@ -1,4 +1,5 @@
-"""Cost model: DESIGN §3's numbers, the load-or-recompute decision, profiles and calibration."""
+"""Cost model: the numbers of docs/design.md §3-4, the load-or-recompute decision, profiles and
+calibration."""
 
 from __future__ import annotations
 

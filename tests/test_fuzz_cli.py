@@ -4,7 +4,7 @@ Each invocation runs `hkv.cli.main.main` in-process with edge and malformed valu
 infinite and NaN numbers, wrong types, files that are empty, binary, nested a hundred thousand
 deep, directories, missing or read-only). The contract: no traceback ever escapes; the exit
 status is 0 or 2; a mistake is one line of at most ~300 characters on stderr; nothing runs for
-more than a few seconds. Then one scenario per class of issue 37's fuzz findings: huge values
+more than a few seconds. Then one scenario per class of what fuzzing the CLI found: huge values
 echoed, unreadable and malformed files, bad places to write, unbounded work, special files.
 """
 
@@ -236,7 +236,7 @@ def test_fuzzed_invocations_end_in_0_or_one_line_and_2(verb, files):
     assert not failures, "\n".join(f"{' '.join(a)[:200]}\n    -> {why}" for a, why in failures)
 
 
-# -- issue 37: one scenario per class of fuzz finding ---------------------------------------------
+# -- one scenario per class of fuzz finding ------------------------------------------------------
 LINE_CHARS = 320  # "at most ~300": the CLI's limit plus its `hkv VERB: error: ` prefix
 HUGE = "x" * 100_000
 GOOD_LINE = '{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]}\n'

@@ -333,7 +333,7 @@ def test_without_a_host_tier_evicted_blocks_are_dropped(tmp_path) -> None:
     assert m.access([0]).missing == (0,)
 
 
-# ---- cold bytes are encoded once (issue 20) ------------------------------------------------
+# ---- cold bytes are encoded once ---------------------------------------------------------
 
 BOUNDS = {"q8": 0.01, "q6": 0.04, "q4": 0.15}  # tests/test_quant.py: one encoding's rel. L2
 
@@ -419,7 +419,7 @@ def test_a_written_block_is_encoded_again_from_its_new_values(tmp_path, how: str
 
 @pytest.mark.parametrize("fmt", sorted(BOUNDS))
 def test_without_kept_copies_quantized_blocks_keep_one_encodings_error(tmp_path, fmt) -> None:
-    """Issue 20's control, fixed by issue 37: with no kept copy every round trip encodes the
+    """With no kept copy every round trip encodes the
     decoded block again, with the minima and scales it was decoded with, so the codes, the
     GPU values and the error stay those of the first encoding (they drifted: q8 0.035)."""
     m = manager(tmp_path, gpu=2, host=4, disk=0, config=quantized(fmt), retain_host_copies=False)

@@ -1,7 +1,7 @@
 """hkv installed as a package (not run from this checkout) keeps what it needs at run time.
 
 vLLM loads hkv's policies from wherever `pip` put hkv. The first `vllm serve` of an installed hkv
-(issue 19, on the H200) stopped at engine start: `auto` and `modality_aware` default to
+(on the H200) stopped at engine start: `auto` and `modality_aware` default to
 MiniMax-M2.5's cost model, whose config then lived outside the package.
 """
 

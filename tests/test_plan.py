@@ -19,7 +19,8 @@ MINIMAX = ModelSpec.load("minimax-m2.5")
 
 
 def test_weights_by_dtype_match_the_published_sizes():
-    # DESIGN: ~458 GB bf16, ~229 GB fp8, ~115 GB at 4 bits (+ embeddings in bf16, group scales)
+    # MiniMax-M2.5's published sizes: ~458 GB bf16, ~229 GB fp8, ~115 GB at 4 bits (+ embeddings
+    # in bf16, group scales)
     assert weights_bytes(MINIMAX, "bf16") == pytest.approx(458e9, rel=0.01)
     assert weights_bytes(MINIMAX, "fp8") == pytest.approx(230e9, rel=0.01)
     assert 115e9 < weights_bytes(MINIMAX, "int4") < 122e9

@@ -763,14 +763,14 @@ RECORDED_DECISIONS = {
 """sha256 of each policy's decision logs (`decision_runs`), recorded from the policies as they
 were before their hot paths were optimised: a faster policy must decide exactly alike.
 
-Re-recorded once, deliberately, for issue 16 (chains given up from the tail): the per-request
+Re-recorded once, deliberately, when chains began to be given up from the tail: the per-request
 run now reports a request's accesses after its store (`after_request`, as vLLM does when a
 request finishes) instead of touching inline, and the queue and priority policies re-rank a
 request's stored blocks tail first. That moved every online policy but `random` (whose victims
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
-recorded when they were added (issue 16); `auto` again each time it was rebuilt (issue 16,
-scope 4), when it became the leader of shadowed experts, and last when `predictive` joined its
-experts and `depth_lfu_static` became its first; `depth_lfu` when it was added."""
+recorded when they were added; `auto` again each time it was rebuilt, when it became the leader
+of shadowed experts, and last when `predictive` joined its experts and `depth_lfu_static`
+became its first; `depth_lfu` when it was added."""
 
 
 @pytest.mark.parametrize("name", policy_names())

@@ -1,4 +1,4 @@
-"""Replay semantics of DESIGN §2, on hand-made traces with small block ids."""
+"""Replay semantics of docs/design.md §2, on hand-made traces with small block ids."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_simulate_refuses_bad_input_before_working():
 def test_per_request_store_evicts_once_and_stores_all_or_nothing():
     policy = make_policy("lru", 3)
     result = replay(trace_of([1, 2, 3], [4, 5], [6, 7, 8, 9]), policy, store="per_request")
-    # request 2 needs 2 slots: the chain 1, 2, 3 gives up its tail (3, then 2; issue 16, as
+    # request 2 needs 2 slots: the chain 1, 2, 3 gives up its tail (3, then 2, as
     # vLLM's lru) in one eviction and 4, 5 are stored; request 3 needs 4 slots in a 3-slot
     # tier: none of its blocks is stored
     assert result.evictions == 2

@@ -1,4 +1,4 @@
-"""The house rules that keep hkv navigable, checked on the source (issue 15's acceptance).
+"""The house rules that keep hkv navigable, checked on the source.
 
 No module over 400 lines, no function over 60; no import cycle among hkv's modules, counting
 imports inside functions; no code loaded by file path and no `sys.path` edits; and the

@@ -29,7 +29,7 @@ def payload(seed: int, nbytes: int = 512) -> np.ndarray:
 def test_layout_of_minimax() -> None:
     layout = BlockLayout.from_spec(ModelSpec.load("minimax-m2.5"), 512)
     assert layout.shape == (62, 2, 512, 8, 128)
-    assert layout.nbytes == 512 * 253_952  # DESIGN §3: 124 MiB per 512-token block
+    assert layout.nbytes == 512 * 253_952  # docs/design.md §3: 124 MiB per 512-token block
 
 
 @pytest.mark.parametrize(

@@ -266,11 +266,11 @@ RECORDED_MANAGER_EVICTIONS = {
 """sha256 of `manager_evictions` at 40 and 16 chunks, recorded from the adapter and policies as
 they were before their hot paths were optimised: a faster adapter must decide exactly alike.
 
-Re-recorded for issue 16 (chains given up from the tail: `on_request_finished` re-ranks a
+Re-recorded when chains began to be given up from the tail (`on_request_finished` re-ranks a
 request's stored blocks and touches its reused ones tail first): lru, arc, s3fifo, gdsf, dip
 and bip moved; cost_aware, modality_aware (prefix-capped, already tail first) and random did
-not. hkv_lru now evicts exactly as vLLM's own lru on this sequence (test below). Again for
-issue 16: policies with admission (arc, cost_aware, modality_aware) are asked at vLLM's store
+not. hkv_lru now evicts exactly as vLLM's own lru on this sequence (test below). Again when
+policies with admission (arc, cost_aware, modality_aware) began to be asked at vLLM's store
 miss, before it evicts room, as hkv's replay asks them, instead of at insert."""
 
 
@@ -343,7 +343,7 @@ def chain_victim(m: CPUOffloadingManager, reuse: bool) -> list[bytes]:
 @pytest.mark.parametrize("reuse", [False, True], ids=["stored", "reused"])
 @pytest.mark.parametrize("policy", [p for p in ONLINE if p != "random"])  # random: no order
 def test_a_chain_is_given_up_from_its_tail_as_vllms_lru_does(policy, reuse):
-    """Issue 16: a prefix cache cannot serve a chain's tail without its head, so the tail goes
+    """A prefix cache cannot serve a chain's tail without its head, so the tail goes
     first, whether the chain was just stored or just read back."""
     native = CPUOffloadingManager(num_chunks=2, cache_policy="lru")
     assert chain_victim(native, reuse) == [key(2)]
@@ -571,7 +571,7 @@ def two_group_victims(m: CPUOffloadingManager, reuse: bool) -> set[bytes]:
 @pytest.mark.parametrize("reuse", [False, True], ids=["stored", "reused"])
 @pytest.mark.parametrize("policy", [p for p in ONLINE if p != "random"])  # random: no order
 def test_a_hybrid_models_chains_go_tail_first_across_kv_cache_groups(policy, reuse):
-    """Issue 37: every group's head is needed for a prefix hit, so the tails of all groups go
+    """Every group's head is needed for a prefix hit, so the tails of all groups go
     first, as vLLM's own lru orders a request's keys by token position across its groups."""
     tails = {group_key(2, 0), group_key(2, 1)}
     native = CPUOffloadingManager(num_chunks=4, cache_policy="lru")

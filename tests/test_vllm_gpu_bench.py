@@ -405,7 +405,7 @@ def test_a_prefix_pushed_off_the_gpu_comes_back_from_the_cpu_tier():
 
     tiers = sim.TwoTierReplay(make_policy("lru", 6), gpu_blocks=4)
     assert tiers.step(request([1, 2, 3]), 50) == 0
-    # pushes 3 and 2 off the GPU: the chain's tail goes first (issue 16), as in vLLM's pool
+    # pushes 3 and 2 off the GPU: the chain's tail goes first, as in vLLM's pool
     assert tiers.step(request([4, 5, 6]), 50) == 0
     assert 3 not in tiers.gpu and 1 in tiers.gpu and all(k in tiers.cpu for k in (1, 2, 3))
     assert tiers.step(request([1, 2, 3, 7]), 70) == 48
@@ -488,7 +488,7 @@ def test_vllm_026_first_touch_is_the_access_and_gives_insert_its_metadata():
         p.sync()  # the policy hears of inserts at its next decision, or now
         if name == "hkv_lru":  # reads no metadata: none is worked out, one meta is shared
             assert not p.pending_meta and p.policy._order[b"c"] is p.policy._order[b"a"]
-            # z was touched after; a and b, touched tail first (issue 16), leave tail first
+            # z was touched after; a and b, touched tail first, leave tail first
             assert [k for k, _ in p.evict(2, set())] == [b"b", b"a"]
             continue
         meta = p.policy._entries[b"c"].meta
@@ -595,9 +595,9 @@ RECORDED_026_EVICTIONS = {
 }
 """sha256 of the evicted keys at 150 and 60 blocks, recorded from the adapter and policies as
 they were before their hot paths were optimised: a faster adapter must decide exactly alike.
-Re-recorded for issue 16 where 0.26's first touch of a request now goes tail first for every
+Re-recorded when 0.26's first touch of a request began to go tail first for every
 policy (it was prefix order but for bip with `tail_first`): lru, arc, gdsf, dip, bip moved.
-Again for issue 16: cost_aware and modality_aware, whose admission is now asked when the request
+Again when cost_aware and modality_aware's admission began to be asked when the request
 is looked up (its store misses noted), before vLLM evicts room, as in hkv's replay."""
 
 

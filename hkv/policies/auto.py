@@ -95,7 +95,7 @@ class AutoPolicy(EvictionPolicy):
     store then fails) or, where no caller notes misses (hkv's replay), those offered to
     `admit`; its other blocks are the reused ones. vLLM 0.26 reports a request at its lookup,
     before its stores, with its misses noted just before: the shadows see it whole there too.
-    Where no end of request is ever reported (the per-block replay of DESIGN §2, the block
+    Where no end of request is ever reported (the per-block replay of docs/design.md §2, the block
     manager), the shadows never run and `auto` is its `first` expert throughout.
     """
 

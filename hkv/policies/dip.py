@@ -48,7 +48,7 @@ class DIPPolicy(QueuePolicy):
     name = "dip"
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        """`tail_first` (the default since issue 16, as for every policy): a request's chains
+        """`tail_first` (the default, as for every policy): a request's chains
         are given up from the tail (`EvictionPolicy.after_request`; blocks inserted at the
         eviction end already leave newest, i.e. tail, first). False touches the reused blocks in
         prefix order and leaves new ones as inserted, the behaviour behind the committed H200

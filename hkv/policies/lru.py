@@ -20,7 +20,7 @@ class LRUPolicy(QueuePolicy):
     the largest, an `OrderedDict` in reference order is the whole evictor: O(1) per reference
     instead of a heap push, which is what keeps the simulator's replay fast.
     Same behaviour as vLLM's `lru` policy, except that hkv's replay touches a request's blocks
-    in prefix order (DESIGN §2), so the last block of a request is the most recent.
+    in prefix order (docs/design.md §2), so the last block of a request is the most recent.
     """
 
     name = "lru"

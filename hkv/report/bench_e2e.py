@@ -25,12 +25,13 @@ RESTORE_CEILING = "most possible (recompute / resident)"
 # The sessions' target: the article's share of KV VRAM saved (68 %, bench_claim), at most this
 # much longer per turn than the faster of DynamicCache and StaticCache, timed turn by turn
 RESTORE_TARGET = 5.0
-"""Issue 18's goal for restoring a prefix from host RAM: this many times faster than recompute."""
+"""The end-to-end benchmark's goal for restoring a prefix from host RAM: this many times faster
+than recomputing it."""
 SESSIONS_TARGET_SAVED = 0.68
 SESSIONS_TARGET_SLOWDOWN = 0.10
 ALL_HOT_TARGET_SLOWDOWN = 0.03
-"""Issue 18's goal with every block on the GPU: at most this much slower than the faster
-baseline."""
+"""The end-to-end benchmark's goal with every block on the GPU: at most this much slower than
+the faster baseline."""
 
 
 def decode_table(e2e: Mapping[str, Any]) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Replay a trace through one policy-managed cache tier and count what prefix caching saves.
 
-Semantics (DESIGN §2, exact so that results compare with any other implementation):
+Semantics (docs/design.md §2, exact so that results compare with any other implementation):
 requests run in file order; a request's hits are the longest prefix of its `hash_ids` that is
 resident; then every block of the request, in order, is touched if resident, else offered to the
 policy (`admit`) and, if admitted, inserted, evicting one block first when the tier is full.
@@ -90,7 +90,8 @@ def replay(
     """Run `trace` through `policy` (fresh or not: it is not cleared) and count hits and costs.
 
     Without `cost_model` the cost fields are zero. `label` names the result (default: the
-    policy's registry name). `store` is `per_block` (DESIGN §2) or `per_request` (vLLM's tier).
+    policy's registry name). `store` is `per_block` (docs/design.md §2) or `per_request`
+    (vLLM's tier).
     """
     loops = {"per_block": _replay_loop, "per_request": _replay_loop_per_request}
     if store not in loops:
@@ -215,11 +216,11 @@ class _Tally:
 
 
 def _replay_loop(trace: Trace, policy: EvictionPolicy, tier: Tier, costs: _BlockCosts) -> dict:
-    """DESIGN §2: after the lookup, each block in order is touched or stored (one eviction at a
-    time, never of a block of the request being stored). The hit prefix is touched in one
+    """docs/design.md §2: after the lookup, each block in order is touched or stored (one eviction
+    at a time, never of a block of the request being stored). The hit prefix is touched in one
     `touch_all` (the same calls in the same order: the blocks before the first miss are all
-    resident). Plain locals on the hot path: a block already met takes its meta from the
-    tally's dict without a call, and `admit` is not called where the policy admits everything
+    resident). Plain locals on the hot path: a block already met takes its meta from the tally's
+    dict without a call, and `admit` is not called where the policy admits everything
     (`admits_everything`)."""
     tally = _Tally(trace, policy, tier, costs)
     touch, touch_all, insert, evict = policy.touch, policy.touch_all, policy.insert, policy.evict

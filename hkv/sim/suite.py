@@ -1,4 +1,4 @@
-"""The policy suite: every policy, every workload, four tier sizes, one table (issue 16).
+"""The policy suite: every policy, every workload, four tier sizes, one table.
 
 A cell is one workload at one capacity (a fraction of the workload's distinct blocks). In each
 cell every runner replays the workload from an empty tier; a runner is any callable
@@ -6,12 +6,13 @@ cell every runner replays the workload from an empty tier; a runner is any calla
 runners replay in hkv's simulator with vLLM's per-request store semantics (`store=
 "per_request"`): `hkv:<name>` for every online registered policy, `vllm:lru`, `vllm:arc` and
 `vllm:lru+st2` as the simulator's model of vLLM's own options, and `belady` (per-block, the
-offline yardstick of DESIGN §4). `bench.policy_suite` adds runners that measure inside vLLM's
-own `CPUOffloadingManager` (vLLM's options, the third-party peers, hkv through its adapter).
+offline yardstick of docs/design.md §5). `bench.policy_suite` adds runners that measure inside
+vLLM's own `CPUOffloadingManager` (vLLM's options, the third-party peers, hkv through its adapter).
 
 Per row the suite adds `regret_points`: 100 x (best competitor's block hit rate - this row's);
 the competitors are vLLM's options and the peers, whichever ran; the best competitor's regret is
-0, a row ahead of it is negative. `lru_to_belady_gap_closed` is DESIGN §4's share of the gap.
+0, a row ahead of it is negative. `lru_to_belady_gap_closed` is the share of the LRU -> Belady
+gap (docs/design.md §5).
 A row without `recompute_s_saved` but with per-request `num_hits` is priced here with the same
 cost model the simulator uses. Every row then gets `net_s_saved`: the prefill seconds its hits
 saved less the seconds of loading them from the tier (`ReplayResult.net_s_saved`), the figure to

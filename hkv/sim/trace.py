@@ -1,6 +1,6 @@
 """Mooncake-format request traces: read, validate, write.
 
-One JSON object per line (DESIGN §2): `timestamp` (ms), `input_length`, `output_length`,
+One JSON object per line (docs/design.md §2): `timestamp` (ms), `input_length`, `output_length`,
 `hash_ids` (prefix-block ids, `block_tokens` tokens each, `len(hash_ids) ==
 ceil(input_length / block_tokens)`), and optionally `modalities` (a list parallel to `hash_ids`
 of "text" / "vision" / "audio") and `session` (shared by the turns of one conversation).

@@ -11,11 +11,11 @@ What is generated (all knobs are `WorkloadSpec` fields; one seed gives one file)
 - sessions arrive as a Poisson process whose rate jumps `burst_factor`-fold during bursts
   (on/off periods, exponential lengths); turns of a session follow after think times;
 - chat sessions: a system prompt (drawn Zipf-like from a shared pool), then turns; each turn's
-  prompt is the previous prompt + its reply + new user text (DESIGN §4);
+  prompt is the previous prompt + its reply + new user text (docs/design.md §6);
 - RAG sessions: system prompt + 1-3 documents from a shared Zipf-popular pool + a question;
 - one-off long-document requests: unique long contexts nobody reuses (scans);
 - multimodal overlay: a user turn carries images (tokens per image lognormal, median 570,
-  clipped to [10, 4600], the ServeGen mm-image facts in DESIGN §4; the real PMF is bimodal around
+  clipped to [10, 4600], ServeGen's multimodal image statistics; the real PMF is bimodal around
   ~250 and ~1,200, the lognormal keeps the median and range, not the modes) and optionally audio.
   A block is labelled with the modality that holds most of its tokens.
 """

@@ -4,7 +4,7 @@
 about equally likely to return; here the next turn belongs to session `s` with probability
 proportional to `1 / rank(s) ** zipf_exponent` (exponent 0: round robin in random order, larger:
 a hot set). A turn's prompt is the session's previous prompt + its reply + new user text
-(DESIGN §4), after one of a few shared system prompts; a session whose prompt would pass
+(docs/design.md §6), after one of a few shared system prompts; a session whose prompt would pass
 `max_input_tokens` starts a new conversation (same system prompt, fresh history). Blocks are
 named by prefix hashing like the main generator (`workload._BlockNamer`), so equal prefixes
 share ids. One seed gives one trace.
