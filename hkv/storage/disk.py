@@ -38,6 +38,10 @@ if _XXH3 is not None:
     CHECKSUMS[2] = ("xxh3_64", _XXH3)
 DEFAULT_CHECKSUM = max(CHECKSUMS)
 
+SLOT_FORMATS = (*COLD_FORMATS, "raw")
+"""What a slot header may name: hkv's cold formats, or `raw`, another engine's bytes kept as
+they came (vLLM's offloaded chunks, `hkv.storage.disk_store`). Codes are indices: append only."""
+
 _FILE_MAGIC = b"HKVD"
 _SLOT_MAGIC = b"HKVS"
 FILE_VERSION = 2
@@ -227,7 +231,7 @@ class DiskTier(SlotTier):
                 raise HkvError(
                     f"DiskTier: payload of {data.nbytes} bytes exceeds slot_bytes={self.slot_bytes}"
                 )
-            fields = (_SLOT_MAGIC, _VERSION, COLD_FORMATS.index(fmt), kind, key & _KEY_MASK)
+            fields = (_SLOT_MAGIC, _VERSION, SLOT_FORMATS.index(fmt), kind, key & _KEY_MASK)
             header = _HEADER.pack(*fields, data.nbytes, CHECKSUMS[kind][1](data))
             if run and (slot != previous + 1 or len(run) >= _MAX_IOV - 3):
                 os.pwritev(self._fd, run, self._offset(run_start))
@@ -297,7 +301,7 @@ class DiskTier(SlotTier):
         magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack(raw)
         if (magic, version, stored_key) != (_SLOT_MAGIC, _VERSION, key & _KEY_MASK):
             return f"slot {slot}: header does not match block {key} (magic, version or key)", 0
-        if fmt_code >= len(COLD_FORMATS) or COLD_FORMATS[fmt_code] != fmt:
+        if fmt_code >= len(SLOT_FORMATS) or SLOT_FORMATS[fmt_code] != fmt:
             return f"slot {slot}: header format code {fmt_code} is not {fmt}", 0
         if nbytes > self.slot_bytes or offset + nbytes > out.size:
             return f"slot {slot}: header says {nbytes} payload bytes, more than fit", 0
@@ -319,10 +323,18 @@ class DiskTier(SlotTier):
             if len(raw) < _HEADER.size:
                 continue
             magic, _, fmt_code, kind, key, nbytes, _ = _HEADER.unpack(raw)
-            if magic == _SLOT_MAGIC and fmt_code < len(COLD_FORMATS):
+            if magic == _SLOT_MAGIC and fmt_code < len(SLOT_FORMATS):
                 name = CHECKSUMS.get(kind, ("unknown",))[0]
-                found[slot] = SlotHeader(key, COLD_FORMATS[fmt_code], nbytes, name)
+                found[slot] = SlotHeader(key, SLOT_FORMATS[fmt_code], nbytes, name)
         return found
+
+    def forget_pages(self, slots: Sequence[int]) -> None:
+        """Drop `slots` (durable after `write_many`) from the page cache, so that reading them
+        back reads the disk, not a copy in RAM that the host tier should be holding instead."""
+        if not slots or not hasattr(os, "posix_fadvise"):
+            return
+        for slot in sorted(slots):  # neighbours merge in the kernel; one call each is cheap
+            os.posix_fadvise(self._fd, self._offset(slot), self.stride, os.POSIX_FADV_DONTNEED)
 
     def drop_cache(self) -> None:
         """Evict this file from the page cache (benchmarks use it to time reads from the disk)."""

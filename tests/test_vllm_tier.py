@@ -1,0 +1,253 @@
+"""hkv's disk tier inside vLLM's own `TieringOffloadingManager`, driven through its
+scheduler-side calls, with host memory standing in for the GPU's blocks.
+
+The spec and the manager are vLLM's (`OffloadingSpecFactory.create_spec` on a
+`TieringOffloadingSpec` config, the tier loaded by `module_path`); a "GPU store" writes a
+chunk's bytes into the CPU tier's row that `prepare_store` gives, as vLLM's worker would.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm.v1.kv_offload.tiering.manager")
+
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext
+from vllm.v1.kv_offload.config import (
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+from hkv.errors import HkvError
+from hkv.integrations.vllm.tier import HkvDiskTier
+from hkv.storage.disk_store import FILE_NAME
+
+BLOCK_BYTES = 16 * 1024  # one chunk of one 16-token block
+CPU_CHUNKS = 8
+STEP = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+
+
+def tiering_config(tier: dict) -> dict:
+    return {
+        "spec_name": "TieringOffloadingSpec",
+        "cpu_bytes_to_use": CPU_CHUNKS * BLOCK_BYTES,
+        "secondary_tiers": [tier],
+    }
+
+
+def make_manager(extra: dict):
+    config = OffloadingConfig(
+        groups=(OffloadingGroupConfig(16, ("layer0",), 0),),
+        worker_kv_bytes_per_block=BLOCK_BYTES,
+        enable_kv_cache_events=False,
+        extra_config=extra,
+        engine_id=uuid.uuid4().hex[:8],
+        model=OffloadingModelConfig("minimax-m2.5", "bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True),
+    )
+    return OffloadingSpecFactory.create_spec(config).get_manager()
+
+
+def hkv_tier(path: Path, **settings) -> dict:
+    tier = {"type": "HkvDiskTier", "module_path": "hkv.integrations.vllm.tier", "path": str(path)}
+    return tier | {"disk_bytes": 16 * (BLOCK_BYTES + 4096) + 8192, "admission": "all"} | settings
+
+
+def key(i: int) -> bytes:
+    return i.to_bytes(32, "big") + (0).to_bytes(4, "big")
+
+
+def payload(i: int) -> np.ndarray:
+    return np.random.default_rng(i).integers(0, 256, BLOCK_BYTES, dtype=np.uint8)
+
+
+def settle(manager) -> None:
+    for _ in range(5000):
+        manager.on_schedule_end(STEP)
+        if not manager.has_pending_work():
+            return
+        time.sleep(0.001)
+    raise AssertionError("the tier's jobs never finished")
+
+
+def store(manager, ids: list[int], req: str, prompt_tokens: int | None = None) -> None:
+    """One request computes chunks `ids` on the 'GPU' and vLLM stores them in the CPU tier."""
+    ctx = ReqContext(req_id=req)
+    for n, i in enumerate(ids, 1):
+        ctx.set_offload_key_position(key(i), 16 * n if prompt_tokens is None else prompt_tokens)
+    manager.on_new_request(ctx)
+    out = manager.prepare_store([key(i) for i in ids], ctx)
+    assert out is not None
+    view = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8)
+    for k, row in zip(out.keys_to_store, out.store_spec.block_ids, strict=True):
+        i = int.from_bytes(k[:32], "big")
+        view[int(row) * BLOCK_BYTES : (int(row) + 1) * BLOCK_BYTES] = payload(i)
+    manager.complete_store(out.keys_to_store, ctx)
+    manager.on_request_finished(ctx)
+    settle(manager)
+
+
+def fetch(manager, i: int) -> np.ndarray | None:
+    """The chunk's bytes as the GPU would load them, or None when vLLM would recompute it."""
+    ctx = ReqContext(req_id=f"read-{i}-{uuid.uuid4().hex[:4]}")
+    manager.on_new_request(ctx)
+    result = manager.lookup(key(i), ctx)
+    if result is LookupResult.HIT_PENDING or result is LookupResult.RETRY:
+        settle(manager)
+        result = manager.lookup(key(i), ctx)
+    data = None
+    if result is LookupResult.HIT:
+        spec = manager.prepare_load([key(i)], ctx)
+        view = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8)
+        row = int(spec.block_ids[0])
+        data = view[row * BLOCK_BYTES : (row + 1) * BLOCK_BYTES].copy()
+        manager.complete_load([key(i)], ctx)
+    manager.on_request_finished(ctx)
+    settle(manager)
+    return data
+
+
+def tier_of(manager) -> HkvDiskTier:
+    (tier,) = manager.secondary_tiers
+    return tier
+
+
+@pytest.fixture
+def manager(tmp_path):
+    made = make_manager(tiering_config(hkv_tier(tmp_path / "tier")))
+    yield made
+    made.shutdown()
+
+
+def test_stored_chunks_cascade_to_disk_and_come_back_after_the_cpu_tier_evicts_them(manager):
+    for r in range(4):  # 24 chunks through a CPU tier of 8: the first ones leave it
+        store(manager, list(range(6 * r, 6 * r + 6)), f"req{r}")
+    stats = tier_of(manager).stats()
+    assert stats["written"] == 24 and stats["resident_chunks"] == 24 - stats["evicted"] == 16
+    assert manager.primary_tier.lookup(key(0), ReqContext("x")) is not LookupResult.HIT
+    assert np.array_equal(fetch(manager, 0), payload(0))  # promoted from disk
+    assert np.array_equal(fetch(manager, 23), payload(23))  # still in the CPU tier
+
+
+def test_the_file_never_grows_past_its_bound_and_the_policy_evicts(tmp_path):
+    bound = 10 * (BLOCK_BYTES + 4096)
+    manager = make_manager(tiering_config(hkv_tier(tmp_path / "t", disk_bytes=bound)))
+    try:
+        sizes = []
+        for r in range(8):
+            store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}")
+            sizes.append(os.path.getsize(tmp_path / "t" / FILE_NAME))
+        stats = tier_of(manager).stats()
+        assert max(sizes) <= bound and stats["file_bytes"] <= bound
+        assert stats["resident_chunks"] <= 9 and stats["evicted"] >= 32 - 9 - 1
+        assert np.array_equal(fetch(manager, 31), payload(31))
+        assert fetch(manager, 0) is None  # evicted everywhere: recomputed
+    finally:
+        manager.shutdown()
+
+
+def test_a_restart_finds_the_chunks_and_serves_the_same_bytes(tmp_path):
+    config = tiering_config(hkv_tier(tmp_path / "t"))
+    first = make_manager(config)
+    for r in range(3):
+        store(first, list(range(4 * r, 4 * r + 4)), f"req{r}")
+    before = tier_of(first).stats()["resident_chunks"]
+    first.shutdown()
+    second = make_manager(config)
+    try:
+        assert tier_of(second).stats()["restored"] == before == 12
+        assert all(np.array_equal(fetch(second, i), payload(i)) for i in (0, 5, 11))
+    finally:
+        second.shutdown()
+
+
+def test_a_second_server_on_the_directory_is_refused_in_one_line(tmp_path):
+    config = tiering_config(hkv_tier(tmp_path / "t"))
+    first = make_manager(config)
+    try:
+        with pytest.raises(HkvError, match="in use by another disk tier") as caught:
+            make_manager(config)
+        assert "\n" not in str(caught.value)
+    finally:
+        first.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_chunk_is_a_miss_never_wrong_data(tmp_path, damage):
+    manager = make_manager(tiering_config(hkv_tier(tmp_path / "t")))
+    try:
+        for r in range(3):  # chunks 0-3 are on disk only now
+            store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}")
+        path = tmp_path / "t" / FILE_NAME
+        store_ = tier_of(manager).store
+        from hkv.storage.disk_store import digest
+
+        slot = store_._slot_of[digest(key(1))]
+        at = store_.tier._offset(slot) + 64 + 100
+        with open(path, "r+b") as f:
+            if damage == "flip":
+                f.seek(at)
+                byte = f.read(1)
+                f.seek(at)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            else:
+                f.truncate(at)
+        assert fetch(manager, 1) is None
+        assert tier_of(manager).stats()["lost"] == 1
+        assert np.array_equal(fetch(manager, 0), payload(0))  # before the damage: intact
+    finally:
+        manager.shutdown()
+
+
+def test_cost_admission_writes_only_prompts_past_the_crossover(tmp_path):
+    tier = hkv_tier(tmp_path / "t", admission="cost", min_prefix_tokens=128)
+    manager = make_manager(tiering_config(tier))
+    try:
+        store(manager, [1, 2, 3], "short", prompt_tokens=64)
+        store(manager, [4, 5, 6], "long", prompt_tokens=256)
+        stats = tier_of(manager).stats()
+        assert stats["refused_admission"] == 3 and stats["written"] == 3
+    finally:
+        manager.shutdown()
+
+
+def test_vllms_fs_tier_grows_past_the_bound_that_hkvs_keeps(tmp_path):
+    bound = 10 * (BLOCK_BYTES + 4096)
+    fs = make_manager(tiering_config({"type": "fs", "root_dir": str(tmp_path / "fs")}))
+    hkv = make_manager(tiering_config(hkv_tier(tmp_path / "hkv", disk_bytes=bound)))
+    try:
+        for r in range(8):
+            for manager in (fs, hkv):
+                store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}")
+        fs_bytes = sum(p.stat().st_size for p in (tmp_path / "fs").rglob("*.bin"))
+        hkv_bytes = os.path.getsize(tmp_path / "hkv" / FILE_NAME)
+        assert fs_bytes >= 32 * BLOCK_BYTES > bound >= hkv_bytes
+    finally:
+        fs.shutdown()
+        hkv.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"disk_bytes": -1}, "disk_bytes"),
+        ({"admission": "some"}, "admission"),
+        ({"policy": "belady"}, "policy"),
+        ({"colour": "red"}, "unknown setting"),
+        ({"disk_bytes": 100}, "holds no chunk"),
+    ],
+)
+def test_bad_settings_fail_at_start_with_what_to_do(tmp_path, setting, message):
+    with pytest.raises(HkvError, match=message):
+        make_manager(tiering_config(hkv_tier(tmp_path / "t", **setting)))
