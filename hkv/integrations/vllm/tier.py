@@ -56,6 +56,8 @@ except ImportError:  # vLLM 0.26
 
 log = logging.getLogger("vllm.hkv.tier")
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(JobResult)}
+READERS = 8
+"""Threads reading chunks back (writes keep one thread: `DiskTier` orders a batch's flags)."""
 
 
 class HkvDiskTier(SecondaryTierManager):
@@ -85,7 +87,7 @@ class HkvDiskTier(SecondaryTierManager):
         )
         self.store.page_cache = self.settings.page_cache
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hkv_tier_write")
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="hkv_tier_read")
+        self._reader = ThreadPoolExecutor(READERS, thread_name_prefix="hkv_tier_read")
         self._jobs: dict[int, tuple[Future, str, Any, float]] = {}
         self._done: list[JobResult] = []
         self._prompt: dict[str, tuple[int, int]] = {}  # req id -> (keys seen, prompt tokens)
@@ -133,9 +135,11 @@ class HkvDiskTier(SecondaryTierManager):
         row_of = {digest(k): int(i) for k, i in zip(keys, ids, strict=True)}
         buffers = [self._row(row_of[d]) for d, _, _ in reserved]
         future = self._writer.submit(self.store.write, reserved, buffers)
-        self._jobs[job.job_id] = (future, "store", reserved, time.monotonic())
+        self._jobs[job.job_id] = ([future], "store", reserved, time.monotonic())
 
     def submit_load(self, job: Any) -> None:
+        """Reads go to `READERS` threads in parts: one thread keeps one read in flight, and an
+        NVMe drive needs several to reach its bandwidth."""
         keys, ids = list(job.keys), _chunk_ids(job)
         pinned = self.store.pin(keys)
         found = [
@@ -143,22 +147,25 @@ class HkvDiskTier(SecondaryTierManager):
             for p, i, k in zip(pinned, ids, keys, strict=True)
             if p
         ]
-        future = self._reader.submit(
-            self.store.read, [p for p, _, _ in found], self._kv, [o for _, o, _ in found]
-        )
-        payload = (found, len(keys))
-        self._jobs[job.job_id] = (future, "load", payload, time.monotonic())
+        parts = _parts(found)
+        futures = [
+            self._reader.submit(
+                self.store.read, [p for p, _, _ in part], self._kv, [o for _, o, _ in part]
+            )
+            for part in parts
+        ]
+        self._jobs[job.job_id] = (futures, "load", (found, len(keys)), time.monotonic())
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
         done, self._done = self._done, []
-        for job_id in [j for j, (f, *_) in self._jobs.items() if f.done()]:
-            future, kind, payload, started = self._jobs.pop(job_id)
+        for job_id in [j for j, (fs, *_) in self._jobs.items() if all(f.done() for f in fs)]:
+            futures, kind, payload, started = self._jobs.pop(job_id)
             finish = self._finish_store if kind == "store" else self._finish_load
-            done.append(finish(job_id, future, payload, time.monotonic() - started))
+            done.append(finish(job_id, futures, payload, time.monotonic() - started))
         return done
 
-    def _finish_store(self, job_id: int, future: Future, reserved: Any, seconds: float):
-        error = future.exception()
+    def _finish_store(self, job_id: int, futures: list[Future], reserved: Any, seconds: float):
+        error = futures[0].exception()
         if error is not None:
             log.warning(
                 "hkv disk tier: a store failed (%s); its chunks stay in the CPU tier", error
@@ -170,10 +177,12 @@ class HkvDiskTier(SecondaryTierManager):
         nbytes = 0 if error else len(reserved) * self.chunk_bytes
         return _result(job_id, error is None, transfer_time=seconds, transfer_bytes=nbytes)
 
-    def _finish_load(self, job_id: int, future: Future, payload: Any, seconds: float):
+    def _finish_load(self, job_id: int, futures: list[Future], payload: Any, seconds: float):
         found, asked = payload
-        error = future.exception()
-        problems = [str(error)] * len(found) if error else future.result()
+        problems = []
+        for future, part in zip(futures, _parts(found), strict=True):
+            error = future.exception()
+            problems += [f"read failed: {error}"] * len(part) if error else future.result()
         self.store.finish_read([p for p, _, _ in found], problems)
         ok = [k for (_, _, k), problem in zip(found, problems, strict=True) if problem is None]
         self.counts["loads"] += 1
@@ -203,8 +212,9 @@ class HkvDiskTier(SecondaryTierManager):
         self._prompt.pop(req_context.req_id, None)
 
     def drain_jobs(self) -> None:
-        for future, *_ in list(self._jobs.values()):
-            future.exception()  # waits; the result is read by get_finished_jobs
+        for futures, *_ in list(self._jobs.values()):
+            for future in futures:
+                future.exception()  # waits; the result is read by get_finished_jobs
 
     def shutdown(self) -> None:
         self._writer.shutdown(wait=True)
@@ -257,6 +267,12 @@ class HkvDiskTier(SecondaryTierManager):
             known = max(known, max(positions.values()))
             self._prompt[req_id] = (len(positions), known)
         return known >= self.crossover_tokens
+
+
+def _parts(found: list) -> list[list]:
+    """A load's chunks cut into at most `READERS` consecutive parts."""
+    step = max(1, -(-len(found) // READERS))
+    return [found[i : i + step] for i in range(0, len(found), step)]
 
 
 def _positions(req_context: Any) -> dict | None:

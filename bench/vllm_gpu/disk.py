@@ -1,0 +1,206 @@
+"""A disk tier behind vLLM's CPU tier on the GPU: none, vLLM's `fs`, or hkv's `HkvDiskTier`.
+
+    python -m bench.vllm_gpu.disk run --tier hkv --variant long --disk-dir /tmp/d --out R.json
+    python -m bench.vllm_gpu.disk fold R1.json R2.json ... --out data/results/vllm_h200_disk.json
+
+One engine per process (the tier is part of the engine's config, so tiers cannot take turns in
+one engine as policies do): vLLM 0.26's `TieringOffloadingSpec` with an lru CPU tier of
+`--cpu-gib` and the disk tier, or the plain CPU tier (`--tier none`). The workload is the
+anchor (`hkv.sim.anchor`: 32 sessions x 4 turns, 8-16K-token first turns) or `long`: 6 sessions
+x 2 turns of 110-120K tokens, the context where the calibrated cost model says a disk load
+beats recomputing (`CostModel.disk_crossover_tokens`). Each request's TTFT, cached tokens and
+output token ids are kept; for hkv the tier's own counts (`HkvDiskTier.stats`: chunks written,
+refused, evicted, lost; loads and their seconds against the cost model's estimate; file bytes
+against the bound); for fs the bytes of its files. `--keep-dir` starts on the directory a
+previous run left (the restart check: what was found, and whether every output matched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from bench.vllm_gpu import ROOT, default_model
+from bench.vllm_gpu.engine import engine_kwargs, offloading_manager, warm_up, wave_requests
+from hkv.report import provenance, write_json
+from hkv.sim.anchor import Workload, build_sessions
+
+PROFILE = ROOT / "data/profiles/h200-calibrated.json"
+VARIANTS = {
+    "anchor": Workload(),
+    "long": Workload(
+        sessions=6, turns=2, wave=2, first_min=110_000, first_max=120_000, delta_min=1024
+    ),
+}
+
+
+def tier_config(args) -> list[dict]:
+    """vLLM's `secondary_tiers` for `--tier`."""
+    if args.tier == "fs":
+        return [{"type": "fs", "root_dir": str(args.disk_dir)}]
+    return [
+        {
+            "type": "HkvDiskTier",
+            "module_path": "hkv.integrations.vllm.tier",
+            "path": str(args.disk_dir),
+            "disk_bytes": int(args.disk_gib * (1 << 30)),
+            "admission": args.admission,
+            "profile": str(PROFILE),
+        }
+    ]
+
+
+def kwargs_for(args) -> dict:
+    kwargs = engine_kwargs(args, "lru")
+    if args.variant == "long":
+        kwargs["max_model_len"] = 131072
+    if args.tier != "none":
+        extra = kwargs["kv_transfer_config"]["kv_connector_extra_config"]
+        extra |= {"spec_name": "TieringOffloadingSpec", "secondary_tiers": tier_config(args)}
+    return kwargs
+
+
+def tier_stats(llm, args) -> dict:
+    _, manager = offloading_manager(llm)
+    tiers = getattr(manager, "secondary_tiers", [])
+    if args.tier == "hkv" and tiers:
+        return tiers[0].stats()
+    if args.tier == "fs":
+        files = [p for p in Path(args.disk_dir).rglob("*") if p.is_file()]
+        return {"files": len(files), "file_bytes": sum(p.stat().st_size for p in files)}
+    return {}
+
+
+def run_pass(llm, w: Workload, sessions, waves) -> tuple[float, list[dict]]:
+    rows = []
+    start = time.perf_counter()
+    for wave in waves:
+        prompts, params = wave_requests(w, sessions, wave, False)
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        for (session, turn), out in zip(wave, outputs, strict=True):
+            rows.append(
+                {
+                    "session": session,
+                    "turn": turn,
+                    "prompt_len": sessions[session].prompt_lens[turn],
+                    "ttft_s": getattr(out.metrics, "first_token_latency", None),
+                    "cached_tokens": out.num_cached_tokens or 0,
+                    "output": list(out.outputs[0].token_ids),
+                }
+            )
+    return time.perf_counter() - start, rows
+
+
+def summarize(wall_s: float, rows: list[dict]) -> dict:
+    ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
+    prompt = sum(r["prompt_len"] for r in rows)
+    later = [r for r in rows if r["turn"] > 0]
+    return {
+        "wall_s": wall_s,
+        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else None,
+        "cached_share": sum(r["cached_tokens"] for r in rows) / prompt,
+        "cached_share_later": sum(r["cached_tokens"] for r in later)
+        / max(1, sum(r["prompt_len"] for r in later)),
+        "requests": len(rows),
+    }
+
+
+def run(args, result: dict) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # block hashes stable across processes
+    if args.tier != "none" and not args.keep_dir:
+        shutil.rmtree(args.disk_dir, ignore_errors=True)
+    parameters = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    parameters.pop("out", None)
+    result |= provenance("python -m bench.vllm_gpu.disk run", parameters, packages=("hkv", "vllm"))
+    from vllm import LLM
+
+    from hkv.integrations.vllm import register
+
+    register()  # vLLM 0.26 finds the tier by its registered name
+    w = VARIANTS[args.variant]
+    sessions, waves = build_sessions(w)
+    t0 = time.perf_counter()
+    llm = LLM(**kwargs_for(args))
+    result["t_engine_init_s"] = time.perf_counter() - t0
+    result["tier_at_start"] = tier_stats(llm, args)
+    warm_up(llm, w)
+    result["passes"] = []
+    for _ in range(args.passes):
+        wall_s, rows = run_pass(llm, w, sessions, waves)
+        result["passes"].append({"summary": summarize(wall_s, rows), "requests": rows})
+        result["tier"] = tier_stats(llm, args)
+        print("SUMMARY", args.tier, args.variant, json.dumps(result["passes"][-1]["summary"]))
+        write_json(args.out, result)
+    result["status"] = "done"
+    write_json(args.out, result)
+
+
+def fold(files: list[Path], out: Path) -> None:
+    """The runs as one small file: per run its settings, summaries and tier counts, and per
+    request only what the restart check needs (outputs are compared, not kept)."""
+    runs = []
+    for path in files:
+        data = json.loads(path.read_text())
+        outputs = [[r["output"] for r in p["requests"]] for p in data.get("passes", [])]
+        runs.append(
+            {
+                "file": path.name,
+                "parameters": data.get("parameters"),
+                "status": data.get("status"),
+                "error": (data.get("error") or "")[-600:] or None,
+                "t_engine_init_s": data.get("t_engine_init_s"),
+                "tier_at_start": data.get("tier_at_start"),
+                "tier": data.get("tier"),
+                "summaries": [p["summary"] for p in data.get("passes", [])],
+                "ttft_s": [[r["ttft_s"] for r in p["requests"]] for p in data.get("passes", [])],
+                "outputs": outputs,
+            }
+        )
+    first = json.loads(files[0].read_text())
+    write_json(out, {"provenance": first.get("provenance"), "runs": runs})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.vllm_gpu.disk")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    one = sub.add_parser("run")
+    one.add_argument("--tier", choices=("none", "fs", "hkv"), required=True)
+    one.add_argument("--variant", choices=tuple(VARIANTS), default="anchor")
+    one.add_argument("--cpu-gib", type=float, default=8.0)
+    one.add_argument("--disk-gib", type=float, default=32.0)
+    one.add_argument("--disk-dir", type=Path, default=Path("/tmp/hkv_disk_tier"))
+    one.add_argument("--admission", choices=("cost", "all"), default="cost")
+    one.add_argument("--gpu-kv-gib", type=float, default=4.0)
+    one.add_argument("--passes", type=int, default=1)
+    one.add_argument("--keep-dir", action="store_true", help="reuse what --disk-dir holds")
+    one.add_argument("--model", type=Path, default=default_model())
+    one.add_argument("--out", type=Path, required=True)
+    folded = sub.add_parser("fold")
+    folded.add_argument("files", type=Path, nargs="+")
+    folded.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.mode == "fold":
+        fold(args.files, args.out)
+        return 0
+    result: dict = {}
+    code = 0
+    try:
+        run(args, result)
+    except BaseException:
+        traceback.print_exc()
+        write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})
+        code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # vLLM's teardown is slow and can hang on exit; results are written
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
