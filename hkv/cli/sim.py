@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hkv.blocks import Tier
+from hkv.cli.sim_disk import add_disk_arguments, check_disk_arguments, run_disk, uses_disk
 from hkv.errors import HkvError, shown
 from hkv.outputs import check_output
 
@@ -86,14 +87,15 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--store",
         choices=["per_block", "per_request"],
-        default="per_block",
-        help="per_block: DESIGN §2 semantics; per_request: like vLLM's CPU tier",
+        default=None,
+        help="per_block: DESIGN §2 semantics (default); per_request: like vLLM's CPU tier",
     )
     parser.add_argument(
         "--config", metavar="FILE", help="HybridKVCacheConfig (.py/.json/.yaml) for modality_aware"
     )
     add_profile_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    add_disk_arguments(parser)
     parser.set_defaults(handler=run_simulate)
     return parser
 
@@ -107,6 +109,7 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     check_count("--capacity-blocks", args.capacity_blocks, MAX_CAPACITY_BLOCKS)
     check_count("--store-threshold", args.store_threshold, MAX_CAPACITY_BLOCKS)
+    check_disk_arguments(args)
     if args.policy != "all":
         get_policy_class(args.policy)  # fail on a bad name before reading the trace
     trace = load_replay_trace(args.trace, args.block_tokens)
@@ -121,6 +124,8 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         from hkv.planning.config import HybridKVCacheConfig
 
         config = HybridKVCacheConfig.from_file(args.config)
+    if uses_disk(args):
+        return run_disk(args, trace, cost_model, config, out)
     results = simulate(
         trace,
         args.policy,
@@ -129,7 +134,7 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         config=config,
         tier=TIERS[args.tier],
         store_threshold=args.store_threshold,
-        store=args.store,
+        store=args.store or "per_block",
     )
     rows = [r.to_dict() for r in results]
     if args.json:
