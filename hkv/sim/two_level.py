@@ -11,16 +11,20 @@ hkv's disk tier (`HkvDiskTier`), replayed one request at a time in trace order:
   vLLM's `CPUOffloadingManager` stores them with an hkv policy (`VllmTier`: one all-or-nothing
   eviction). When that store fails, nothing is promoted and the prefix ends at its first disk hit.
 - Write-through: every block the request newly stored in the CPU tier is offered to the disk
-  tier, in prefix order; promoted blocks are not (they are on disk already), and a block still
-  on disk is touched rather than written again. A disk hit touches its block there too.
+  tier, in prefix order; promoted blocks are not (they are on disk already), nor is a block
+  still on disk written again. A disk hit touches its block there (`HkvDiskTier` touches what it
+  reads; vLLM 0.26, not 0.32, also touches a request's whole prompt in every tier).
 - Admission, shared with `HkvDiskTier`: with `admission="cost"` the disk tier takes a request's
   blocks only when its prompt reaches `CostModel.disk_crossover_tokens(block_tokens)`, the
   shortest prefix that loads from disk faster than it recomputes; `"all"` takes every block
   (vLLM's own `fs` tier). What the rule refuses counts in `disk_refused`.
 - The disk tier is bounded by bytes: it holds `disk_bytes // chunk_bytes` blocks (`chunk_bytes`:
   a full block's KV), so no mix of blocks passes the bound, under an hkv policy (default
-  `cost_aware`) that sees `tier=DISK` metas, block by block: `admit`, one eviction never of the
-  request's own blocks, `insert`.
+  `cost_aware`) that sees `tier=DISK` metas. As `HkvDiskTier`'s store does, a request's new
+  blocks are written together: one `evict(n)` for the room they need, then `insert` each;
+  where the policy cannot evict `n`, the free slots take the first ones and the rest are
+  refused (`disk_store_failed`). The policy's `admit` is not asked: the tier's admission is the
+  cost rule above.
 - Costs (`CostModel`): a CPU hit saves its recompute seconds minus its load from host memory, a
   disk hit its recompute seconds minus its load from disk (through host staging). vLLM loads
   every hit it finds, so a disk hit slower than recomputing saves a negative amount: that is
@@ -81,7 +85,6 @@ class TwoLevelResult:
     disk_peak_bytes: int
     disk_evictions: int
     disk_refused: int
-    disk_declined: int
     disk_store_failed: int
     cpu_inserts: int
     cpu_evictions: int
@@ -140,19 +143,16 @@ class _Prices:
 
 
 class _DiskTier:
-    """The disk tier: `policy` bounded to whole chunks, the bytes of what it holds, and the
-    admission rule (a request reaches the disk when its prompt has `min_prompt_tokens`; None:
-    never)."""
+    """The disk tier as `HkvDiskTier`'s store keeps it (`hkv.storage.disk_store`): `policy` over
+    whole chunks, the bytes of what it holds, and the admission rule (a request reaches the disk
+    when its prompt has `min_prompt_tokens`; None: never)."""
 
     def __init__(self, policy: EvictionPolicy, bound_bytes: int, min_prompt_tokens: int | None):
-        self.policy, self.bound_bytes, self.min_prompt_tokens = (
-            policy,
-            bound_bytes,
-            min_prompt_tokens,
-        )
+        self.policy, self.bound_bytes = policy, bound_bytes
+        self.min_prompt_tokens = min_prompt_tokens
         self.bytes_of: dict[Hashable, int] = {}  # resident key -> its bytes
         self.resident_bytes = self.peak_bytes = self.bytes_written = 0
-        self.written = self.evictions = self.refused = self.declined = self.failed = 0
+        self.written = self.evictions = self.refused = self.failed = 0
 
     def __contains__(self, key: object) -> bool:
         return key in self.bytes_of
@@ -162,42 +162,38 @@ class _DiskTier:
         return floor is not None and request.input_length >= floor
 
     def write(self, request: Request, offered: list[tuple[Hashable, BlockMeta, int]]) -> None:
-        """Offer `(key, disk meta, bytes)` of `request`'s newly cached blocks, in prefix order."""
+        """Offer `(key, disk meta, bytes)` of `request`'s newly cached blocks, in prefix order:
+        the ones not on disk get slots, the policy evicting what they need in one call; where it
+        cannot, they take the free slots and the rest are refused from the tail."""
         if not self.admits(request):
             self.refused += len(offered)
             return
-        policy, bytes_of = self.policy, self.bytes_of
-        admit = None if policy.admits_everything else policy.admit
-        ids = request.hash_ids
-        protected = frozenset(ids)
-        num_mine = sum(1 for key in protected if key in bytes_of)
-        for key, meta, nbytes in offered:
-            if key in bytes_of:
-                policy.touch(key)
-                continue
-            if admit is not None and not admit(key, meta):
-                self.declined += 1
-                continue
-            if len(bytes_of) >= policy.capacity_blocks and not self._evict_one(num_mine, protected):
-                self.failed += 1
-                continue
-            policy.insert(key, meta)
+        bytes_of = self.bytes_of
+        new = list(
+            {key: (key, meta, n) for key, meta, n in offered if key not in bytes_of}.values()
+        )
+        capacity = self.policy.capacity_blocks
+        need = len(new) - (capacity - len(bytes_of))
+        if need > 0 and not self._evict(need):
+            free = capacity - len(bytes_of)
+            self.failed += len(new) - free
+            new = new[:free]
+        for key, meta, nbytes in new:
+            self.policy.insert(key, meta)
             bytes_of[key] = nbytes
-            num_mine += 1
-            self.written += 1
             self.bytes_written += nbytes
             self.resident_bytes += nbytes
-            self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
+        self.written += len(new)
+        self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
 
-    def _evict_one(self, num_mine: int, protected: frozenset) -> bool:
-        """Evict one block not of the request (`protected`); False when none can go."""
-        if num_mine >= len(self.bytes_of):  # all the request's own: no victim, skip the scan
-            return False
-        victims = self.policy.evict(1, protected)
+    def _evict(self, n: int) -> bool:
+        """Evict `n` blocks (none is pinned: promotions have finished); False if it cannot."""
+        victims = self.policy.evict(n)
         if victims is None:
             return False
-        self.resident_bytes -= self.bytes_of.pop(victims[0])
-        self.evictions += 1
+        for key in victims:
+            self.resident_bytes -= self.bytes_of.pop(key)
+        self.evictions += n
         return True
 
 
@@ -314,7 +310,6 @@ class TwoLevelReplay:
             disk_peak_bytes=disk.peak_bytes,
             disk_evictions=disk.evictions,
             disk_refused=disk.refused,
-            disk_declined=disk.declined,
             disk_store_failed=disk.failed,
             elapsed_s=time.perf_counter() - self.start,
             **self.counts,
