@@ -145,6 +145,18 @@ def test_all_admission_writes_more_than_cost_admission():
     assert cost.disk_refused > 0 == everything.disk_refused
 
 
+def test_a_request_with_more_new_chunks_than_the_disk_keeps_its_head():
+    # as HkvDiskTier's store: the room is evicted in one call or not at all; when not, the free
+    # slots take the head of the request and the tail is refused
+    result = run((1, 2, 3), (4, 5, 6), cpu=3, disk_blocks=2)
+    assert result.disk_blocks_written == 2 and result.disk_store_failed == 1 + 3
+    assert result.disk_evictions == 0
+    # with room for all but two, lru evicts 1 and 2: the head of (1, 2, 3) is gone, so 3 on
+    # disk is no hit, and the next store evicts 3 and 4 for 1 and 2
+    result = run((1, 2, 3), (4, 5, 6), (1, 2, 3), cpu=3, disk_blocks=4)
+    assert result.disk_hits == 0 and result.disk_evictions == 4
+
+
 def test_a_disk_smaller_than_one_chunk_holds_nothing():
     result = run((1, 2, 3), (4, 5, 6), (1, 2, 3), cpu=3, disk_blocks=0)
     assert result.disk_capacity_blocks == 0 and result.disk_blocks_written == 0
