@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta
@@ -82,28 +82,38 @@ class ARCPolicy(QueuePolicy):
         super().after_request(stored, [key for key in reused if key in self])
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        return self.evict_chains(n, protected, None)
+
+    def evict_chains(
+        self, n: int, protected: Collection[Key], stand_in: Callable[[Key, Collection[Key]], Key]
+    ) -> list[Key] | None:
+        """`evict` with chains (`EvictionPolicy.evict_chains`; None: plain `evict`): a block of
+        a chain stays the candidate until its chain's deeper blocks are taken and it is taken
+        itself, whichever list the target would draw from meanwhile (vLLM's arc has no chains:
+        its running requests' blocks leave T1 in insertion order, head first)."""
         if n <= 0:
             return []
-        t1_left = _evictable(self._t1, protected)
-        t2_left = _evictable(self._t2, protected)
-        chosen: list[tuple[Key, bool]] = []  # (key, from_t1)
+        chosen: dict[Key, bool] = {}  # key -> from_t1
+        t1_left = _evictable(self._t1, protected, chosen)
+        t2_left = _evictable(self._t2, protected, chosen)
         t1_size = len(self._t1)
+        held = None  # a chain's block whose deeper blocks are still being given up
         for _ in range(n):
-            key = None
-            if t1_size >= int(self.target_t1_blocks):
+            key = held
+            if key is None and t1_size >= int(self.target_t1_blocks):
                 key = next(t1_left, None)
-                from_t1 = key is not None
             if key is None:
                 key = next(t2_left, None)
-                from_t1 = False
             if key is None:
                 key = next(t1_left, None)
-                from_t1 = True
             if key is None:
                 return None
+            victim = key if stand_in is None else stand_in(key, chosen)
+            held = key if victim != key else None
+            from_t1 = victim in self._t1
             t1_size -= from_t1
-            chosen.append((key, from_t1))
-        for key, from_t1 in chosen:
+            chosen[victim] = from_t1
+        for key, from_t1 in chosen.items():
             if from_t1:
                 del self._t1[key]
                 self._b1[key] = None
@@ -113,9 +123,13 @@ class ARCPolicy(QueuePolicy):
         for ghost in (self._b1, self._b2):
             while len(ghost) > self.capacity_blocks:
                 ghost.popitem(last=False)
-        return [key for key, _ in chosen]
+        return list(chosen)
 
 
-def _evictable(queue: OrderedDict[Key, BlockMeta], protected: Collection[Key]) -> Iterator[Key]:
-    """Keys of `queue` from its LRU end that are neither protected nor pinned."""
-    return (k for k, meta in queue.items() if k not in protected and not meta.pinned)
+def _evictable(
+    queue: OrderedDict[Key, BlockMeta], protected: Collection[Key], chosen: dict[Key, bool]
+) -> Iterator[Key]:
+    """Keys of `queue` from its LRU end that are neither protected, pinned nor chosen."""
+    return (
+        k for k, meta in queue.items() if k not in protected and k not in chosen and not meta.pinned
+    )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, islice
 from operator import attrgetter
@@ -197,6 +197,23 @@ class EvictionPolicy(ABC):
     def notes_misses(self) -> bool:
         """Whether `note_misses` does anything (callers on a hot path skip it otherwise)."""
         return type(self).note_misses is not EvictionPolicy.note_misses
+
+    def evict_chains(
+        self, n: int, protected: Collection[Key], stand_in: Callable[[Key, Collection[Key]], Key]
+    ) -> list[Key] | None:
+        """`evict`, where some resident blocks belong to chains still being stored (a running
+        request's blocks in vLLM 0.33): when the eviction order reaches a block `key`, the block
+        given up is `stand_in(key, taken)` (`taken`: those chosen so far), the deepest evictable
+        block of `key`'s chain, until `key` itself is; so a chain leaves tail first, at the rank
+        of its first block in the eviction order (vLLM's lru ranks a running request's blocks
+        as one group, deepest first). Optional: the default ignores chains, and the order of a
+        request's blocks is then set when it ends (`after_request`)."""
+        return self.evict(n, protected)
+
+    @property
+    def ranks_chains(self) -> bool:
+        """Whether `evict_chains` ranks chains (callers skip keeping them otherwise)."""
+        return type(self).evict_chains is not EvictionPolicy.evict_chains
 
     def refresh_all(self, keys: Iterable[Key]) -> None:  # noqa: B027 (optional: see below)
         """Re-rank resident `keys`, in order, as if just stored, without counting a reference

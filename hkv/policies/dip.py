@@ -9,7 +9,7 @@ from itertools import repeat
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import Key
+from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.queue import QueuePolicy
 
 _PSEL_MAX = 1023
@@ -46,6 +46,9 @@ class DIPPolicy(QueuePolicy):
     groups: int = 4
     tail_first: bool = True
     name = "dip"
+    # No running chains (issue 37): the cold queue leaves newest first, so a chain's first
+    # block in that order is its newest; a request's blocks are ordered when it ends.
+    evict_chains = EvictionPolicy.evict_chains
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
         """`tail_first` (the default, as for every policy): a request's chains

@@ -11,7 +11,7 @@ from operator import itemgetter
 import numpy as np
 
 from hkv.blocks import BlockMeta, Modality
-from hkv.policies.base import Key, check_float, check_int
+from hkv.policies.base import EvictionPolicy, Key, check_float, check_int
 from hkv.policies.queue import QueuePolicy
 
 _DEPTHS, _COUNTS, _GAPS = 8, 4, 8
@@ -76,6 +76,9 @@ class PredictivePolicy(QueuePolicy):
     update_every: int = 512
     window: int = 16
     name = "predictive"
+    # No running chains (issue 37): its queues are reuse-distance buckets, not recency; a
+    # request's blocks are ordered when it ends (`after_request`).
+    evict_chains = EvictionPolicy.evict_chains
 
     def validate(self) -> None:
         check_float(self.name, "horizon_factor", self.horizon_factor, 0.0, 64.0, open_low=True)

@@ -11,7 +11,7 @@ blocks), and the checks of a bulk insert. A subclass sets `self._queues` in `res
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, filterfalse
 
@@ -78,6 +78,33 @@ class QueuePolicy(EvictionPolicy):
         for queue, keys in picks:
             deque(map(queue.__delitem__, keys), maxlen=0)
         return picks[0][1] if len(picks) == 1 else [key for _, keys in picks for key in keys]
+
+    def evict_chains(
+        self, n: int, protected: Collection[Key], stand_in: Callable[[Key, Collection[Key]], Key]
+    ) -> list[Key] | None:
+        """`evict` with chains (`EvictionPolicy.evict_chains`): a block of a chain stays the
+        candidate until its chain's deeper blocks are taken and it is taken itself."""
+        if n <= 0:
+            return []
+        taken: dict[Key, None] = {}
+        orders = (order for _, order in self._eviction_order())
+        for key in filterfalse(protected.__contains__, chain.from_iterable(orders)):
+            while key not in taken:
+                victim = stand_in(key, taken)
+                if self._is_pinned(victim):
+                    return self._evict_unpinned(n, protected)  # chains aside (vLLM never pins)
+                taken[victim] = None
+                if len(taken) == n:
+                    deque(map(self.remove, taken), maxlen=0)
+                    return list(taken)
+        return None
+
+    def _is_pinned(self, key: Key) -> bool:
+        for queue in self._queues:
+            meta = queue.get(key)
+            if meta is not None:
+                return meta.pinned
+        raise KeyError(f"{self.name}: {key!r} is not resident")
 
     def _evict_unpinned(self, n: int, protected: Collection[Key]) -> list[Key] | None:
         """`evict` when a candidate is pinned (the block manager pins; vLLM never does)."""
