@@ -46,7 +46,7 @@ test-vllm033: setup  ## the vLLM adapter's contract tests against vLLM 0.33.0's 
 	  $(BIN)/python -m pip install -q --no-deps --target .vllm033 vllm==0.33.0
 	PYTHONPATH=.vllm033 $(BIN)/python -c 'import vllm; print("vllm", vllm.__version__, vllm.__file__)'
 	PYTHONPATH=.vllm033 $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
-	  tests/test_vllm_adapter.py tests/test_vllm_tier.py \
+	  tests/test_vllm_adapter.py tests/test_vllm_tier.py tests/test_vllm_running_chains.py \
 	  tests/test_vllm_serve_cpu.py::test_a_served_requests_spans_reach_hkv_as_the_offloading_scheduler_passes_them
 
 peers: setup  ## the third-party vLLM policies bench.policy_suite compares with, into .peers/

@@ -25,11 +25,12 @@ What the adapter adds to the policy (the package docstring says how vLLM finds i
   the most recent and the policy gives up chains from the tail. hkv's replay
   (`store="per_request"`) makes the same call, which is what lets the simulator predict the
   adapter inside vLLM.
-- vLLM 0.33's `on_request_access` (a running request's keys as it first shows them) is left
-  to vLLM's no-op: hkv counts one access per request, at its end, as its simulator does. 0.33's
-  own lru uses the hook to rank a running request's blocks provisionally, so `hkv_lru` and
-  0.33's lru can differ while requests overlap; on whole requests one after another they hit
-  alike (`tests/test_vllm_adapter.py`).
+- A running request's blocks (vLLM 0.33, which passes the request and its key positions to
+  `insert` and `on_request_access`) go deepest first, at the rank of the request's oldest
+  block, as 0.33's lru ranks them: a prefix still being stored keeps its head (`chains`; for
+  the policies that rank chains, `EvictionPolicy.evict_chains`). The resident blocks a running
+  request reuses join its chain and are re-ranked when it first shows them, not referenced:
+  hkv still counts one access per request, at its end, as its simulator does.
 - Hyperparameters: `hkv_policy_params` in the connector's extra config (`settings`).
 """
 
@@ -47,6 +48,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 from hkv.blocks import BlockMeta, Tier
 from hkv.errors import HkvError
+from hkv.integrations.vllm.chains import Chains
 from hkv.integrations.vllm.compat026 import touch_request
 from hkv.integrations.vllm.request import block_meta, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
@@ -96,6 +98,8 @@ class HkvCachePolicy(CachePolicy):
             **self.settings.get("policy_params", {}),
         )
         self.admits_all = self.policy.admits_everything  # then no `admit` call per insert
+        self.ranks_chains = self.policy.ranks_chains
+        self.chains = Chains(self.busy)  # running requests' blocks (vLLM 0.33: `chains`)
         # A policy that reads no metadata gets one shared meta: no position or modality is
         # worked out for its blocks, at lookup or at insert.
         self.shared_meta = (
@@ -117,6 +121,18 @@ class HkvCachePolicy(CachePolicy):
         if chunk.ref_cnt:  # -1: vLLM inserts a chunk before writing it
             self.busy.add(key)
         self._hand_over([key], req_context)
+        if self.ranks_chains and req_context is not None and key not in self.bypassed:
+            self._join_chain([key], req_context)
+
+    def _join_chain(self, keys: list[Any], req_context) -> list[Any]:
+        """The keys, each at its position, join their running request's chain; those that
+        did (none without positions)."""
+        get = getattr(req_context, "get_offload_key_position", None)
+        chain = self.chains.of_request(req_context) if get is not None else None
+        if chain is None:
+            return []
+        join = self.chains.join
+        return [key for key in keys if (end := get(key)) is not None and join(key, end, chain)]
 
     def sync(self) -> None:
         """Tell the policy of the chunks vLLM inserted since its last decision, in order.
@@ -167,6 +183,7 @@ class HkvCachePolicy(CachePolicy):
             self.synced -= 1
         self.busy.discard(key)
         self.bypassed.pop(key, None)
+        self.chains.leave((key,))
         self.policy.remove(key)
 
     def touch(self, keys: Iterable[Any], req_context=None) -> None:
@@ -179,6 +196,8 @@ class HkvCachePolicy(CachePolicy):
             touch_request(self, keys, req_context)
             return
         self.sync()
+        if self.chains.chain_of:  # ranked on their own now, as vLLM's lru ranks a touch
+            self.chains.leave(keys)
         chunks, policy = self.chunks, self.policy
         if self.busy.isdisjoint(keys):  # no chunk being written (those are busy): one run, in C
             policy.touch_all(keys[::-1])
@@ -223,6 +242,19 @@ class HkvCachePolicy(CachePolicy):
             for key, meta in misses:  # a key again: a later request's offer, asked afresh
                 decided[key] = admit(key, meta)
 
+    def on_request_access(self, keys: Iterable[Any], req_context) -> None:
+        """vLLM 0.33: keys a running request shows for the first time. The resident ones join
+        its chain and are re-ranked now, tail first (`refresh_all`: not a reference, which is
+        counted at the request's end), as vLLM's lru raises them to the request's rank: a
+        prefix the request reuses then outlives the tail it stores."""
+        if not self.ranks_chains:
+            return
+        self.sync()
+        policy = self.policy
+        joined = self._join_chain([key for key in keys if key in policy], req_context)
+        if joined:
+            policy.refresh_all(joined[::-1])
+
     def on_request_finished(
         self, key_groups: Sequence[Sequence[Any]], insertion_only_keys, reused_keys, req_context
     ) -> None:
@@ -244,6 +276,8 @@ class HkvCachePolicy(CachePolicy):
         stored = [k for k in ordered if k in insertion_only_keys]
         reused = [k for k in ordered if k not in insertion_only_keys]
         self.policy.after_request(stored, reused)
+        if self.chains.chain_of:
+            self.chains.finish(req_context)
 
     def evict(self, n: int, protected):
         if n <= 0:
@@ -254,18 +288,43 @@ class HkvCachePolicy(CachePolicy):
         busy = self.busy
         added = (self.chunks.keys() & _as_set(protected)) - busy if protected else ()
         busy.update(added)
+        first: list[Any] = []
         try:
-            first = self._bypassed_victims(n, busy) if self.bypassed else []
-            rest = self.policy.evict(n - len(first), busy) if len(first) < n else []
+            first = self._first_victims(n, busy)
+            busy.update(first)  # the policy picks the others
+            rest = self._policy_evict(n - len(first), busy) if len(first) < n else []
         finally:
             busy.difference_update(added)
+            busy.difference_update(first)
         if rest is None:
             return None  # nothing changed: the policy refused and no bypassed key was taken
         for key in first:
-            del self.bypassed[key]
+            if key in self.bypassed:
+                del self.bypassed[key]
+            else:
+                self.policy.remove(key)
+        if first and self.chains.chain_of:
+            self.chains.leave(first)
         victims = first + rest if first else rest
         self.synced -= len(victims)
         return list(zip(victims, map(self.chunks.pop, victims), strict=True))
+
+    def _first_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
+        """Blocks that go before the policy's choice: those it declined, then stale chains'."""
+        first = self._bypassed_victims(n, unevictable) if self.bypassed else []
+        if self.chains.stale and len(first) < n:
+            first += self.chains.stale_victims(n - len(first))
+        return first
+
+    def _policy_evict(self, n: int, unevictable: set[Any]) -> list[Any] | None:
+        """The policy's victims; a running request's blocks go deepest first (`chains`)."""
+        chains = self.chains
+        if not chains.chain_of:
+            return self.policy.evict(n, unevictable)
+        victims = self.policy.evict_chains(n, unevictable, chains.stand_ins())
+        if victims:
+            chains.evicted(victims)
+        return victims
 
     def _bypassed_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
         """Up to `n` evictable blocks that the policy declined, oldest first."""
@@ -285,6 +344,7 @@ class HkvCachePolicy(CachePolicy):
         self.pending_meta.clear()
         self.decided.clear()
         self.touched_requests.clear()
+        self.chains.clear()
         self.policy.clear()
 
     def meta(self, key, req_context) -> BlockMeta:
