@@ -26,6 +26,7 @@ class FlagConflict(HkvError):
 
     def __init__(self, first: str, second: str, reason: str):
         self.flags = (first, second)
+        self.reason = reason
         super().__init__(f"{first} conflicts with {second}: {reason}")
 
 

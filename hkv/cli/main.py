@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from hkv.cli import sim as cli_sim
-from hkv.errors import HkvError, one_line, shown
+from hkv.errors import FlagConflict, HkvError, one_line, shown
 from hkv.planning.sizes import GIB
 
 
@@ -105,6 +105,11 @@ def add_flags_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default=None, help="model, if the line after -- has none")
     p.add_argument("--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this)")
+    p.add_argument("--disk-size", default=None, help="hkv's disk tier behind the CPU tier: GiB")
+    p.add_argument("--disk-dir", default=None, help="the disk tier's directory (with --disk-size)")
+    p.add_argument("--disk-policy", default=None, help="the disk tier's policy (cost_aware)")
+    p.add_argument("--disk-admission", default=None, help="cost (default) or all")
+    p.add_argument("--disk-profile", default=None, help="an hkv calibrate JSON for the tier")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("seed_flags", nargs=argparse.REMAINDER, help="-- then the article's flags")
     p.set_defaults(handler=_run_flags)
@@ -112,7 +117,16 @@ def add_flags_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run_flags(args: argparse.Namespace) -> None:
     from hkv.planning.flags import translate
+    from hkv.planning.offload_spec import disk_tier
 
+    disk = None
+    if args.disk_size is not None:
+        disk = disk_tier(args.disk_size, args.disk_dir, policy=args.disk_policy,
+                         admission=args.disk_admission, profile=args.disk_profile)  # fmt: skip
+    else:
+        given = [f for f in ("dir", "policy", "admission", "profile") if getattr(args, f"disk_{f}")]
+        if given:
+            raise HkvError(f"--disk-{given[0]}: given without --disk-size; add the tier's size")
     argv = list(args.seed_flags)
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -120,13 +134,14 @@ def _run_flags(args: argparse.Namespace) -> None:
         raise HkvError("hkv flags: give the vllm flags after `--`, e.g. hkv flags -- --model X ...")
     if args.model is not None:
         argv = ["--model", args.model, *argv]
-    _emit(translate(argv, cpu_ram_gib=args.cpu_ram).to_dict(), args.json, render_flags)
+    _emit(translate(argv, cpu_ram_gib=args.cpu_ram, disk=disk).to_dict(), args.json, render_flags)
 
 
 def render_flags(t: dict[str, Any]) -> str:
     lines = [t["command"]]
     lines += [f"# dropped {d['flag']}: {d['reason']}" for d in t["dropped"]]
     lines += [f"# {d['flag']} -> {d['to']}" for d in t["translated"]]
+    lines += [f"# note: {n}" for n in t["notes"]]
     lines += [f"# warning: {w}" for w in t["warnings"]]
     return "\n".join(lines)
 
@@ -187,6 +202,8 @@ FIELD_ALIASES = {
     "gpu_mem_gib": "gpu_mem",
     "cpu_ram_gib": "cpu_ram",
     "offload_gib": "offload_size",
+    "offload_percent": "offload_percent",
+    "disk_bytes": "disk_size",
     "block_tokens": ("block_size", "block_tokens"),
     "num_sessions": "sessions",
     "config file": "hybrid_kv_cache_config",
@@ -204,7 +221,11 @@ def flag_for(parser: argparse.ArgumentParser, field: str) -> str | None:
 
 
 def user_message(parser: argparse.ArgumentParser, exc: HkvError) -> str:
-    """`exc`'s one line, its leading field replaced by the flag that set it."""
+    """`exc`'s one line, its leading field (both fields of a conflict) replaced by the flag
+    that set it."""
+    if isinstance(exc, FlagConflict):
+        first, second = (flag_for(parser, field) or field for field in exc.flags)
+        return " ".join(f"{first} conflicts with {second}: {exc.reason}".split())
     message = " ".join(str(exc).split())
     field, sep, rest = message.partition(": ")
     flag = flag_for(parser, field) if sep else None

@@ -4,9 +4,11 @@ The article mixes real vLLM flags with `--enable-hybrid-kv-cache` and five
 `--hybrid-kv-cache-*` flags that no vLLM release has. `translate(argv)` reads both kinds and
 returns the vLLM 0.33 arguments that do what they meant:
 
-- offloading to CPU becomes `--kv-offloading-size GiB --kv-offloading-backend native` when vLLM's
-  own LRU is wanted, or `--kv-transfer-config` with vLLM's `OffloadingConnector` whose
-  `eviction_policy` / `cache_policy_module_path` name an hkv policy (`hkv.integrations.vllm`);
+- offloading becomes an `OffloadSpec` (`hkv.planning.offload_spec`, whose sizing rules and
+  defaults `hkv plan` shares) and from it `--kv-offloading-size GiB --kv-offloading-backend
+  native` when vLLM's own LRU is wanted, or `--kv-transfer-config` with vLLM's
+  `OffloadingConnector` naming an hkv policy; with a disk tier (`translate(disk=...)`), vLLM's
+  tiering config with hkv's disk tier and `PYTHONHASHSEED=0` before `vllm serve`;
 - settings with no vLLM counterpart are listed in `dropped` with the reason;
 - contradictory flags raise `FlagConflict`, naming both flags.
 
@@ -16,7 +18,6 @@ tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.p
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,7 +25,17 @@ from typing import Any
 from hkv.errors import ConfigError, FlagConflict, HkvError, shorten
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
 from hkv.planning.model_spec import ModelSpec
-from hkv.planning.plan import GIB, HOST_RAM_FRACTION, PlanInputs, detected_host_ram_gib, plan
+from hkv.planning.offload_spec import (
+    DEFAULT_POLICY,
+    STABLE_HASH_ENV,
+    STABLE_HASH_NOTE,
+    DiskTierSpec,
+    OffloadSpec,
+    SizeNames,
+    check_size_and_percent,
+    check_size_fits_ram,
+)
+from hkv.planning.plan import GIB, VLLM_BLOCK_TOKENS, PlanInputs, detected_host_ram_gib, plan
 from hkv.planning.plan_inputs import check_gib
 from hkv.planning.sizes import parse_size
 from hkv.planning.vllm_flags import (
@@ -36,23 +47,12 @@ from hkv.planning.vllm_flags import (
 )
 from hkv.policies import online_policy_class
 
-VLLM_NATIVE_POLICIES = ("lru", "arc")
-"""Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
-
-DEFAULT_POLICY = "auto"
-"""What offloading runs when neither `--hybrid-kv-cache-policy` nor a config file names a
-policy: hkv's `auto`, the one policy of the suite within half a point of the best of vLLM's
-options and the published peers in every cell (README, "Which policy")."""
-
 COST_WEIGHT_POLICIES = ("cost_aware", "modality_aware")
 """Policies that read per-modality cost weights; the others would silently ignore them."""
 
-ADAPTER_MODULE = "hkv.integrations.vllm"
-
-
-def adapter_class_name(policy: str) -> str:
-    """The class name vLLM's `eviction_policy` must hold to load hkv policy `policy`."""
-    return f"hkv_{policy}"
+SIZE_FLAG = "--hybrid-kv-cache-cpu-offload-size"
+PERCENT_FLAG = "--hybrid-kv-cache-cpu-offload-percent"
+CONFIG_FLAG = "--hybrid-kv-cache-config"
 
 
 @dataclass
@@ -64,11 +64,14 @@ class Translation:
     dropped: list[dict[str, str]] = field(default_factory=list)
     translated: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def command(self) -> str:
-        """The `vllm serve` line: the model positional, as `vllm serve` wants it."""
-        return serve_command(self.vllm_args)
+        """The `vllm serve` line: the model positional, as `vllm serve` wants it, after the
+        environment it needs (`env`)."""
+        return serve_command(self.vllm_args, self.env)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -85,7 +88,8 @@ def try_translate(argv: list[str], **kwargs: Any) -> Translation | HkvError:
 
 
 class _Translator(RealFlagChecks):
-    def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib):
+    def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib, disk):
+        self.disk: DiskTierSpec | None = disk
         self.flags: dict[str, str | None] = {}
         for name, value in pairs:
             if name in self.flags:
@@ -147,9 +151,18 @@ class _Translator(RealFlagChecks):
         self.check_fp8_with_cold_quantization(config)
         self.drop_legacy_flags()
         if config is not None:
-            self.emit_offloading(config)
+            self.emit_offloading(self.offload_spec(config))
             self.out.hkv_config = config.to_dict()
         return self.out
+
+    def offload_spec(self, config: HybridKVCacheConfig) -> OffloadSpec:
+        return OffloadSpec(
+            cpu_bytes=self.offload_bytes(config),
+            block_tokens=self.number("--block-size", int) or VLLM_BLOCK_TOKENS,
+            policy=config.offload_strategy,
+            config=config,
+            disk=self.disk,
+        )
 
     def hybrid_config(self) -> HybridKVCacheConfig | None:
         """The `HybridKVCacheConfig` the hybrid flags describe, or None if none was given."""
@@ -157,9 +170,9 @@ class _Translator(RealFlagChecks):
         if unknown:
             raise HkvError(f"{unknown[0]}: no such flag; hkv knows {', '.join(HYBRID_FLAGS)}")
         given = [f for f in HYBRID_FLAGS if f in self.flags]
-        if not given:
+        if not given and self.disk is None:
             return None
-        if "--enable-hybrid-kv-cache" not in self.flags:
+        if given and "--enable-hybrid-kv-cache" not in self.flags:
             self.out.warnings.append(
                 f"{given[0]} given without --enable-hybrid-kv-cache; offloading enabled anyway"
             )
@@ -231,45 +244,70 @@ class _Translator(RealFlagChecks):
             )
         return weights
 
-    def offload_bytes(self) -> int:
-        """CPU tier size from the size and/or percent flags, checked against each other and RAM."""
-        size_text = self.value("--hybrid-kv-cache-cpu-offload-size")
-        percent = self.number("--hybrid-kv-cache-cpu-offload-percent")
+    def offload_bytes(self, config: HybridKVCacheConfig) -> int:
+        """CPU tier size from the size and percent flags or the config file's fields, by
+        `hkv.planning.offload_spec`'s rules."""
+        size, size_name = self.requested_size(config)
+        percent, percent_name = self.requested_percent(config)
+        ram_name = "--cpu-ram" if self.cpu_ram_gib is not None else "host RAM"
+        names = SizeNames(size_name, percent_name, ram_name)
+        from_percent = self.percent_bytes(percent, percent_name) if percent is not None else None
+        if size is not None and from_percent is not None:
+            check_size_and_percent(size, percent, from_percent, names)
+        if size is not None:
+            check_size_fits_ram(size, self.host_ram_gib()[0], names)
+            return size
+        return from_percent if from_percent is not None else self.overflow_bytes()
+
+    def requested_size(self, config: HybridKVCacheConfig) -> tuple[int | None, str]:
+        """The size from the flag or the file (the same when both give one), and its name."""
+        text = self.value(SIZE_FLAG)
         size = None
-        if size_text is not None:
-            size, note = parse_size(size_text, flag="--hybrid-kv-cache-cpu-offload-size")
+        if text is not None:
+            size, note = parse_size(text, flag=SIZE_FLAG)
             if note:
                 self.out.warnings.append(note)
+            if size == 0:
+                raise HkvError(f"{SIZE_FLAG}: got {text!r}; give a size above 0")
+        return self.agreeing(size, SIZE_FLAG, config.cpu_offload_bytes, "cpu_offload_bytes")
+
+    def requested_percent(self, config: HybridKVCacheConfig) -> tuple[float | None, str]:
+        percent = self.number(PERCENT_FLAG)
         if percent is not None and not 0 < percent <= 1:
             raise HkvError(
-                f"--hybrid-kv-cache-cpu-offload-percent: got {percent}; expected a fraction in "
-                "(0, 1], e.g. 0.4 for 40 % of the KV cache"
+                f"{PERCENT_FLAG}: got {percent}; expected a fraction in (0, 1], e.g. 0.4 for "
+                "40 % of the KV cache"
             )
-        from_percent = self.percent_bytes(percent) if percent is not None else None
-        both = size is not None and from_percent is not None
-        if both and abs(size - from_percent) > 0.01 * max(size, from_percent):
-            raise FlagConflict(
-                "--hybrid-kv-cache-cpu-offload-size",
-                "--hybrid-kv-cache-cpu-offload-percent",
-                f"the size says {size / GIB:.1f} GiB, the percent {percent:g} of this "
-                f"model's KV says {from_percent / GIB:.1f} GiB; give one of them",
-            )
-        if size is None and from_percent is None:
-            size = self.overflow_bytes()
-        chosen = size if size is not None else from_percent
-        self.check_host_ram(chosen, size is not None)
-        return chosen
+        return self.agreeing(
+            percent, PERCENT_FLAG, config.cpu_offload_percent, "cpu_offload_percent"
+        )
 
-    def percent_bytes(self, percent: float) -> int:
+    @staticmethod
+    def agreeing(flag_value: Any, flag: str, file_value: Any, field_name: str) -> tuple[Any, str]:
+        if file_value is None:
+            return flag_value, flag
+        if flag_value is None:
+            if field_name == "cpu_offload_bytes" and file_value == 0:
+                raise HkvError(f"{CONFIG_FLAG}: cpu_offload_bytes is 0; give a size above 0")
+            return file_value, CONFIG_FLAG
+        if flag_value != file_value:
+            raise FlagConflict(
+                flag,
+                CONFIG_FLAG,
+                f"the flag says {flag_value:g}, the file's {field_name} says {file_value:g}; "
+                "drop one or make them agree",
+            )
+        return flag_value, flag
+
+    def percent_bytes(self, percent: float, name: str) -> int:
         """The article's `min(RAM x 0.7, total_KV x percent)`, total_KV from the plan."""
         the_plan = self.plan(offload_percent=percent)
         if the_plan.offload_bound_by == "host_ram":
             ram, where = self.host_ram_gib()
             self.out.warnings.append(
-                f"--hybrid-kv-cache-cpu-offload-percent {percent:g} asks for "
-                f"{the_plan.offload_requested_bytes / GIB:.1f} GiB; the formula "
-                f"min(RAM x 0.7, total_KV x percent) caps it at {the_plan.offload_bytes / GIB:.1f}"
-                f" GiB ({ram:.0f} GiB from {where})"
+                f"{name} {percent:g} asks for {the_plan.offload_requested_bytes / GIB:.1f} GiB; "
+                f"the formula min(RAM x 0.7, total_KV x percent) caps it at "
+                f"{the_plan.offload_bytes / GIB:.1f} GiB ({ram:.0f} GiB from {where})"
             )
         return the_plan.offload_bytes
 
@@ -285,9 +323,8 @@ class _Translator(RealFlagChecks):
         spec = self.spec()
         if spec is None:
             raise HkvError(
-                "--hybrid-kv-cache-cpu-offload-percent (or no size at all) needs the model's "
-                "KV size: pass --model as a shipped name or a local config.json, or give "
-                "--hybrid-kv-cache-cpu-offload-size"
+                f"{PERCENT_FLAG} (or no size at all) needs the model's KV size: pass --model as "
+                f"a shipped name or a local config.json, or give {SIZE_FLAG}"
             )
         inputs = PlanInputs(
             gpus=self.number("--tensor-parallel-size", int) or 1,
@@ -301,71 +338,47 @@ class _Translator(RealFlagChecks):
         )
         return plan(spec, inputs, suggest=False)
 
-    def check_host_ram(self, nbytes: int, explicit: bool) -> None:
-        ram_gib, where = self.host_ram_gib()
-        limit = int(ram_gib * GIB * HOST_RAM_FRACTION)
-        if explicit and nbytes > limit:
-            other = "--cpu-ram" if where == "--cpu-ram" else "host RAM"
-            raise FlagConflict(
-                "--hybrid-kv-cache-cpu-offload-size",
-                other,
-                f"{nbytes / GIB:.1f} GiB is more than 0.7 x {ram_gib:.0f} GiB = "
-                f"{limit / GIB:.1f} GiB; the rest of RAM must stay for the OS and the engine",
-            )
-
-    def emit_offloading(self, config: HybridKVCacheConfig) -> None:
-        nbytes = self.offload_bytes()
-        policy = config.offload_strategy
+    def emit_offloading(self, spec: OffloadSpec) -> None:
         self.out.translated.append(
             {"flag": "--enable-hybrid-kv-cache", "to": "vLLM's OffloadingConnector (CPU tier)"}
         )
-        if policy == "lru":  # vLLM's default policy: the two plain flags say it all
-            gib = f"{nbytes / GIB:.2f}"
-            self.out.vllm_args += ["--kv-offloading-size", gib, "--kv-offloading-backend", "native"]
+        args = spec.vllm_args()
+        self.out.vllm_args += args
+        if args[0] == "--kv-offloading-size":  # vLLM's own lru: its two plain flags say it all
             self.out.translated.append(
-                {"flag": "offload size / percent", "to": f"--kv-offloading-size {gib} (GiB)"}
+                {"flag": "offload size / percent", "to": f"--kv-offloading-size {args[1]} (GiB)"}
             )
         else:
-            self.out.vllm_args += ["--kv-transfer-config", self.transfer_json(nbytes, config)]
-            to = f"eviction_policy {self.eviction_policy(policy)!r} in --kv-transfer-config"
+            to = f"eviction_policy {spec.eviction_policy!r} in --kv-transfer-config"
             flag = "--hybrid-kv-cache-policy"
             if self.policy_defaulted:
                 flag += " (not given)"
                 to += " (hkv's recommended default; --hybrid-kv-cache-policy lru for vLLM's own)"
             self.out.translated.append({"flag": flag, "to": to})
-        lossy = config.quantized_modalities
+        if spec.disk is not None:
+            self.emit_disk(spec.disk)
+        lossy = spec.config.quantized_modalities if spec.config is not None else []
         if lossy:
             self.out.dropped.append(
                 {
                     "flag": "modality_configs[*].quantization",
                     "reason": f"cold-tier quantization ({', '.join(lossy)}) has no vLLM "
-                    "counterpart: vLLM's CPU tier stores blocks unchanged; hkv's own manager "
+                    "counterpart: vLLM's tiers store blocks unchanged; hkv's own manager "
                     "(hkv.storage.manager) applies it",
                 }
             )
 
-    @staticmethod
-    def eviction_policy(policy: str) -> str:
-        return policy if policy in VLLM_NATIVE_POLICIES else adapter_class_name(policy)
-
-    def transfer_json(self, nbytes: int, config: HybridKVCacheConfig) -> str:
-        """vLLM's OffloadingConnector config; hkv policies come with their module and settings."""
-        policy = config.offload_strategy
-        extra: dict[str, Any] = {
-            "cpu_bytes_to_use": nbytes,
-            "eviction_policy": self.eviction_policy(policy),
-        }
-        if policy not in VLLM_NATIVE_POLICIES:
-            extra["cache_policy_module_path"] = ADAPTER_MODULE
-            extra["hkv_config"] = config.to_dict(compact=True)
-        return json.dumps(
+    def emit_disk(self, disk: DiskTierSpec) -> None:
+        self.out.translated.append(
             {
-                "kv_connector": "OffloadingConnector",
-                "kv_role": "kv_both",
-                "kv_connector_extra_config": extra,
-            },
-            separators=(",", ":"),
+                "flag": "--disk-size / --disk-dir",
+                "to": f"hkv's disk tier in secondary_tiers ({disk.disk_bytes / GIB:.2f} GiB in "
+                f"{disk.path}, policy {disk.policy}, admission {disk.admission}) behind the CPU "
+                "tier, through vLLM's TieringOffloadingSpec",
+            }
         )
+        self.out.env.update(STABLE_HASH_ENV)
+        self.out.notes.append(STABLE_HASH_NOTE)
 
 
 def _weights_dtype(quantization: str | None, spec: ModelSpec) -> str:
@@ -376,9 +389,12 @@ def _weights_dtype(quantization: str | None, spec: ModelSpec) -> str:
     return spec.native_weights_dtype
 
 
-def translate(argv: list[str], *, cpu_ram_gib: float | None = None) -> Translation:
-    """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments."""
+def translate(
+    argv: list[str], *, cpu_ram_gib: float | None = None, disk: DiskTierSpec | None = None
+) -> Translation:
+    """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments;
+    with `disk`, vLLM's tiering config keeps hkv's disk tier behind the CPU tier."""
     pairs, model = split_flags(argv)
     if cpu_ram_gib is not None:
         check_gib("cpu_ram_gib", cpu_ram_gib, positive=True)
-    return _Translator(pairs, model, cpu_ram_gib).run()
+    return _Translator(pairs, model, cpu_ram_gib, disk).run()

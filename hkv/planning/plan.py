@@ -9,7 +9,9 @@ NCCL buffers). What is left is the GPU KV budget. vLLM refuses to start when one
 The CPU tier follows the article's formula, `min(CPU_RAM x 0.7, total_KV x offload_percent)`,
 where total_KV is the KV of `max_num_seqs` sequences of `max_model_len` tokens. Without a percent,
 hkv offloads what overflows the GPU budget, under the same 0.7 x RAM ceiling (the rest of the host
-RAM stays for the OS, the engine and pinned staging buffers).
+RAM stays for the OS, the engine and pinned staging buffers). A size given in GiB is taken as
+given or refused, as `hkv flags` does (`hkv.planning.offload_spec`'s rules): above 0.7 x RAM, or
+beside a percent that says otherwise, it raises `FlagConflict`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from typing import Any
 
 from hkv.errors import HkvError
 from hkv.planning.model_spec import ModelSpec
+from hkv.planning.offload_spec import (
+    OffloadSpec,
+    SizeNames,
+    check_size_and_percent,
+    check_size_fits_ram,
+)
 from hkv.planning.plan_inputs import (
     DEFAULT_GPU_MEM_GIB,
     DEFAULT_RESERVE_GIB,
@@ -91,6 +99,7 @@ class MemoryPlan:
     offload_bound_by: str
     host_offload_limit_bytes: int
     fits: bool
+    block_tokens: int = VLLM_BLOCK_TOKENS
     reasons: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     vllm_args: list[str] = field(default_factory=list)
@@ -107,12 +116,15 @@ def plan(
 
     `plan(spec, gpus=2, gpu_mem_gib=48)` is shorthand for `plan(spec, PlanInputs(gpus=2, ...))`.
     """
-    inputs = _resolve(spec, inputs or PlanInputs(**overrides))
+    inputs = inputs or PlanInputs(**overrides)
+    ram = "cpu_ram_gib" if inputs.cpu_ram_gib is not None else "host RAM"
+    names = SizeNames(size="offload_gib", percent="offload_percent", ram=ram)
+    inputs = _resolve(spec, inputs)
     problem = tensor_parallel_problem(spec, inputs.gpus)
     if problem:
         sizes = ", ".join(map(str, tensor_parallel_sizes(spec)))
         raise HkvError(f"gpus: {problem}; use one of {sizes}")
-    return _Planner(spec, inputs, suggest).build()
+    return _Planner(spec, inputs, suggest, names).build()
 
 
 def _resolve(spec: ModelSpec, inputs: PlanInputs) -> PlanInputs:
@@ -126,10 +138,11 @@ def _resolve(spec: ModelSpec, inputs: PlanInputs) -> PlanInputs:
 
 
 class _Planner:
-    def __init__(self, spec: ModelSpec, inputs: PlanInputs, suggest: bool):
+    def __init__(self, spec: ModelSpec, inputs: PlanInputs, suggest: bool, names: SizeNames):
         self.spec = spec
         self.i = inputs
         self.suggest = suggest
+        self.names = names
         self.warnings: list[str] = []
 
     def build(self) -> MemoryPlan:
@@ -148,10 +161,7 @@ class _Planner:
         demand = per_seq * i.max_num_seqs
         gpu_held = min(max_seqs, i.max_num_seqs) * per_seq
         reasons = self.reasons(usable_per_gpu, w_per_gpu, reserve, max_seqs, per_seq_per_gpu)
-        if reasons:  # vLLM would not start: a CPU tier for it would be meaningless
-            offload, requested, bound = 0, 0, "does_not_fit"
-        else:
-            offload, requested, bound = self.offload(demand, demand - gpu_held)
+        offload, requested, bound = self.cpu_tier(reasons, demand, demand - gpu_held)
         self.check_context()
         block_per_gpu = i.block_tokens * math.ceil(per_token * shard)
         offload_blocks = offload // (block_per_gpu * tp) if block_per_gpu else 0
@@ -188,6 +198,7 @@ class _Planner:
             offload_bound_by=bound,
             host_offload_limit_bytes=self.host_limit(),
             fits=not reasons,
+            block_tokens=i.block_tokens,
             reasons=reasons,
         )
         return _finish(spec, partial, self.warnings, self.suggest)
@@ -195,12 +206,23 @@ class _Planner:
     def host_limit(self) -> int:
         return int(self.i.cpu_ram_gib * GIB * HOST_RAM_FRACTION)
 
+    def cpu_tier(self, reasons: list[str], demand: int, overflow: int) -> tuple[int, int, str]:
+        """`offload`, or nothing where vLLM would not start (a CPU tier for it would be
+        meaningless); a size given in GiB is checked either way."""
+        if self.i.offload_gib is not None:
+            self.checked_size(demand)
+        return (0, 0, "does_not_fit") if reasons else self.offload(demand, overflow)
+
     def offload(self, demand: int, overflow: int) -> tuple[int, int, str]:
-        """(offload bytes, bytes asked for, which term of the formula bound it)."""
+        """(offload bytes, bytes asked for, which term of the formula bound it).
+
+        A size in GiB is taken as given or refused; a percent or the GPU overflow is capped at
+        0.7 x RAM by the formula (`hkv.planning.offload_spec`'s rules)."""
         i, limit = self.i, self.host_limit()
         if i.offload_gib is not None:
-            requested, source = int(i.offload_gib * GIB), "offload_size"
-        elif i.offload_percent is not None:
+            requested = self.checked_size(demand)
+            return requested, requested, "offload_size"
+        if i.offload_percent is not None:
             requested, source = int(demand * i.offload_percent), "offload_percent"
         else:
             requested, source = max(0, overflow), "gpu_overflow"
@@ -211,6 +233,17 @@ class _Planner:
             )
             return limit, requested, "host_ram"
         return requested, requested, source
+
+    def checked_size(self, demand: int) -> int:
+        """The size given in GiB, refused beside a percent that says otherwise or above
+        0.7 x RAM (whether the plan fits or not: a typed size is checked as typed)."""
+        i = self.i
+        requested = int(i.offload_gib * GIB)
+        if i.offload_percent is not None:
+            from_percent = min(self.host_limit(), int(demand * i.offload_percent))
+            check_size_and_percent(requested, i.offload_percent, from_percent, self.names)
+        check_size_fits_ram(requested, i.cpu_ram_gib, self.names)
+        return requested
 
     def reasons(
         self, usable: int, w_per_gpu: int, reserve: int, max_seqs: int, seq_per_gpu: int
@@ -269,13 +302,10 @@ def vllm_args_for(spec: ModelSpec, p: MemoryPlan, warnings: list[str]) -> list[s
     if p.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", p.kv_cache_dtype]
     args += quantization_args(spec, p.weights_dtype, warnings)
-    if p.offload_bytes > 0:
-        args += [
-            "--kv-offloading-size",
-            f"{p.offload_bytes / GIB:.2f}",
-            "--kv-offloading-backend",
-            "native",
-        ]
+    if p.block_tokens != VLLM_BLOCK_TOKENS:  # the blocks the plan counts are vLLM's blocks
+        args += ["--block-size", str(p.block_tokens)]
+    if p.offload_bytes > 0:  # vLLM's own lru: the plan names no policy
+        args += OffloadSpec(p.offload_bytes, p.block_tokens, policy="lru").vllm_args()
     return args
 
 

@@ -168,15 +168,17 @@ class RealFlagChecks:
         )
 
 
-def serve_command(vllm_args: list[str]) -> str:
-    """`vllm serve MODEL ...` from engine arguments that hold `--model MODEL`."""
+def serve_command(vllm_args: list[str], env: dict[str, str] | None = None) -> str:
+    """`vllm serve MODEL ...` from engine arguments that hold `--model MODEL`, after `NAME=value`
+    for each variable of `env` (the environment the server needs)."""
     args = list(vllm_args)
     model: list[str] = []
     if "--model" in args:
         at = args.index("--model")
         model = args[at + 1 : at + 2]
         del args[at : at + 2]
-    return shlex.join(["vllm", "serve", *model, *args])
+    prefix = [f"{name}={value}" for name, value in (env or {}).items()]
+    return shlex.join([*prefix, "vllm", "serve", *model, *args])
 
 
 def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | None]:

@@ -11,7 +11,6 @@ hits are the longest resident prefix), `prepare_load`/`complete_load` of the hit
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -32,20 +31,14 @@ def native_manager(policy: str, capacity: int, *, module: str | None = None, thr
 
 
 def hkv_manager(name: str, trace: Trace, capacity: int, *, threshold: int = 1):
-    """vLLM's manager running hkv policy `name` through `hkv.integrations.vllm`. The adapter
-    takes the trace's block size from `HKV_BLOCK_TOKENS` when it is built: set here for that
-    moment only, so that no later policy in the process inherits it."""
-    before = os.environ.get("HKV_BLOCK_TOKENS")
-    os.environ["HKV_BLOCK_TOKENS"] = str(trace.block_tokens)
-    try:
+    """vLLM's manager running hkv policy `name` through `hkv.integrations.vllm`, its blocks of
+    the trace's size (`block_size` in the connector config the policy reads while built)."""
+    from hkv.integrations.vllm.settings import connector_extra_config
+
+    with connector_extra_config({"block_size": trace.block_tokens}):
         return native_manager(
             f"hkv_{name}", capacity, module="hkv.integrations.vllm", threshold=threshold
         )
-    finally:
-        if before is None:
-            del os.environ["HKV_BLOCK_TOKENS"]
-        else:
-            os.environ["HKV_BLOCK_TOKENS"] = before
 
 
 def drive(trace: Trace, manager: Any) -> dict[str, Any]:

@@ -1,59 +1,66 @@
-"""hkv settings for the policies inside vLLM.
+"""hkv settings for the policies inside vLLM: the CPU tier's part of an `OffloadSpec`.
 
-From the running vLLM's connector config (`hkv_config`, `hkv_policy_params`, `block_size`) or
-else the environment (`HKV_CONFIG` and `HKV_POLICY_PARAMS` as JSON, `HKV_BLOCK_TOKENS`), plus a
-cost model for the served model. `hkv_policy_params` are the policy's hyperparameters
-(`{"tail_first": true}` for `hkv_bip`); an unknown one fails at engine start with the policy's
-valid ones.
+A policy reads `config` (`hkv_config`), `policy_params` (`hkv_policy_params`, its
+hyperparameters: `{"tail_first": true}` for `hkv_bip`; an unknown one fails at engine start with
+the policy's valid ones) and `block_tokens` through `offload_spec.read_policy_settings`, the
+reader of what `hkv flags` writes, with its rules: an `hkv_config` that names another policy
+than `eviction_policy`, or another size than `cpu_bytes_to_use`, fails at engine start. From,
+first found first:
 
-Where the connector config comes from: vLLM's CPU offloading spec builds the manager, and with it
-the policy, from its `extra_config`, but passes the policy nothing but its capacity, and no
-"current vLLM config" is set in the scheduler then. `follow_offloading_spec()` (called by the
-`vllm.general_plugins` entry point in every vLLM process) wraps the spec's `get_manager` so that
-while it builds the manager the policy reads that spec's `extra_config`. Without it (vLLM's
-plugins turned off) the current vLLM config, if any, then the environment, are read.
+1. the connector's extra config as the spec building the policy holds it (`spec_settings`); its
+   block size, when the config gives none, is the spec's own chunk size;
+2. the current vLLM config's connector config, if one is set;
+3. the environment, `HKV_CONFIG` and `HKV_POLICY_PARAMS` (JSON) and `HKV_BLOCK_TOKENS`, for
+   scripts that build vLLM's manager themselves; hkv's own code uses `connector_extra_config`.
+
+How a spec hands its extra config over: vLLM builds the CPU tier's policy with its capacity
+alone, and no current vLLM config is set in the scheduler then. hkv's specs
+(`hkv.integrations.vllm.spec`, which vLLM loads by `spec_name` and `spec_module_path`, its
+extension point for specs in 0.26, 0.32 and 0.33) build their manager inside `spec_settings`.
+A config that names vLLM's own `CPUOffloadingSpec` (what `hkv flags` emits for a CPU tier alone,
+and every command it printed before) is served by `follow_offloading_spec`, which the
+`vllm.general_plugins` entry point calls: it wraps that spec's `get_manager` the same way.
+vLLM's `TieringOffloadingSpec` overrides `get_manager` and is not wrapped: a tiering config whose
+CPU tier runs an hkv policy names `HkvTieringOffloadingSpec`, as `hkv flags` writes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
 import json
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hkv.cost import CostModel
 from hkv.errors import HkvError
-from hkv.planning.config import HybridKVCacheConfig
 from hkv.planning.model_spec import ModelSpec
+from hkv.planning.offload_spec import read_policy_settings
+
+ENV_KEYS = {
+    "hkv_config": ("HKV_CONFIG", '{"offload_strategy": "cost_aware"}'),
+    "hkv_policy_params": ("HKV_POLICY_PARAMS", '{"tail_first": true}'),
+    "block_size": ("HKV_BLOCK_TOKENS", "16"),
+}
+"""Connector keys, and the variables a script without a connector config may set instead."""
 
 
 def adapter_settings() -> dict[str, Any]:
     """`config`, `policy_params`, `block_tokens` and `cost_model`, each where it is given."""
     extra = _connector_extra_config()
-    settings: dict[str, Any] = {}
-    raw = extra.get("hkv_config")
-    if raw is None and os.environ.get("HKV_CONFIG"):
-        raw = _env_json("HKV_CONFIG", '{"offload_strategy": "cost_aware"}')
-    if raw:
-        settings["config"] = HybridKVCacheConfig.from_dict(raw, source="hkv_config")
-    params = extra.get("hkv_policy_params")
-    if params is None and os.environ.get("HKV_POLICY_PARAMS"):
-        params = _env_json("HKV_POLICY_PARAMS", '{"tail_first": true}')
-    if params:
-        if not isinstance(params, dict):
-            raise HkvError(f"hkv_policy_params: got {params!r}; expected an object of name: value")
-        settings["policy_params"] = params
-    block_tokens = extra.get("block_size") or os.environ.get("HKV_BLOCK_TOKENS")
-    if block_tokens:
-        settings["block_tokens"] = int(block_tokens)
+    for key, (name, example) in ENV_KEYS.items():
+        if extra.get(key) is None and os.environ.get(name):
+            extra[key] = _env_value(name, example)
+    settings = read_policy_settings(extra)
     if (model := _model_cost()) is not None:
         settings["cost_model"] = model
     return settings
 
 
-def _env_json(name: str, example: str) -> Any:
+def _env_value(name: str, example: str) -> Any:
     try:
         return json.loads(os.environ[name])
     except json.JSONDecodeError as exc:
@@ -71,15 +78,39 @@ def _current_vllm_config() -> Any:
 _SPEC_EXTRA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "hkv_offloading_spec_extra_config", default=None
 )
+
+
+@contextlib.contextmanager
+def connector_extra_config(extra: Mapping[str, Any]) -> Iterator[None]:
+    """While it lasts, hkv policies built in this context read `extra` as the connector's
+    extra config (a script building vLLM's manager itself: `{"block_size": 32}`)."""
+    token = _SPEC_EXTRA.set(dict(extra))
+    try:
+        yield
+    finally:
+        _SPEC_EXTRA.reset(token)
+
+
+def spec_settings(spec: Any) -> contextlib.AbstractContextManager[None]:
+    """`connector_extra_config` of an offloading spec: its `extra_config`, and its chunk size
+    (tokens of the largest group's block x blocks a chunk) as `block_size` if that is not set."""
+    extra = dict(getattr(spec, "extra_config", None) or {})
+    groups = getattr(spec, "tokens_per_block", None)
+    blocks = getattr(spec, "blocks_per_chunk", None)
+    if extra.get("block_size") is None and groups and isinstance(blocks, int):
+        extra["block_size"] = max(groups) * blocks
+    return connector_extra_config(extra)
+
+
 SPEC_MODULES = ("vllm.v1.kv_offload.cpu.spec", "vllm.v1.kv_offload.cpu_spec")
-"""Where vLLM releases keep `CPUOffloadingSpec` (0.32 and 0.33; older)."""
+"""Where vLLM releases keep `CPUOffloadingSpec` (0.26 to 0.33; older)."""
 _WRAPPED = "_hkv_passes_extra_config"
 
 
 def follow_offloading_spec() -> bool:
-    """Let policies built by vLLM's `CPUOffloadingSpec.get_manager` read that spec's
-    `extra_config` (the connector's `kv_connector_extra_config`). Idempotent; False where this
-    vLLM has no such spec (nothing is changed then)."""
+    """Let policies built by vLLM's own `CPUOffloadingSpec.get_manager` read that spec's extra
+    config (`spec_settings`). Idempotent; False where this vLLM has no such spec (nothing is
+    changed then)."""
     for name in SPEC_MODULES:
         try:
             spec_cls = importlib.import_module(name).CPUOffloadingSpec
@@ -92,15 +123,12 @@ def follow_offloading_spec() -> bool:
 
 
 def _passing_extra_config(get_manager: Any) -> Any:
-    """`get_manager` with the spec's `extra_config` readable by `adapter_settings` meanwhile."""
+    """`get_manager` with the spec's extra config readable by `adapter_settings` meanwhile."""
 
     @functools.wraps(get_manager)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _SPEC_EXTRA.set(dict(getattr(self, "extra_config", None) or {}))
-        try:
+        with spec_settings(self):
             return get_manager(self, *args, **kwargs)
-        finally:
-            _SPEC_EXTRA.reset(token)
 
     setattr(wrapped, _WRAPPED, True)
     return wrapped
