@@ -172,7 +172,7 @@ def check_policies(r: dict[str, Any]) -> None:
         assert all(gaps["lru"][c] == 0.0 and gaps["belady"][c] == 1.0 for c in capacities)
     best = r["best_online_policy"]
     assert best in online
-    # section 8: the suite's ranking, as the README recommends (auto first, then cost_aware)
+    # section 8: the suite's ranking (auto first, then cost_aware), which section 8 recommends from
     ranking = r["suite_ranking"]
     keys = [(row["cells_over_half_point"], row["mean_regret"]) for row in ranking]
     assert keys == sorted(keys) and "belady" not in {row["policy"] for row in ranking}
@@ -201,6 +201,28 @@ def check_policies(r: dict[str, Any]) -> None:
         assert lru <= online_best < cap["belady_block_hit_rate"]
     assert all(share < 0.5 for share in benchmark["mooncake_lru_served"].values())
     assert all(Path(figure).is_file() for figure in r["figures"])
+    _check_policies_prose(r)
+
+
+def _check_policies_prose(r: dict[str, Any]) -> None:
+    """Sections 4 and 8 render their numbers: cost_aware vs modality_aware cell by cell, and
+    the recommendation with where this replay ranks it under each store discipline."""
+    twins = r["prose"]["twins"]
+    assert "coincide" not in twins and " cells, by at most " in twins
+    store = {row["policy"]: row for row in r["store_ranking"]}
+    best = r["suite_ranking"][0]
+    name = best["policy"].split(":", 1)[-1]
+    text = r["prose"]["recommendation"]
+    assert text.startswith(f"**Recommended: `{name}`**")
+    assert f"in {best['cells_over_half_point']} of {best['cells']} cells" in text
+    assert "7 generated workloads" in text  # the suite's eight workloads less Mooncake's trace
+    rank = store[name]["rank, per block"]
+    if rank == 1:
+        assert "agrees" in text
+    else:  # the live replay disagrees: the notebook says by how much under each discipline
+        assert f"ranks it {rank} of {len(store)} by mean share of the gap" in text
+        assert f"({store[name]['per block']:.3f};" in text
+        assert f"`{name}` {store[name]['rank, per request']} of {len(store)}" in text
 
 
 def check_failure_modes(r: dict[str, Any]) -> None:
@@ -275,10 +297,33 @@ def check_benchmarks(r: dict[str, Any]) -> None:
     _check_bench_live(r["live"])
     _check_bench_article(r["article"], r["e2e"])
     assert len(r["figures"]) == 7 and all(Path(figure).is_file() for figure in r["figures"])
+    _check_bench_prose(r)
     # the one point above 100 % of DynamicCache's speed is explained below the frontier figure
     faster = r["frontier_faster_than_dynamic"]
     assert len(faster) == 1
     assert faster[0].startswith("one sequence, 128K (vs DynamicCache), 0% of KV VRAM saved")
+
+
+def _check_bench_prose(r: dict[str, Any]) -> None:
+    """The sentences rendered from the files: the provenance table's gaps, vLLM lru's share of
+    a step (ending at the worst run printed beside the targets), the widest wall spread."""
+    from hkv.report.prose import percent_range
+
+    provenance = {row["file"]: row for row in r["provenance"]}
+    note = r["prose"]["provenance"]
+    undated = [f for f, row in provenance.items() if row["date"] == "not recorded in the file"]
+    assert undated == ["transfer_h200.json"] and "`transfer_h200.json` records no date" in note
+    served = ("vllm_serve_h200.json", "vllm_h200_mm_offline.json")  # GPU runs without a GPU name
+    assert all(provenance[f]["accelerator"] == "not recorded in the file" for f in served)
+    assert not any("None" in row["versions"] for row in provenance.values())
+    worst = r["vllm_h200"]["acceptance"]["policy_share_of_step_vllm_lru_max"]
+    assert f"-{100 * worst:.1f} %" in r["prose"]["lru_share"]
+    spreads: dict[str, float] = {}
+    for row in r["vllm_h200"]["tail_first"]:
+        spreads[row["CPU tier"]] = max(spreads.get(row["CPU tier"], 0.0), row["wall_spread"])
+    tier = max(spreads, key=spreads.get)
+    assert f"up to {100 * spreads[tier]:.0f} % (at {tier}" in r["prose"]["spread"]
+    assert percent_range([worst]) in r["prose"]["lru_share"]
 
 
 def _check_bench_serve(serve: dict[str, Any]) -> None:
@@ -520,7 +565,7 @@ def check_predictive(r: dict[str, Any]) -> None:
 
     h200 = load_result("vllm_h200_auto")
     anchor8 = r["h200_cached"]["anchor@8"]
-    assert anchor8["hkv_auto"] == max(anchor8.values()) >= 0.30  # issue 16's H200 point
+    assert anchor8["hkv_auto"] == max(anchor8.values()) >= 0.30  # the H200 target
     assert r["h200_policy_ms_anchor_8gib"] == bench_vllm_auto.policy_ms_per_step(h200, "anchor", 8)
     assert r["h200_policy_time_table"] == bench_vllm_auto.policy_time_table(h200)
     assert "| anchor | 8 GiB |" in r["h200_policy_time_table"]
@@ -536,6 +581,9 @@ def check_predictive(r: dict[str, Any]) -> None:
     assert all(row["repeats"] == 3 for row in r["h200_time_rows"])
     assert {row["policy"] for row in r["h200_time_rows"]} >= {"lru", "hkv_bip", "hkv_auto"}
     assert r["h200_time_findings"] == bench_vllm_auto.time_findings(timed, traced)
+    from hkv.report.prose import heldout_sentence  # section 5's prose, from the two files
+
+    assert r["prose"]["heldout"] == heldout_sentence(suite, heldout)
     assert len(r["h200_time_findings"]) == 6  # four engines, then the traced one twice
 
 

@@ -51,7 +51,13 @@ def test_missing_date_and_missing_file(tmp_path: Path) -> None:
     write(tmp_path, "nodate.json", {"source": "bench/transfer.py", "machine": {"platform": "x"}})
     table = provenance_table(load_results(["nodate.json"], tmp_path))
     assert table.loc["nodate.json", "date"] == "not recorded in the file"
-    assert table.loc["nodate.json", "accelerator"] == "none (CPU only)"
+    # a GPU bench that named no device did not record it; a CPU-only bench ran on the CPU
+    assert table.loc["nodate.json", "accelerator"] == "not recorded in the file"
+    write(
+        tmp_path, "cpu.json", {"source": "python -m bench.policies", "machine": {"platform": "x"}}
+    )
+    cpu = provenance_table(load_results(["cpu.json"], tmp_path))
+    assert cpu.loc["cpu.json", "accelerator"] == "none (CPU only)"
     with pytest.raises(FileNotFoundError, match=r"nodate\.json"):
         load_result("absent", tmp_path)
 

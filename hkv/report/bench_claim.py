@@ -39,6 +39,14 @@ class ArticleClaim:
         return 1 - self.speed_lost
 
 
+def describe_claim(claim: ArticleClaim) -> str:
+    """The claim in one line: the VRAM saved, the share kept on the GPU, the speed kept."""
+    return (
+        f"{claim.vram_saved:.0%} of the KV's VRAM saved keeps {claim.hot_fraction:.0%} on the "
+        f"GPU; the article keeps {claim.speed_kept:.0%} of the speed"
+    )
+
+
 def speed_at_hot_fraction(decode: pd.DataFrame, hot_fraction: float) -> dict[str, float]:
     """`{context: tokens/s against DynamicCache}` for hkv's decode at `hot_fraction`."""
     import numpy as np

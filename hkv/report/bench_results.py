@@ -65,6 +65,10 @@ def provenance_table(results: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("file")
 
 
+CPU_ONLY_BENCHES = ("bench.policies", "bench.vllm_replay", "bench.vllm_gpu_sim")
+"""Benchmarks that never touch a GPU: a file they wrote ran on the CPU, whatever it records."""
+
+
 def _provenance_row(data: Mapping[str, Any]) -> dict[str, str]:
     machine = data["machine"]
     versions = {k: machine[k] for k in ("python", "torch", "hkv") if k in machine}
@@ -73,10 +77,21 @@ def _provenance_row(data: Mapping[str, Any]) -> dict[str, str]:
     return {
         "written by": data["generated_by"],
         "date": data["date_utc"] or NOT_RECORDED,
-        "accelerator": accelerator or "none (CPU only)",
+        "accelerator": accelerator or _no_accelerator(data["generated_by"] or ""),
         "platform": machine["platform"],
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "versions": ", ".join(
+            f"{k} {NOT_RECORDED if v is None else v}" for k, v in versions.items()
+        ),
     }
+
+
+def _no_accelerator(generated_by: str) -> str:
+    """What a file that names no GPU ran on: the CPU for a CPU-only bench, else unknown (a GPU
+    bench that did not record its device)."""
+    cpu_only = set(generated_by.replace("/", ".").removesuffix(".py").split()) & set(
+        CPU_ONLY_BENCHES
+    )
+    return "none (CPU only)" if cpu_only else NOT_RECORDED
 
 
 def records(table: pd.DataFrame | pd.Series) -> list[dict[str, Any]]:

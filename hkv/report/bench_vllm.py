@@ -160,6 +160,14 @@ def targets_met(targets: pd.DataFrame) -> dict[str, bool]:
     return {k: bool(v) for k, v in targets["met"].items()}
 
 
+def describe_tp2_check(check: Mapping[str, Any]) -> str:
+    """vLLM's rule for the TP=2 engine, then the plan's GPU KV error and CPU tier check."""
+    return (
+        f"{check['vllm_rule']}\nGPU KV per GPU: plan vs vLLM {check['gpu_kv_error_frac']:+.2%}; "
+        f"CPU tier per rank exact: {check['cpu_exact']}"
+    )
+
+
 def tp2_plan_check(check: Mapping[str, Any]) -> pd.DataFrame:
     """`hkv plan` against the engine started at TP=2 (index `quantity`): vLLM (measured) and
     hkv plan, in blocks or GiB per GPU / rank."""

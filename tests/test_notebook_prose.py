@@ -1,0 +1,247 @@
+"""Numbers in the notebooks' prose come from the data they cite.
+
+Two halves, both fast (no notebook is executed here; `tests/test_notebooks.py` checks the
+rendered sentences of an executed notebook against its own results):
+- a Markdown cell of notebooks 04, 05, 06 and 08 states no number but those listed in `STATED`,
+  each with what makes it right (a parameter, a definition, or a check named here or in
+  `tests/test_notebooks.py`); a measured number is rendered by `hkv.report.prose` instead;
+- the sentences `hkv.report.prose` renders, on the committed results, say what the tables say,
+  including every contradiction the notebooks once had.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from hkv import CostModel, WorkloadSpec, generate
+from hkv.report import bench_e2e, bench_results, bench_vllm, bench_vllm_tail, eviction, prose
+from hkv.report.bench_results import load_result
+from hkv.report.policy_choice import gap_closed_per_request, per_request_hit_rates, store_ranking
+from hkv.report.suite import ranking_with_seconds
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CODE_SPAN = re.compile(r"`[^`]*`")
+NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:[.,]\d+)*(?:\s?%|\s?[KkMG](?:iB|B)?\b)?")
+
+SECTION = "a section or notebook number, or an item of a numbered list"
+STATED: dict[str, dict[str, str]] = {
+    "04_policies": {
+        **dict.fromkeys(["0", "1", "2", "5"], "the six-block example's block ids and steps"),
+        "512": "BLOCK_TOKENS (parameters cell)",
+        **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
+        **dict.fromkeys(["3", "4", "6", "08", "03"], SECTION),
+    },
+    "05_failure_modes": {
+        **dict.fromkeys(["1", "2", "3", "07"], SECTION),
+        **dict.fromkeys(["0.8", "32 GB", "80 %"], "the article's quoted setup"),
+        **dict.fromkeys(["70 %", "0.7"], "HOST_RAM_FRACTION (checked below)"),
+        "16": "the 16-bit KV of fp16/bf16",
+        "64": "KEY_GROUP_TOKENS (checked below)",
+        "8": "the codec's padding (test_notebooks: 5 x 8 x 62 bytes at most)",
+    },
+    "06_benchmarks": {
+        **dict.fromkeys(["1", "2", "3", "4", "5", "6", "7", "0"], SECTION + ", or zero"),
+        **dict.fromkeys(["68 %", "24 %", "6000", "32 %"], "the article's claim and hardware"),
+        **dict.fromkeys(["512 MiB", "16", "512", "2 MiB"], "bench/transfer.py's block sizes"),
+        **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
+        **dict.fromkeys(["32", "8K", "16K", "4 GiB"], "the anchor workload (checked below)"),
+        "0.26": "the vLLM version the files record (checked below)",
+        **dict.fromkeys(["8 GiB", "16 GiB"], "COMPARE_CPU_GIB, FULL_CPU_GIB (parameters cell)"),
+        "20 %": "the wall-time target of bench_vllm.targets_table (checked below)",
+        **dict.fromkeys(["8", "2 GiB"], "the TP=2 setup: 8 KV heads, 2 GiB of GPU KV per GPU"),
+        **dict.fromkeys(["64", "25 %", "100 %", "2K"], "e2e_h200.json's turn and hot shares"),
+    },
+    "08_predictive": {
+        **dict.fromkeys(["0", "1", "3"], "the learned table's feature values and bounds"),
+        "32": "bench.admission_ceiling's longest horizon, in tiers",
+        "04": SECTION,
+        **dict.fromkeys(["0.26", "8", "4 GiB", "8 GiB"], "vllm_h200_auto.json's rig and cell"),
+    },
+}
+
+
+def stated_numbers(stem: str) -> dict[str, str]:
+    """Every number in the notebook's Markdown cells (outside code spans and headings), with
+    the line it is on."""
+    found: dict[str, str] = {}
+    for cell in nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4).cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in CODE_SPAN.sub("", cell.source).splitlines():
+            if not line.startswith("#"):
+                for match in NUMBER.finditer(line):
+                    found.setdefault(match.group(0).strip(), line.strip())
+    return found
+
+
+@pytest.mark.parametrize("stem", sorted(STATED))
+def test_markdown_states_only_numbers_that_are_checked(stem: str) -> None:
+    unchecked = {n: line for n, line in stated_numbers(stem).items() if n not in STATED[stem]}
+    assert not unchecked, f"{stem}: render these from the results (hkv.report.prose): {unchecked}"
+
+
+@pytest.mark.parametrize(
+    "stem, phrase",
+    [
+        ("04_policies", "coincide on text-only"),
+        ("04_policies", "eight generated"),
+        ("04_policies", "largest of the capacities"),
+        ("06_benchmarks", "record no date"),
+        ("06_benchmarks", "from e6 on"),
+        ("06_benchmarks", "before it became the default"),
+        ("08_predictive", "DESIGN"),
+    ],
+)
+def test_contradicted_or_change_log_phrases_are_gone(stem: str, phrase: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    assert not [c for c in nb.cells if phrase in c.source], (stem, phrase)
+
+
+def test_constants_the_prose_states() -> None:
+    from hkv.planning.plan import HOST_RAM_FRACTION
+    from hkv.storage.formats import KEY_GROUP_TOKENS
+
+    assert HOST_RAM_FRACTION == 0.7 and KEY_GROUP_TOKENS == 64
+    gpu = load_result("vllm_h200")
+    assert gpu["versions"]["vllm"].startswith("0.26")
+    facts = bench_vllm.workload_facts(gpu)  # the anchor workload notebook 06 describes
+    assert facts.startswith("32 sessions x 4 turns") and "8K-16K tokens" in facts
+    assert "GPU KV capped at 4 GiB" in facts
+    assert ">= 20 %" in set(bench_vllm.targets_table(_acceptance())["wanted"])
+
+
+# ---- notebook 06 ----------------------------------------------------------------------------
+
+FILES_06 = [
+    "transfer_h200.json",
+    "policies.json",
+    "vllm_replay.json",
+    "vllm_h200.json",
+    "vllm_h200_tail_first.json",
+    "vllm_h200_tp2.json",
+    "vllm_h200_sim.json",
+    "e2e_h200.json",
+    "vllm_serve_h200.json",
+    "vllm_h200_mm_offline.json",
+]
+
+
+def _provenance() -> pd.DataFrame:
+    return bench_results.provenance_table(bench_results.load_results(FILES_06))
+
+
+def test_provenance_names_only_the_files_without_a_date() -> None:
+    table = _provenance()
+    undated = [f for f in FILES_06 if not load_result(f)["date_utc"]]
+    assert prose.provenance_gaps(table)["date"] == undated == ["transfer_h200.json"]
+    assert table.loc["e2e_h200.json", "date"] == "2026-12-02T00:38:01Z"
+    sentence = prose.provenance_sentence(table)
+    assert "`transfer_h200.json` records no date" in sentence
+    assert "`e2e_h200.json` records no date" not in sentence
+
+
+def test_gpu_runs_are_never_labelled_cpu_only_and_no_version_reads_none() -> None:
+    table = _provenance()
+    for name in ("vllm_serve_h200.json", "vllm_h200_mm_offline.json"):
+        assert table.loc[name, "accelerator"] == bench_results.NOT_RECORDED, name
+    cpu_only = table.index[table["accelerator"] == "none (CPU only)"]
+    assert set(cpu_only) == {"policies.json", "vllm_replay.json", "vllm_h200_sim.json"}
+    assert not table["versions"].str.contains("None").any()
+    hkv_missing = prose.provenance_gaps(table)["hkv"]
+    assert hkv_missing == ["e2e_h200.json", "vllm_serve_h200.json", "vllm_h200_mm_offline.json"]
+
+
+def _acceptance() -> dict:
+    gpu = load_result("vllm_h200")
+    runs = bench_vllm.gpu_runs(gpu)
+    pairs = bench_vllm.sim_pairs(load_result("vllm_h200_sim"))
+    return bench_vllm.acceptance(bench_vllm.gpu_table(runs), runs, pairs, "hkv_bip", 8.0, 16.0)
+
+
+def test_lru_step_share_matches_the_worst_run_printed_beside_the_targets() -> None:
+    runs = bench_vllm.gpu_runs(load_result("vllm_h200"))
+    sentence = prose.lru_step_share_sentence(runs)
+    worst = _acceptance()["policy_share_of_step_vllm_lru_max"]
+    assert f"-{100 * worst:.1f} %" in sentence  # the range ends at the printed 1.8 %
+    assert "1.2-1.8 %" in sentence
+    assert "1.2-1.7" not in str(load_result("vllm_h200")["notes"])
+
+
+def test_spread_sentence_gives_the_widest_spread_the_table_holds() -> None:
+    table = bench_vllm_tail.tail_table(
+        bench_vllm_tail.tail_runs(load_result("vllm_h200_tail_first"))
+    )
+    widest = bench_vllm_tail.widest_spread(table)
+    sentence = prose.spread_sentence(table)
+    assert f"{widest['16 GiB'].rstrip('%')} % at 16 GiB" in sentence
+    assert widest["16 GiB"] == "24%"
+    assert "20 % at 16 GiB" not in str(load_result("vllm_h200_tail_first")["notes"])
+
+
+def test_eager_restore_speedup_is_one_number_in_both_tables() -> None:
+    e2e = load_result("e2e_h200")
+    eager = bench_e2e.ttft_table(e2e)["restore speed-up"]
+    graphed = bench_e2e.ttft_graphed_table(e2e)["restore speed-up, eager"]
+    assert eager.to_dict() == graphed.to_dict()
+    assert (round(eager[32768], 2), round(eager[65536], 2)) == (18.74, 33.21)
+
+
+# ---- notebook 04 ----------------------------------------------------------------------------
+
+
+def test_suite_scope_counts_seven_generated_workloads() -> None:
+    suite = load_result("policy_suite")
+    scope = prose.suite_scope(suite)
+    assert scope["generated"] == 7 == len(suite["workloads"]) - 1
+    assert "Mooncake's trace and 7 generated workloads at 4 tier sizes" in (
+        prose.suite_scope_sentence(suite)
+    )
+
+
+@pytest.fixture(scope="module")
+def small_replay():
+    """Notebook 04's replay, small: two workloads of 60 sessions at two capacities."""
+    workloads = {
+        name: generate(WorkloadSpec.preset(name, seed=0, num_sessions=60))
+        for name in ("chat", "multimodal")
+    }
+    cost_model = CostModel.default("minimax-m2.5")
+    kinds = eviction.policy_kinds(["random"])
+    online = [name for name, kind in kinds.items() if kind == "online"]
+    capacities = eviction.capacity_blocks(workloads, [2, 10])
+    hit_rates = eviction.hit_rate_table(
+        eviction.replay_runs(workloads, capacities, cost_model, kinds)
+    )
+    per_request = per_request_hit_rates(workloads, capacities, cost_model, online)
+    return workloads, hit_rates, per_request
+
+
+def test_twin_sentence_counts_the_cells_where_cost_and_modality_aware_differ(small_replay):
+    _, hit_rates, _ = small_replay
+    gap = eviction.gap_closed(hit_rates)
+    sentence = prose.twin_policies_sentence(gap, "cost_aware", "modality_aware", ["chat"])
+    differ = ((gap.loc["chat", "cost_aware"] - gap.loc["chat", "modality_aware"]).abs()).round(3)
+    assert f"in {int((differ > 0).sum())} of {len(differ)} cells" in sentence
+    assert "coincide" not in sentence
+
+
+def test_recommendation_says_where_the_live_replay_ranks_it_and_why(small_replay):
+    _, hit_rates, per_request = small_replay
+    gap = eviction.gap_closed(hit_rates)
+    by_store = store_ranking(gap, gap_closed_per_request(per_request, hit_rates))
+    suite = load_result("policy_suite")
+    ranking = pd.DataFrame(ranking_with_seconds(suite)).set_index("policy")
+    text = prose.recommendation(ranking, by_store, suite)
+    assert text.startswith("**Recommended: `auto`**")
+    assert "in 0 of 32 cells" in text and "7 generated workloads" in text
+    rank = by_store.loc["auto", "rank, per block"]
+    if rank == 1:
+        assert "agrees" in text
+    else:
+        assert f"ranks it {rank} of {len(by_store)}" in text
+        assert f"`auto` {by_store.loc['auto', 'rank, per request']} of" in text
