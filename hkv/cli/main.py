@@ -202,7 +202,6 @@ FIELD_ALIASES = {
     "gpu_mem_gib": "gpu_mem",
     "cpu_ram_gib": "cpu_ram",
     "offload_gib": "offload_size",
-    "offload_percent": "offload_percent",
     "disk_bytes": "disk_size",
     "block_tokens": ("block_size", "block_tokens"),
     "num_sessions": "sessions",

@@ -137,8 +137,10 @@ class HybridKVCacheConfig:
     """Everything hkv needs to decide where KV blocks live and in which format.
 
     `cpu_offload_bytes` / `cpu_offload_percent` mirror the article's
-    `--hybrid-kv-cache-cpu-offload-size` / `-percent`; `cost_weights` its
-    `--hybrid-kv-cache-cost-weights` (a per-modality multiplier on a block's value).
+    `--hybrid-kv-cache-cpu-offload-size` / `-percent` and are read as them: `hkv flags` sizes
+    the CPU tier from them under the same rules (`hkv.planning.offload_spec`), refuses a flag
+    that says otherwise, and writes the size once, as vLLM's `cpu_bytes_to_use`. `cost_weights`
+    mirrors `--hybrid-kv-cache-cost-weights` (a per-modality multiplier on a block's value).
     """
 
     offload_strategy: str = "lru"

