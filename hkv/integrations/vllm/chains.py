@@ -83,6 +83,8 @@ class Chains:
         self.unevictable = unevictable
         self.chain_of: dict[Key, Chain] = {}
         self.stale: dict[Chain, None] = {}  # gone through whole by an eviction, oldest first
+        self.last_context: Any = None  # the request `last_chain` belongs to (a cache)
+        self.last_chain: Chain | None = None
         self.next_rank = 0
         self.generation = 0
 
@@ -129,6 +131,7 @@ class Chains:
         if chain is None:
             return
         self.stale.pop(chain, None)
+        self.last_context = self.last_chain = None
         chain_of = self.chain_of
         for key in chain.keys:
             if chain_of.get(key) is chain:
@@ -162,6 +165,7 @@ class Chains:
     def clear(self) -> None:
         self.chain_of.clear()
         self.stale.clear()
+        self.last_context = self.last_chain = None
         self.generation += 1
 
     def stand_ins(self) -> StandIn:

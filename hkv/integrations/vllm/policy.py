@@ -122,13 +122,18 @@ class HkvCachePolicy(CachePolicy):
             self.busy.add(key)
         self._hand_over([key], req_context)
         if self.ranks_chains and req_context is not None and key not in self.bypassed:
-            self._join_chain([key], req_context)
+            self._join_chain((key,), req_context)
 
-    def _join_chain(self, keys: list[Any], req_context) -> list[Any]:
+    def _join_chain(self, keys: Sequence[Any], req_context) -> list[Any]:
         """The keys, each at its position, join their running request's chain; those that
         did (none without positions)."""
         get = getattr(req_context, "get_offload_key_position", None)
-        chain = self.chains.of_request(req_context) if get is not None else None
+        if get is None:
+            return []
+        chains = self.chains
+        if req_context is not chains.last_context:  # vLLM inserts a request's keys in a row
+            chains.last_context, chains.last_chain = req_context, chains.of_request(req_context)
+        chain = chains.last_chain
         if chain is None:
             return []
         join = self.chains.join
