@@ -165,6 +165,10 @@ def test_fields_are_checked_with_their_names():
         DiskTierSpec("/d", 1, admission="some")
     with pytest.raises(HkvError, match="disk_dir: needed with --disk-size"):
         disk_tier("32", None)
+    with pytest.raises(HkvError, match="--disk-size: got '0'; give a size above 0"):
+        disk_tier("0", "/d")
+    with pytest.raises(HkvError, match=f"{SIZE}: the CPU tier comes to 0 bytes"):
+        translate([*MODEL, SIZE, "0"], cpu_ram_gib=512)
 
 
 # -- hkv flags with a disk tier: vLLM's tiering config with hkv's tier --------------------------

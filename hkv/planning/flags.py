@@ -256,8 +256,11 @@ class _Translator(RealFlagChecks):
             check_size_and_percent(size, percent, from_percent, names)
         if size is not None:
             check_size_fits_ram(size, self.host_ram_gib()[0], names)
-            return size
-        return from_percent if from_percent is not None else self.overflow_bytes()
+        nbytes = next((n for n in (size, from_percent) if n is not None), None)
+        nbytes = self.overflow_bytes() if nbytes is None else nbytes
+        if nbytes == 0:  # given as 0, or no KV overflows the GPUs
+            raise HkvError(f"{size_name}: the CPU tier comes to 0 bytes; give a size above 0")
+        return nbytes
 
     def requested_size(self, config: HybridKVCacheConfig) -> tuple[int | None, str]:
         """The size from the flag or the file (the same when both give one), and its name."""
@@ -267,8 +270,6 @@ class _Translator(RealFlagChecks):
             size, note = parse_size(text, flag=SIZE_FLAG)
             if note:
                 self.out.warnings.append(note)
-            if size == 0:
-                raise HkvError(f"{SIZE_FLAG}: got {text!r}; give a size above 0")
         return self.agreeing(size, SIZE_FLAG, config.cpu_offload_bytes, "cpu_offload_bytes")
 
     def requested_percent(self, config: HybridKVCacheConfig) -> tuple[float | None, str]:
@@ -287,8 +288,6 @@ class _Translator(RealFlagChecks):
         if file_value is None:
             return flag_value, flag
         if flag_value is None:
-            if field_name == "cpu_offload_bytes" and file_value == 0:
-                raise HkvError(f"{CONFIG_FLAG}: cpu_offload_bytes is 0; give a size above 0")
             return file_value, CONFIG_FLAG
         if flag_value != file_value:
             raise FlagConflict(

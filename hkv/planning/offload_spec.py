@@ -365,6 +365,8 @@ def disk_tier(
     if path is None:
         raise HkvError("disk_dir: needed with --disk-size; give the directory the tier keeps")
     nbytes, _ = parse_size(size, flag="--disk-size")
+    if nbytes == 0:
+        raise HkvError(f"--disk-size: got {size!r}; give a size above 0")
     options = {"policy": policy, "admission": admission, "profile": profile}
     return DiskTierSpec(
         os.path.abspath(os.path.expanduser(path)),
