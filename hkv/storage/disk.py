@@ -71,6 +71,8 @@ class SlotHeader:
     checksum_kind: str
 
 
+RUN_SLOTS = 64
+"""Consecutive slots one `read_many` system call reads at most (32 MiB of 512 KiB slots)."""
 _MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
 """Buffers one `pwritev` may take (the kernel's limit)."""
 
@@ -266,11 +268,62 @@ class DiskTier(SlotTier):
         self._read_ahead(slots, size)
         low = min(slots)
         flags = os.pread(self._fd, max(slots) + 1 - low, self._table_at + low)
-        problems = []
-        for (slot, key, fmt), offset in zip(entries, offsets, strict=True):
-            valid = slot - low < len(flags) and flags[slot - low] == VALID
-            problems.append(self._read_one(slot, key, fmt, out, int(offset), valid)[0])
+        valid = [s - low < len(flags) and flags[s - low] == VALID for s in slots]
+        problems: list[str | None] = []
+        start = 0
+        while start < len(entries):  # runs of consecutive slots, each read in one call
+            end = start + 1
+            while (
+                end < len(entries) and end - start < RUN_SLOTS and slots[end] == slots[end - 1] + 1
+            ):
+                end += 1
+            run = range(start, end)
+            staging = self._read_span(slots[start], end - start)
+            for i in run:
+                entry, offset = entries[i], int(offsets[i])
+                at = (i - start) * self.stride
+                problems.append(self._check(entry, staging, at, out, offset, valid[i]))
+            start = end
         return problems
+
+    def _read_span(self, first: int, count: int) -> np.ndarray:
+        """Slots `first .. first + count - 1`, headers and payloads, in one `preadv`: one
+        system call, so a reader thread gives up and retakes the GIL once per run, not twice
+        per slot (under a busy engine thread each retake waits for its switch interval)."""
+        span = (count - 1) * self.stride + HEADER_BYTES + self.slot_bytes
+        staging = np.empty(span, dtype=np.uint8)
+        got = os.preadv(self._fd, [staging], self._offset(first))
+        return staging[:got]
+
+    def _check(
+        self, entry: tuple[int, int, str], staging: np.ndarray, at: int, out: np.ndarray,
+        offset: int, valid: bool,
+    ) -> str | None:  # fmt: skip
+        """Verify the slot read at `staging[at:]` and copy its payload to `out[offset:]`;
+        None, or why the slot is lost."""
+        slot, key, fmt = entry
+        if not valid:
+            return f"slot {slot} is not marked valid (never written, or an interrupted write)"
+        if at + _HEADER.size > staging.size:
+            return f"file truncated before slot {slot}'s header"
+        raw = staging[at : at + _HEADER.size].tobytes()
+        magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack(raw)
+        if (magic, version, stored_key) != (_SLOT_MAGIC, _VERSION, key & _KEY_MASK):
+            return f"slot {slot}: header does not match block {key} (magic, version or key)"
+        if fmt_code >= len(SLOT_FORMATS) or SLOT_FORMATS[fmt_code] != fmt:
+            return f"slot {slot}: header format code {fmt_code} is not {fmt}"
+        if nbytes > self.slot_bytes or offset + nbytes > out.size:
+            return f"slot {slot}: header says {nbytes} payload bytes, more than fit"
+        if kind not in CHECKSUMS:
+            return f"slot {slot}: checksum kind {kind} unavailable here (install xxhash)"
+        first = at + HEADER_BYTES
+        if first + nbytes > staging.size:
+            return f"file truncated inside slot {slot}'s payload"
+        dest = out[offset : offset + nbytes]
+        dest[:] = staging[first : first + nbytes]
+        if CHECKSUMS[kind][1](dest) != checksum:
+            return f"slot {slot}: checksum mismatch (corrupted payload)"
+        return None
 
     def _read_ahead(self, slots: list[int], size: int) -> None:
         """One readahead hint for the batch's span, when the batch fills most of it (the disk
@@ -283,36 +336,13 @@ class DiskTier(SlotTier):
 
     def read(self, slot: int, key: int, fmt: str) -> np.ndarray | None:
         """The verified payload of `slot`, or None when it is lost."""
-        out = np.empty(self.slot_bytes, dtype=np.uint8)
-        valid = os.pread(self._fd, 1, self._table_at + slot) == bytes([VALID])
-        problem, nbytes = self._read_one(slot, key, fmt, out, 0, valid)
-        return None if problem is not None else out[:nbytes]
-
-    def _read_one(
-        self, slot: int, key: int, fmt: str, out: np.ndarray, offset: int, valid: bool
-    ) -> tuple[str | None, int]:
-        """(why the slot is lost or None, payload bytes copied into `out[offset:]`)."""
-        if not valid:
-            return f"slot {slot} is not marked valid (never written, or an interrupted write)", 0
-        base = self._offset(slot)
-        raw = os.pread(self._fd, _HEADER.size, base)
-        if len(raw) < _HEADER.size:
-            return f"file truncated before slot {slot}'s header", 0
-        magic, version, fmt_code, kind, stored_key, nbytes, checksum = _HEADER.unpack(raw)
-        if (magic, version, stored_key) != (_SLOT_MAGIC, _VERSION, key & _KEY_MASK):
-            return f"slot {slot}: header does not match block {key} (magic, version or key)", 0
-        if fmt_code >= len(SLOT_FORMATS) or SLOT_FORMATS[fmt_code] != fmt:
-            return f"slot {slot}: header format code {fmt_code} is not {fmt}", 0
-        if nbytes > self.slot_bytes or offset + nbytes > out.size:
-            return f"slot {slot}: header says {nbytes} payload bytes, more than fit", 0
-        if kind not in CHECKSUMS:
-            return f"slot {slot}: checksum kind {kind} unavailable here (install xxhash)", 0
-        dest = out[offset : offset + nbytes]
-        if os.preadv(self._fd, [dest], base + HEADER_BYTES) < nbytes:
-            return f"file truncated inside slot {slot}'s payload", 0
-        if CHECKSUMS[kind][1](dest) != checksum:
-            return f"slot {slot}: checksum mismatch (corrupted payload)", 0
-        return None, nbytes
+        staging = self._read_span(slot, 1)
+        if staging.size < HEADER_BYTES:
+            return None
+        nbytes = _HEADER.unpack(staging[: _HEADER.size].tobytes())[5]
+        out = np.empty(min(nbytes, self.slot_bytes), dtype=np.uint8)
+        (problem,) = self.read_many([(slot, key, fmt)], out, [0])
+        return None if problem is not None else out
 
     def scan(self) -> dict[int, SlotHeader]:
         """Headers of the slots marked valid (payload checksums are checked at read time)."""
