@@ -251,3 +251,55 @@ def test_vllms_fs_tier_grows_past_the_bound_that_hkvs_keeps(tmp_path):
 def test_bad_settings_fail_at_start_with_what_to_do(tmp_path, setting, message):
     with pytest.raises(HkvError, match=message):
         make_manager(tiering_config(hkv_tier(tmp_path / "t", **setting)))
+
+
+def test_a_hit_that_loads_slower_than_it_recomputes_is_declined(tmp_path):
+    tier = hkv_tier(tmp_path / "t", admission="cost", min_prefix_tokens=128)
+    manager = make_manager(tiering_config(tier))
+    try:
+        for r in range(3):  # 12 chunks of long prompts: the first 4 end up on disk only
+            store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}", prompt_tokens=256)
+        ctx = ReqContext(req_id="short")
+        ctx.set_offload_key_position(key(0), 64)  # a prompt of 64 tokens reuses chunk 0
+        manager.on_new_request(ctx)
+        assert manager.lookup(key(0), ctx) is LookupResult.MISS
+        assert tier_of(manager).stats()["declined_hits"] == 1
+        assert np.array_equal(fetch_long(manager, 0), payload(0))
+    finally:
+        manager.shutdown()
+
+
+def fetch_long(manager, i: int) -> np.ndarray | None:
+    ctx = ReqContext(req_id=f"long-{i}")
+    ctx.set_offload_key_position(key(i), 256)
+    manager.on_new_request(ctx)
+    assert manager.lookup(key(i), ctx) is not LookupResult.MISS
+    settle(manager)
+    spec = manager.prepare_load([key(i)], ctx)
+    view = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8)
+    row = int(spec.block_ids[0])
+    data = view[row * BLOCK_BYTES : (row + 1) * BLOCK_BYTES].copy()
+    manager.complete_load([key(i)], ctx)
+    manager.on_request_finished(ctx)
+    settle(manager)
+    return data
+
+
+def test_loads_measured_slow_stop_admission_and_are_remembered(tmp_path):
+    config = tiering_config(hkv_tier(tmp_path / "t", admission="cost"))
+    first = make_manager(config)
+    try:
+        tier = tier_of(first)
+        fast = tier.crossover_tokens
+        tier._note_speed(1.0)  # a chunk took a second: no prompt is long enough for the disk
+        assert fast is not None and (tier.crossover_tokens is None or tier.crossover_tokens > fast)
+        store(first, [1, 2, 3], "req", prompt_tokens=fast)
+        assert tier.stats()["written"] == 0 and tier.stats()["refused_admission"] == 3
+    finally:
+        first.shutdown()
+    second = make_manager(config)
+    try:
+        assert tier_of(second).stats()["measured_chunk_s"] == 1.0
+        assert tier_of(second).crossover_tokens == tier.crossover_tokens
+    finally:
+        second.shutdown()

@@ -44,7 +44,15 @@ from vllm.v1.kv_offload.base import LookupResult, OffloadingEvent, RequestOffloa
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
 from hkv.blocks import BlockMeta, Tier
-from hkv.integrations.vllm.tier_config import TierSettings, chunk_cost, identity
+from hkv.integrations.vllm.tier_config import (
+    MEASURED_CHUNKS,
+    TierSettings,
+    chunk_cost,
+    identity,
+    measured_crossover,
+    read_speed,
+    write_speed,
+)
 from hkv.storage.disk_store import digest, open_store
 
 try:  # vLLM >= 0.32 names the medium of a tier (metrics label hits by it)
@@ -91,8 +99,13 @@ class HkvDiskTier(SecondaryTierManager):
         self._jobs: dict[int, tuple[Future, str, Any, float]] = {}
         self._done: list[JobResult] = []
         self._prompt: dict[str, tuple[int, int]] = {}  # req id -> (keys seen, prompt tokens)
-        self.counts = dict.fromkeys(("refused_admission", "loads", "load_chunks"), 0)
+        self.counts = dict.fromkeys(
+            ("refused_admission", "declined_hits", "loads", "load_chunks"), 0
+        )
         self.load_s = 0.0
+        self.model_crossover_tokens = self.crossover_tokens
+        self.per_chunk_s = read_speed(self.settings.path)  # measured by an earlier run
+        self._follow_measured_speed()
         _warn_unstable_hashes()
         log.info(
             "hkv disk tier at %s: %d chunks of %d bytes (bound %d bytes), admission %s from "
@@ -112,7 +125,14 @@ class HkvDiskTier(SecondaryTierManager):
         return RequestOffloadingContext()
 
     def lookup(self, key: bytes, req_context: Any) -> LookupResult:
-        return LookupResult.HIT if digest(key) in self.store else LookupResult.MISS
+        """A hit only where loading it beats recomputing: a request whose prompt is known to be
+        shorter than the crossover recomputes (vLLM would otherwise load every hit it finds)."""
+        if digest(key) not in self.store:
+            return LookupResult.MISS
+        if self.settings.admission == "cost" and not self._beats_recompute(req_context):
+            self.counts["declined_hits"] += 1
+            return LookupResult.MISS
+        return LookupResult.HIT
 
     def touch(self, keys: Collection[bytes], req_context: Any) -> None:
         """vLLM 0.26 touches a request's whole prompt: its length is the prompt's."""
@@ -188,6 +208,8 @@ class HkvDiskTier(SecondaryTierManager):
         self.counts["loads"] += 1
         self.counts["load_chunks"] += len(ok)
         self.load_s += seconds
+        if len(ok) >= MEASURED_CHUNKS:
+            self._note_speed(seconds / len(ok))
         nbytes = len(ok) * self.chunk_bytes
         if len(ok) == asked:
             return _result(job_id, True, transfer_time=seconds, transfer_bytes=nbytes)
@@ -235,6 +257,8 @@ class HkvDiskTier(SecondaryTierManager):
             "disk_bytes": self.settings.disk_bytes,
             "chunk_bytes": self.chunk_bytes,
             "crossover_tokens": self.crossover_tokens,
+            "model_crossover_tokens": self.model_crossover_tokens,
+            "measured_chunk_s": self.per_chunk_s,
             "load_s": self.load_s,
             "model_load_s": per_chunk * self.counts["load_chunks"],
         }
@@ -248,25 +272,59 @@ class HkvDiskTier(SecondaryTierManager):
         start = max(0, end - self.chunk_tokens) if end else 0
         return BlockMeta(tokens=self.chunk_tokens, position=start, tier=Tier.DISK)
 
-    def _note_prompt(self, req_context: Any, tokens: int) -> int:
-        req_id = req_context.req_id
-        seen, known = self._prompt.get(req_id, (0, 0))
-        known = max(known, tokens)
-        self._prompt[req_id] = (seen, known)
-        return known
+    def _note_prompt(self, req_context: Any, tokens: int) -> None:
+        seen, known = self._prompt.get(req_context.req_id, (0, 0))
+        self._prompt[req_context.req_id] = (seen, max(known, tokens))
 
     def _admits(self, req_context: Any, keys: list[bytes]) -> bool:
         if self.settings.admission == "all":
             return True
         if self.crossover_tokens is None:
             return False
+        return self._prompt_tokens(req_context) >= self.crossover_tokens
+
+    def _beats_recompute(self, req_context: Any) -> bool:
+        """False when this request's chunks load slower than they recompute: no crossover at
+        all, or a prompt known to be shorter (unknown, as at vLLM 0.26's first lookup: True)."""
+        if self.crossover_tokens is None:
+            return False
+        known = self._prompt_tokens(req_context)
+        return not known or known >= self.crossover_tokens
+
+    def _prompt_tokens(self, req_context: Any) -> int:
         positions = _positions(req_context)
         req_id = req_context.req_id
         seen, known = self._prompt.get(req_id, (0, 0))
         if positions and len(positions) != seen:  # vLLM >= 0.32: every prompt key's end token
             known = max(known, max(positions.values()))
             self._prompt[req_id] = (len(positions), known)
-        return known >= self.crossover_tokens
+        return known
+
+    def _note_speed(self, per_chunk_s: float) -> None:
+        """Fold a load's seconds per chunk into the measured speed (half-life one load) and
+        persist it beside the tier file for the next start."""
+        old = self.per_chunk_s
+        self.per_chunk_s = per_chunk_s if old is None else 0.5 * (old + per_chunk_s)
+        self._follow_measured_speed()
+        write_speed(self.settings.path, self.per_chunk_s)
+
+    def _follow_measured_speed(self) -> None:
+        """Admit and serve by the crossover the measured loads imply, once any were timed
+        (`admission: cost` without a hand-set `min_prefix_tokens`)."""
+        if self.per_chunk_s is None or self.settings.admission != "cost":
+            return
+        if self.settings.min_prefix_tokens is not None:
+            return
+        before = self.crossover_tokens
+        self.crossover_tokens = measured_crossover(
+            self.cost, self.chunk_bytes, self.chunk_tokens, self.per_chunk_s
+        )
+        if before != self.crossover_tokens:
+            log.info(
+                "hkv disk tier: loads take %.3f ms a chunk here; disk beats recomputing from "
+                "%s tokens (the profile said %s)", 1e3 * self.per_chunk_s,
+                self.crossover_tokens, self.model_crossover_tokens,
+            )  # fmt: skip
 
 
 def _parts(found: list) -> list[list]:

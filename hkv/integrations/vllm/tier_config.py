@@ -6,13 +6,16 @@ Torch-free and vLLM-free: the spec passed in is read by attribute only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hkv.cost import CostModel, HardwareProfile
 from hkv.errors import HkvError
+from hkv.outputs import write_atomic
 from hkv.planning.model_spec import ModelSpec
 from hkv.policies import make_policy, policy_names
 from hkv.policies.base import EvictionPolicy
@@ -123,3 +126,36 @@ def identity(spec: Any, chunk_bytes: int) -> dict[str, Any]:
         "world_size": int(getattr(parallel, "world_size", 1)),
         "hash_seed": os.environ.get("PYTHONHASHSEED"),
     }
+
+
+SPEED_FILE = "hkv_tier_speed.json"
+MEASURED_CHUNKS = 64
+"""Loads of fewer chunks are not timed: their latency says little about the drive's speed."""
+
+
+def measured_crossover(
+    cost: CostModel, chunk_bytes: int, chunk_tokens: int, per_chunk_s: float
+) -> int | None:
+    """The disk crossover (`CostModel.disk_crossover_tokens`) with disk loads taking what they
+    took in this engine, `per_chunk_s` a chunk (queueing included: what a request waits), in
+    steps of at least 1,024 tokens (a scheduler-side call must stay short)."""
+    gbps = chunk_bytes / max(per_chunk_s, 1e-9) / 1e9
+    links = dict(cost.profile.links)
+    links["disk"] = dataclasses.replace(links["disk"], to_gpu_gbps=gbps, latency_s=0.0)
+    profile = dataclasses.replace(cost.profile, links=links)
+    measured = dataclasses.replace(cost, profile=profile)
+    step = chunk_tokens * max(1, -(-1024 // chunk_tokens))
+    return measured.disk_crossover_tokens(step, MAX_CONTEXT_TOKENS)
+
+
+def read_speed(directory: str) -> float | None:
+    """Seconds a chunk took to load when the tier last ran on `directory`, if recorded."""
+    try:
+        value = json.loads((Path(directory) / SPEED_FILE).read_text())["per_chunk_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def write_speed(directory: str, per_chunk_s: float) -> None:
+    write_atomic(Path(directory) / SPEED_FILE, [json.dumps({"per_chunk_s": per_chunk_s})], "path")
