@@ -303,3 +303,20 @@ def test_loads_measured_slow_stop_admission_and_are_remembered(tmp_path):
         assert tier_of(second).crossover_tokens == tier.crossover_tokens
     finally:
         second.shutdown()
+
+
+def test_without_a_known_prompt_the_longest_seen_decides(tmp_path):
+    """vLLM 0.26 looks a request up before it touches its prompt: until then the tier judges
+    by the longest prompt it has seen."""
+    tier = hkv_tier(tmp_path / "t", admission="cost", min_prefix_tokens=128)
+    manager = make_manager(tiering_config(tier))
+    try:
+        for r in range(3):
+            store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}", prompt_tokens=256)
+        hkv = tier_of(manager)
+        unknown = ReqContext(req_id="unknown")
+        assert hkv._beats_recompute(unknown)  # 256 tokens seen, crossover 128
+        hkv.crossover_tokens = 512  # as if loads were measured slower
+        assert not hkv._beats_recompute(ReqContext(req_id="unknown2"))
+    finally:
+        manager.shutdown()

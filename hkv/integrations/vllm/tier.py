@@ -99,6 +99,7 @@ class HkvDiskTier(SecondaryTierManager):
         self._jobs: dict[int, tuple[Future, str, Any, float]] = {}
         self._done: list[JobResult] = []
         self._prompt: dict[str, tuple[int, int]] = {}  # req id -> (keys seen, prompt tokens)
+        self._longest_prompt = 0
         self.counts = dict.fromkeys(
             ("refused_admission", "declined_hits", "loads", "load_chunks"), 0
         )
@@ -275,6 +276,7 @@ class HkvDiskTier(SecondaryTierManager):
     def _note_prompt(self, req_context: Any, tokens: int) -> None:
         seen, known = self._prompt.get(req_context.req_id, (0, 0))
         self._prompt[req_context.req_id] = (seen, max(known, tokens))
+        self._longest_prompt = max(self._longest_prompt, tokens)
 
     def _admits(self, req_context: Any, keys: list[bytes]) -> bool:
         if self.settings.admission == "all":
@@ -285,11 +287,12 @@ class HkvDiskTier(SecondaryTierManager):
 
     def _beats_recompute(self, req_context: Any) -> bool:
         """False when this request's chunks load slower than they recompute: no crossover at
-        all, or a prompt known to be shorter (unknown, as at vLLM 0.26's first lookup: True)."""
+        all, or a prompt known to be shorter; where the prompt is not known yet (vLLM 0.26
+        looks a request up before it touches it), the longest prompt seen so far stands in."""
         if self.crossover_tokens is None:
             return False
-        known = self._prompt_tokens(req_context)
-        return not known or known >= self.crossover_tokens
+        known = self._prompt_tokens(req_context) or self._longest_prompt
+        return known >= self.crossover_tokens
 
     def _prompt_tokens(self, req_context: Any) -> int:
         positions = _positions(req_context)
@@ -298,6 +301,7 @@ class HkvDiskTier(SecondaryTierManager):
         if positions and len(positions) != seen:  # vLLM >= 0.32: every prompt key's end token
             known = max(known, max(positions.values()))
             self._prompt[req_id] = (len(positions), known)
+            self._longest_prompt = max(self._longest_prompt, known)
         return known
 
     def _note_speed(self, per_chunk_s: float) -> None:
