@@ -142,29 +142,59 @@ def run(args, result: dict) -> None:
     write_json(args.out, result)
 
 
-def fold(files: list[Path], out: Path) -> None:
-    """The runs as one small file: per run its settings, summaries and tier counts, and per
-    request only what the restart check needs (outputs are compared, not kept)."""
-    runs = []
-    for path in files:
-        data = json.loads(path.read_text())
-        outputs = [[r["output"] for r in p["requests"]] for p in data.get("passes", [])]
-        runs.append(
-            {
-                "file": path.name,
-                "parameters": data.get("parameters"),
-                "status": data.get("status"),
-                "error": (data.get("error") or "")[-600:] or None,
-                "t_engine_init_s": data.get("t_engine_init_s"),
-                "tier_at_start": data.get("tier_at_start"),
-                "tier": data.get("tier"),
-                "summaries": [p["summary"] for p in data.get("passes", [])],
-                "ttft_s": [[r["ttft_s"] for r in p["requests"]] for p in data.get("passes", [])],
-                "outputs": outputs,
-            }
-        )
-    first = json.loads(files[0].read_text())
-    write_json(out, {"provenance": first.get("provenance"), "runs": runs})
+def fold(files: list[str], out: Path) -> None:
+    """The runs as one small file. Each of `files` is `PATH` or `PATH@COMMIT` (the hkv commit
+    the run's code came from: the GPU machine runs a copy without git). Per run: settings,
+    summary, tier counts, per-request TTFT, and how many outputs equal those of the first
+    `--tier none` run of the same variant (greedy decoding: a wrong block would change them).
+    A `.log` file is a run killed by its timeout: its first and last log times are kept."""
+    runs, reference = [], {}
+    for spec in files:
+        path, _, commit = spec.partition("@")
+        run = _killed_run(Path(path)) if path.endswith(".log") else _run(Path(path))
+        run["hkv_commit"] = commit or None
+        outputs = run.pop("outputs", None)
+        variant = (run.get("parameters") or {}).get("variant")
+        if outputs and (run.get("parameters") or {}).get("tier") == "none":
+            reference.setdefault(variant, outputs)
+        if outputs and variant in reference:
+            same = sum(a == b for a, b in zip(outputs, reference[variant], strict=True))
+            run["outputs_equal_to_cpu_only"] = [same, len(outputs)]
+        runs.append(run)
+    write_json(out, {"generated_by": "python -m bench.vllm_gpu.disk fold", "runs": runs})
+
+
+def _run(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    (one,) = data["passes"]
+    return {
+        "file": path.name,
+        "date_utc": data.get("date_utc"),
+        "versions": data.get("versions"),
+        "parameters": {k: v for k, v in data["parameters"].items() if k != "model"},
+        "status": data.get("status"),
+        "t_engine_init_s": data.get("t_engine_init_s"),
+        "tier_at_start": data.get("tier_at_start"),
+        "tier": data.get("tier"),
+        "summary": one["summary"],
+        "ttft_s": [r["ttft_s"] for r in one["requests"]],
+        "cached_tokens": [r["cached_tokens"] for r in one["requests"]],
+        "outputs": [r["output"] for r in one["requests"]],
+    }
+
+
+def _killed_run(path: Path) -> dict:
+    lines = path.read_text().splitlines()
+    stamps = [line.split(" [")[0][5:] for line in lines if line.startswith(("INFO", "WARN"))]
+    hits = [line.rsplit("External prefix cache hit rate: ", 1)[1] for line in lines
+            if "External prefix cache hit rate" in line]  # fmt: skip
+    return {
+        "file": path.name,
+        "status": "killed by its timeout before its one pass finished",
+        "first_log": stamps[0] if stamps else None,
+        "last_log": stamps[-1] if stamps else None,
+        "last_external_prefix_hit_rate": hits[-1] if hits else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--model", type=Path, default=default_model())
     one.add_argument("--out", type=Path, required=True)
     folded = sub.add_parser("fold")
-    folded.add_argument("files", type=Path, nargs="+")
+    folded.add_argument("files", nargs="+", help="PATH or PATH@COMMIT; a .log: a killed run")
     folded.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.mode == "fold":
