@@ -258,8 +258,10 @@ class _Translator(RealFlagChecks):
             check_size_fits_ram(size, self.host_ram_gib()[0], names)
         nbytes = next((n for n in (size, from_percent) if n is not None), None)
         nbytes = self.overflow_bytes() if nbytes is None else nbytes
-        if nbytes == 0:  # given as 0, or no KV overflows the GPUs
-            raise HkvError(f"{size_name}: the CPU tier comes to 0 bytes; give a size above 0")
+        if nbytes == 0:  # given as 0, or sized by the GPUs' overflow and nothing overflows
+            given = size is not None or from_percent is not None
+            why = "comes to 0 bytes" if given else "is not needed: the KV cache fits on the GPUs"
+            raise HkvError(f"{size_name}: the CPU tier {why}; give a size above 0")
         return nbytes
 
     def requested_size(self, config: HybridKVCacheConfig) -> tuple[int | None, str]:
