@@ -259,8 +259,7 @@ class _Translator(RealFlagChecks):
         nbytes = next((n for n in (size, from_percent) if n is not None), None)
         nbytes = self.overflow_bytes() if nbytes is None else nbytes
         if nbytes == 0:  # given as 0, or sized by the GPUs' overflow and nothing overflows
-            given = size is not None or from_percent is not None
-            why = "comes to 0 bytes" if given else "is not needed: the KV cache fits on the GPUs"
+            why = "is not needed: the KV cache fits on the GPUs" if size is None else "is 0 bytes"
             raise HkvError(f"{size_name}: the CPU tier {why}; give a size above 0")
         return nbytes
 
