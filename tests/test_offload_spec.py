@@ -1,5 +1,5 @@
 """One description of the tiers (`OffloadSpec`): `hkv plan`, `hkv flags`, the config file and the
-vLLM adapter read the same sizes, block size and policy, under the same rules (issue 35)."""
+vLLM adapter read the same sizes, block size and policy, under the same rules."""
 
 from __future__ import annotations
 
@@ -167,8 +167,11 @@ def test_fields_are_checked_with_their_names():
         disk_tier("32", None)
     with pytest.raises(HkvError, match="--disk-size: got '0'; give a size above 0"):
         disk_tier("0", "/d")
-    with pytest.raises(HkvError, match=f"{SIZE}: the CPU tier comes to 0 bytes"):
+    with pytest.raises(HkvError, match=f"{SIZE}: the CPU tier is 0 bytes"):
         translate([*MODEL, SIZE, "0"], cpu_ram_gib=512)
+    with pytest.raises(HkvError, match="not needed: the KV cache fits on the GPUs"):
+        translate(["vllm", "serve", "MiniMaxAI/MiniMax-M2.5", "--enable-hybrid-kv-cache"],
+                  cpu_ram_gib=512)  # fmt: skip
 
 
 # -- hkv flags with a disk tier: vLLM's tiering config with hkv's tier --------------------------
