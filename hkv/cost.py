@@ -10,9 +10,9 @@
   context (QK^T and AV, 2 FLOPs a multiply-add), so a block late in a long prompt costs more.
   Vision and audio blocks add their encoder's FLOPs per token.
 - Deciding: a resident block is loaded when that is cheaper than recomputing it, else recomputed
-  (DESIGN §3: from host RAM ~10x cheaper; from a 1 GB/s disk it can cost more).
+  (docs/design.md §4: from host RAM ~10x cheaper; from a 1 GB/s disk it can cost more).
 
-`HardwareProfile.default()` is the H200 SXM host measured in DESIGN §3; `hkv.calibrate`
+`HardwareProfile.default()` is the H200 SXM host measured in docs/design.md §3; `hkv.calibrate`
 measures this machine into a JSON profile (`hkv calibrate`) that `HardwareProfile.load` reads
 back.
 """
@@ -59,7 +59,7 @@ class HardwareProfile:
     """Bandwidths, latencies and compute rate of one machine.
 
     `measured` lists the fields measured on `machine`; every other value is the default H200's
-    (DESIGN §3) or an assumption named in `notes`.
+    (docs/design.md §3) or an assumption named in `notes`.
     """
 
     name: str
@@ -82,7 +82,7 @@ class HardwareProfile:
 
     @classmethod
     def default(cls) -> HardwareProfile:
-        """One H200 SXM host as measured in DESIGN §3 (latencies and FLOP rate assumed)."""
+        """One H200 SXM host as measured in docs/design.md §3 (latencies and FLOP rate assumed)."""
         return cls(
             name="h200-default",
             links={
@@ -96,12 +96,12 @@ class HardwareProfile:
             host_memcpy_gbps=50.0,
             gpu_name="NVIDIA H200",
             measured=("links.*.to_gpu_gbps", "links.*.from_gpu_gbps"),
-            machine={"source": "DESIGN.md §3, one H200 SXM host"},
+            machine={"source": "docs/design.md §3, one H200 SXM host"},
             notes=(
                 "latencies assumed (launch ~5-20 us, NVMe ~100 us); prefill_tflops assumed: ~40% "
                 "of the H200's 989 dense bf16 TFLOP/s, which makes a 512-token MiniMax-M2.5 block "
-                "~10x dearer to recompute than to load from pinned host RAM, as DESIGN §3 says; "
-                "host_memcpy_gbps assumed"
+                "~10x dearer to recompute than to load from pinned host RAM, as docs/design.md §4 "
+                "says; host_memcpy_gbps assumed"
             ),
         )
 

@@ -278,13 +278,13 @@ RUNNING_CHAIN_EVICTIONS = {
     "arc": "f5d9238771a135e511b206b5e4a24c7d83f57388e7de8cc4f155bfb504006281",
 }
 """The same on a vLLM that passes the request at insert (0.33), for the policies that rank a
-running request's blocks by position then (issue 37: its batches of 8 evict deepest first);
+running request's blocks by position then (its batches of 8 evict deepest first);
 hkv_lru's equals vLLM 0.33's own lru's (`test_hkv_lru_evicts_as_vllms_own_lru`)."""
 
 
 def test_hkv_lru_evicts_as_vllms_own_lru():
     """On 0.32 (a request ordered when it ends) and on 0.33 (a running request's blocks ranked
-    by position at insert, issue 37) alike, at three tier sizes."""
+    by position at insert) alike, at three tier sizes."""
 
     def native(policy: str, chunks: int) -> CPUOffloadingManager:
         return CPUOffloadingManager(num_chunks=chunks, cache_policy=policy)

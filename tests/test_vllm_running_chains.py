@@ -111,7 +111,7 @@ def batches_scenario(policy: str, batch: int, concurrent: bool) -> tuple[list, l
 def test_a_running_prefix_keeps_its_head_under_pressure_across_store_batches(
     policy, batch, concurrent
 ):
-    """Issue 37: stored in batches under pressure, a running request gives up its deepest
+    """Stored in batches under pressure, a running request gives up its deepest
     blocks, not its head, which would make the rest useless."""
     reference, _ = batches_scenario(REFERENCE, batch, concurrent)
     got, survivors = batches_scenario(policy, batch, concurrent)

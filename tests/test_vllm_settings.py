@@ -1,6 +1,6 @@
 """How hkv policies inside vLLM get their settings: through the spec that builds them (hkv's
 tiering spec, by `spec_module_path`), never through the environment for hkv's own code; the
-settings' rules fail at engine start (issue 35)."""
+settings' rules fail at engine start."""
 
 from __future__ import annotations
 

@@ -63,7 +63,9 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "simulate",
         help="replay a Mooncake-format trace through eviction policies",
-        description="Replay a trace (DESIGN §2 semantics) and report hits, costs and evictions.",
+        description=(
+            "Replay a trace (docs/design.md §2 semantics) and report hits, costs and evictions."
+        ),
     )
     parser.add_argument("--trace", required=True, metavar="FILE.jsonl", help="Mooncake JSONL")
     parser.add_argument(
@@ -88,7 +90,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--store",
         choices=["per_block", "per_request"],
         default=None,
-        help="per_block: DESIGN §2 semantics (default); per_request: like vLLM's CPU tier",
+        help="per_block: docs/design.md §2 semantics (default); per_request: like vLLM's CPU tier",
     )
     parser.add_argument(
         "--config", metavar="FILE", help="HybridKVCacheConfig (.py/.json/.yaml) for modality_aware"

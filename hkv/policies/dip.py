@@ -46,8 +46,9 @@ class DIPPolicy(QueuePolicy):
     groups: int = 4
     tail_first: bool = True
     name = "dip"
-    # No running chains (issue 37): the cold queue leaves newest first, so a chain's first
-    # block in that order is its newest; a request's blocks are ordered when it ends.
+    # Running requests' chains not ranked (vLLM 0.33): the cold queue leaves newest first, so a
+    # chain's first block in that order is its newest; a request's blocks are ordered when it
+    # ends.
     evict_chains = EvictionPolicy.evict_chains
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:

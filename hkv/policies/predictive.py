@@ -76,8 +76,8 @@ class PredictivePolicy(QueuePolicy):
     update_every: int = 512
     window: int = 16
     name = "predictive"
-    # No running chains (issue 37): its queues are reuse-distance buckets, not recency; a
-    # request's blocks are ordered when it ends (`after_request`).
+    # Running requests' chains not ranked (vLLM 0.33): its queues are reuse-distance buckets,
+    # not recency; a request's blocks are ordered when it ends (`after_request`).
     evict_chains = EvictionPolicy.evict_chains
 
     def validate(self) -> None:

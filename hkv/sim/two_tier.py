@@ -165,8 +165,8 @@ def gpu_only(gpu_blocks: int, requests: list[Request], turn_requests: list) -> f
 
 
 def yardstick(gib: float, requests: list[Request]) -> float:
-    """Belady's prefix-token hit share, CPU tier alone, per-block stores (DESIGN §2): an upper
-    reference for what any online policy could keep at this capacity."""
+    """Belady's prefix-token hit share, CPU tier alone, per-block stores (docs/design.md §2): an
+    upper reference for what any online policy could keep at this capacity."""
     trace = trace_from_requests(requests, block_tokens=16)
     return simulate(trace, ["belady"], blocks_for_gib(gib), store="per_block")[
         0

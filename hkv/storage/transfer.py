@@ -1,8 +1,9 @@
 """Batched block moves between the GPU pool and a host arena: gather, one bulk copy, scatter.
 
-One copy call per block is launch-bound (DESIGN §3: 4.2 GB/s for 64 KiB blocks on an H200
-host); gathering the blocks into a staging buffer first and moving it in one copy runs at the
-link's speed (49.9 GB/s, 96% of it). So a store (GPU -> host) is:
+One copy call per block is launch-bound (docs/design.md §3; on an H200 host,
+`data/results/transfer_h200.json`: 8.9 GB/s for 64 KiB blocks); gathering the blocks into a
+staging buffer first and moving it in one copy runs near the link's speed (50.9-52.2 GB/s, 92-94%
+of one bulk copy). So a store (GPU -> host) is:
 
     index_select the blocks into a GPU staging buffer -> encode in the cold format (on the GPU)
     -> one copy per run of consecutive host extents (one run when the arena had room)
