@@ -262,3 +262,32 @@ def test_cli_disk_mistakes_are_one_line_errors(trace_file, extra, message):
     with pytest.raises(HkvError, match=message) as caught:
         cli(*base_argv(trace_file), *extra)
     assert "\n" not in str(caught.value)
+
+
+# -- hkv plan --disk-trace ------------------------------------------------------------------------
+PLAN = ["plan", "--model", "minimax-m2.5", "--gpus", "8", "--cpu-ram", "512"]
+
+
+def test_plan_recommends_a_disk_tier_behind_its_cpu_tier(trace_file, capsys):
+    from hkv.cli.main import main
+
+    argv = [*PLAN, "--offload-size", "64", "--disk-trace", trace_file, "--disk-gbps", "7"]
+    argv += ["--disk-trace-block-tokens", "16", "--json"]
+    assert main(argv) == 0
+    disk = json.loads(capsys.readouterr().out)["disk_recommendation"]
+    assert disk["disk_gbps"] == 7 and disk["disk_bytes"] >= 0 and disk["reason"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--disk-gbps", "2"], "--disk-gbps: needs --disk-trace"),
+        (["--offload-size", "64", "--disk-trace", "T", "--disk-gbps", "0"], "--disk-gbps: got 0"),
+    ],
+)
+def test_plan_disk_flags_fail_in_one_line(extra, message, trace_file, capsys):
+    from hkv.cli.main import main
+
+    argv = [*PLAN, *[trace_file if a == "T" else a for a in extra]]
+    assert main(argv) != 0
+    assert message in capsys.readouterr().err

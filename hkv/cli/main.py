@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from hkv.cli import sim as cli_sim
+from hkv.cli.sim_disk import add_plan_disk_arguments, plan_disk
 from hkv.errors import FlagConflict, HkvError, one_line, shown
 from hkv.planning.sizes import GIB
 
@@ -47,6 +48,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reserve-gib", type=float, default=None, help="per-GPU non-KV reserve")
     p.add_argument("--block-size", type=int, default=16, help="tokens a KV block (vLLM's)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_plan_disk_arguments(p)
     p.set_defaults(handler=_run_plan)
 
 
@@ -69,7 +71,10 @@ def _run_plan(args: argparse.Namespace) -> None:
         reserve_gib=args.reserve_gib if args.reserve_gib is not None else DEFAULT_RESERVE_GIB,
         block_tokens=args.block_size,
     )
-    _emit(plan(spec, inputs).to_dict(), args.json, render_plan)
+    planned = plan(spec, inputs).to_dict()
+    if (disk := plan_disk(args, spec, planned, cli_sim.load_replay_trace)) is not None:
+        planned["disk_recommendation"] = disk
+    _emit(planned, args.json, render_plan)
 
 
 def render_plan(p: dict[str, Any]) -> str:
@@ -93,6 +98,8 @@ def render_plan(p: dict[str, Any]) -> str:
     lines += [f"  suggestion: {s}" for s in p["suggestions"]]
     lines += [f"  warning: {w}" for w in p["warnings"]]
     lines.append("  " + serve_command(p["vllm_args"]))
+    if disk := p.get("disk_recommendation"):
+        lines.append(f"  disk tier: {disk['disk_bytes'] / GIB:.1f} GiB ({disk['reason']})")
     return "\n".join(lines)
 
 

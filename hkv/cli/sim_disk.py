@@ -181,3 +181,44 @@ def _recommendation_table(found: Any, out: TextIO) -> None:
             f"{row['disk_bound_bytes'] / GIB:>10.1f}{row['gain_s']:>10.1f}{row['disk_hits']:>10}"
             f"{row['disk_s_saved']:>9.1f}{row['disk_bytes_written'] / 1e9:>11.1f}\n"
         )
+
+
+# -- hkv plan --disk-trace ----------------------------------------------------------------------
+def add_plan_disk_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "disk tier", "recommend a disk tier behind the planned CPU tier (hkv.sim.disk_plan)"
+    )
+    group.add_argument(
+        "--disk-trace", metavar="FILE.jsonl", help="a Mooncake trace of the traffic to serve"
+    )
+    group.add_argument(
+        "--disk-gbps", type=float, metavar="GBPS", help="the disk's read GB/s (default: profile's)"
+    )
+    group.add_argument(
+        "--disk-trace-block-tokens", type=int, default=512, metavar="N",
+        help="tokens per hash id in --disk-trace (Mooncake's: 512)",
+    )  # fmt: skip
+
+
+def plan_disk(
+    args: argparse.Namespace, spec: Any, planned: dict[str, Any], read_trace: Any
+) -> dict | None:
+    """`recommend_disk_bytes` on `--disk-trace` (read by `read_trace(path, block_tokens)`)
+    behind the plan's CPU tier; None without it."""
+    if args.disk_trace is None:
+        if args.disk_gbps is not None:
+            raise HkvError("--disk-gbps: needs --disk-trace FILE.jsonl")
+        return None
+    _check_number("--disk-gbps", args.disk_gbps, 0.0, MAX_DISK_GBPS, "GB/s", open_low=True)
+    if not planned["offload_bytes"]:
+        raise HkvError(
+            "--disk-trace: the plan has no CPU tier for a disk tier to sit behind; give "
+            "--offload-size GIB"
+        )
+    from hkv.cost import CostModel
+    from hkv.sim.disk_plan import recommend_disk_bytes
+
+    trace = read_trace(args.disk_trace, args.disk_trace_block_tokens)
+    cost = CostModel(spec, kv_cache_dtype=args.kv_cache_dtype or "auto")
+    found = recommend_disk_bytes(trace, cost, planned["offload_bytes"], disk_gbps=args.disk_gbps)
+    return {k: v for k, v in found.to_dict().items() if k != "rows"}
