@@ -98,9 +98,11 @@ def store(manager, ids: list[int], req: str, prompt_tokens: int | None = None) -
     settle(manager)
 
 
-def fetch(manager, i: int) -> np.ndarray | None:
+def fetch(manager, i: int, prompt_tokens: int | None = None) -> np.ndarray | None:
     """The chunk's bytes as the GPU would load them, or None when vLLM would recompute it."""
     ctx = ReqContext(req_id=f"read-{i}-{uuid.uuid4().hex[:4]}")
+    if prompt_tokens is not None:
+        ctx.set_offload_key_position(key(i), prompt_tokens)
     manager.on_new_request(ctx)
     result = manager.lookup(key(i), ctx)
     if result is LookupResult.HIT_PENDING or result is LookupResult.RETRY:
@@ -264,25 +266,9 @@ def test_a_hit_that_loads_slower_than_it_recomputes_is_declined(tmp_path):
         manager.on_new_request(ctx)
         assert manager.lookup(key(0), ctx) is LookupResult.MISS
         assert tier_of(manager).stats()["declined_hits"] == 1
-        assert np.array_equal(fetch_long(manager, 0), payload(0))
+        assert np.array_equal(fetch(manager, 0, prompt_tokens=256), payload(0))
     finally:
         manager.shutdown()
-
-
-def fetch_long(manager, i: int) -> np.ndarray | None:
-    ctx = ReqContext(req_id=f"long-{i}")
-    ctx.set_offload_key_position(key(i), 256)
-    manager.on_new_request(ctx)
-    assert manager.lookup(key(i), ctx) is not LookupResult.MISS
-    settle(manager)
-    spec = manager.prepare_load([key(i)], ctx)
-    view = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8)
-    row = int(spec.block_ids[0])
-    data = view[row * BLOCK_BYTES : (row + 1) * BLOCK_BYTES].copy()
-    manager.complete_load([key(i)], ctx)
-    manager.on_request_finished(ctx)
-    settle(manager)
-    return data
 
 
 def test_loads_measured_slow_stop_admission_and_are_remembered(tmp_path):
