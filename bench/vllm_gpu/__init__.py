@@ -56,3 +56,25 @@ VLLM_POLICIES = ("lru", "arc")
 """vLLM's own policies; every other name is `hkv_<online policy>` or `oracle`."""
 ORACLE, ORACLE_PARAM = "oracle", "hkv_oracle"
 """bench.vllm_oracle: eviction that knows the workload's future (a yardstick, vLLM 0.26)."""
+
+
+def run_then_exit(measure, args) -> None:
+    """`measure(args, result)`, `result` written to `args.out` (with the traceback if it
+    raised), then leave the process at once: vLLM's teardown is slow and can hang on exit."""
+    import os
+    import sys
+    import traceback
+
+    from hkv.report import write_json
+
+    result: dict = {}
+    code = 0
+    try:
+        measure(args, result)
+    except BaseException:
+        traceback.print_exc()
+        write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})
+        code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import traceback
 from pathlib import Path
 
-from bench.vllm_gpu import ROOT, default_model
+from bench.vllm_gpu import ROOT, default_model, run_then_exit
 from bench.vllm_gpu import __doc__ as DOC
 from bench.vllm_gpu.capacity import run_capacity
 from bench.vllm_gpu.driver import drive, measure_link
 from bench.vllm_gpu.engine import run_config
 from bench.vllm_gpu.steps import fold_traces
 from bench.vllm_gpu.summary import fold
-from hkv.report import write_json
 from hkv.sim.anchor import Workload, workload_summary
 
 
@@ -75,17 +71,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mode in ("run", "capacity"):
-        result: dict = {}
-        code = 0
-        try:
-            (run_config if args.mode == "run" else run_capacity)(args, result)
-        except BaseException:
-            traceback.print_exc()
-            write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})
-            code = 3
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # vLLM's teardown is slow and can hang on exit; results are written
+        run_then_exit(run_config if args.mode == "run" else run_capacity, args)
     if args.mode == "drive":
         drive(args)
     elif args.mode == "fold":

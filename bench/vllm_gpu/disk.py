@@ -21,12 +21,10 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
-import traceback
 from pathlib import Path
 
-from bench.vllm_gpu import ROOT, default_model
+from bench.vllm_gpu import ROOT, default_model, run_then_exit
 from bench.vllm_gpu.engine import engine_kwargs, offloading_manager, warm_up, wave_requests
 from hkv.report import provenance, write_json
 from hkv.sim.anchor import Workload, build_sessions
@@ -219,17 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "fold":
         fold(args.files, args.out)
         return 0
-    result: dict = {}
-    code = 0
-    try:
-        run(args, result)
-    except BaseException:
-        traceback.print_exc()
-        write_json(args.out, result | {"status": "error", "error": traceback.format_exc()})
-        code = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # vLLM's teardown is slow and can hang on exit; results are written
+    run_then_exit(run, args)
+    return 0
 
 
 if __name__ == "__main__":
