@@ -497,8 +497,34 @@ def check_custom_modality_manager(r: dict[str, Any]) -> None:
     assert all(d["decision"] == "load" for k, d in decisions.items() if k[3] == "host")
     assert decisions[("text", 16, 4096, "disk")]["decision"] == "recompute"
     assert decisions[("text", 512, 131072, "disk")]["decision"] == "load"
-    assert Path(r["figure"]).is_file()
+    assert len(r["figures"]) == 2 and all(Path(f).is_file() for f in r["figures"])
     _check_modality_manager_prose(r)
+    _check_vllm_disk_tier(r["vllm_tier"])
+
+
+def _check_vllm_disk_tier(tier: dict[str, Any]) -> None:
+    """Section 9: hkv's disk tier in vLLM's own tiering manager, against vLLM's `fs` tier."""
+    bound = tier["bound_bytes"]
+    assert all(row["hkv_file_bytes"] <= bound for row in tier["growth"])
+    assert tier["hkv_file_bytes"] <= bound < tier["fs_bytes"]  # fs grows past hkv's bound
+    fs_bytes = [row["fs_bytes"] for row in tier["growth"]]
+    assert fs_bytes == sorted(set(fs_bytes))  # "grows with every request"
+    assert 0 < max(row["hkv_chunk_bytes"] for row in tier["growth"]) <= bound
+    hits = tier["hits"]
+    assert hits["cpu"] > 0 and hits["disk"] > 0 and hits["disk_tier"]["lost"] == 0
+    assert hits["disk_tier"]["evicted"] > 0  # the bound bit: the policy evicted
+    admitted = tier["admission"]
+    assert admitted["refused"] > 0 and admitted["written"] > 0
+    crossover = admitted["crossover_tokens"]
+    for row in admitted["requests"]:  # written exactly when the prompt reaches the crossover
+        assert (row["written"] == row["chunks"]) == (row["prompt_tokens"] >= crossover)
+    curve = {(c["disk GB/s"], c["chunk tokens"]): c["crossover tokens"] for c in tier["crossover"]}
+    assert curve[(1.1, 16)] == crossover  # the tier's cost model is the notebook's
+    assert curve[(1.1, 16)] > curve[(2.2, 16)] > curve[(7.0, 16)]
+    restart = tier["restart"]
+    assert restart["found"] == restart["resident_before"] > 0
+    assert restart["read_from"] == "disk" and restart["bytes_equal"] is True
+    assert Path(tier["figure"]).is_file()
 
 
 def _check_modality_manager_prose(r: dict[str, Any]) -> None:
