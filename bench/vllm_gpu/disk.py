@@ -117,6 +117,9 @@ def run(args, result: dict) -> None:
     parameters = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     parameters.pop("out", None)
     result |= provenance("python -m bench.vllm_gpu.disk run", parameters, packages=("hkv", "vllm"))
+    import torch
+
+    result["machine"]["gpu_name"] = torch.cuda.get_device_name(0)
     from vllm import LLM
 
     from hkv.integrations.vllm import register
@@ -159,7 +162,18 @@ def fold(files: list[str], out: Path) -> None:
             same = sum(a == b for a, b in zip(outputs, reference[variant], strict=True))
             run["outputs_equal_to_cpu_only"] = [same, len(outputs)]
         runs.append(run)
-    write_json(out, {"generated_by": "python -m bench.vllm_gpu.disk fold", "runs": runs})
+    paths = [Path(f.partition("@")[0]) for f in files]
+    read = [json.loads(p.read_text()) for p in paths if p.suffix == ".json"]
+    last = max(read, key=lambda d: d.get("date_utc") or "")
+    commits = sorted({r["hkv_commit"] for r in runs if r["hkv_commit"]})
+    versions = dict(last.get("versions") or {}) | {"hkv": ", ".join(commits) or None}
+    write_json(out, {
+        "generated_by": "python -m bench.vllm_gpu.disk fold",
+        "date_utc": last.get("date_utc"),
+        "machine": last.get("machine"),
+        "versions": versions,
+        "runs": runs,
+    })  # fmt: skip
 
 
 def _run(path: Path) -> dict:
