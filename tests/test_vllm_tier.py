@@ -45,11 +45,11 @@ def tiering_config(tier: dict) -> dict:
     }
 
 
-def make_manager(extra: dict):
+def make_manager(extra: dict, events: bool = False):
     config = OffloadingConfig(
         groups=(OffloadingGroupConfig(16, ("layer0",), 0),),
         worker_kv_bytes_per_block=BLOCK_BYTES,
-        enable_kv_cache_events=False,
+        enable_kv_cache_events=events,
         extra_config=extra,
         engine_id=uuid.uuid4().hex[:8],
         model=OffloadingModelConfig("minimax-m2.5", "bfloat16"),
@@ -304,5 +304,21 @@ def test_without_a_known_prompt_the_longest_seen_decides(tmp_path):
         assert hkv._beats_recompute(unknown)  # 256 tokens seen, crossover 128
         hkv.crossover_tokens = 512  # as if loads were measured slower
         assert not hkv._beats_recompute(ReqContext(req_id="unknown2"))
+    finally:
+        manager.shutdown()
+
+
+def test_stores_and_evictions_reach_vllms_kv_events(tmp_path):
+    bound = 10 * (BLOCK_BYTES + 4096)
+    tier = hkv_tier(tmp_path / "t", disk_bytes=bound, enable_kv_events=True)
+    manager = make_manager(tiering_config(tier), events=True)
+    try:
+        for r in range(4):
+            store(manager, list(range(4 * r, 4 * r + 4)), f"req{r}")
+        events = [e for e in manager.take_events() if str(e.medium).endswith("STORAGE")]
+        stored = {k for e in events if not e.removed for k in e.keys}
+        removed = {k for e in events if e.removed for k in e.keys}
+        assert stored == {key(i) for i in range(16)}
+        assert len(removed) == tier_of(manager).stats()["evicted"] > 0
     finally:
         manager.shutdown()
