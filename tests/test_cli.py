@@ -162,3 +162,22 @@ def test_python_m_hkv_is_the_hkv_command():
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["kv_bytes_per_token"] == 253_952
+
+
+def test_version_and_every_option_has_help():
+    from hkv import __version__
+    from hkv.cli.main import build_parser
+    from hkv.policies import policy_names
+
+    assert hkv("--version").stdout.strip() == f"hkv {__version__}"
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    bare = [
+        f"{name} {action.option_strings[0]}"
+        for name, command in commands.items()
+        for action in command._actions
+        if action.option_strings and not action.help
+    ]
+    assert not bare, bare
+    policy_help = next(a.help for a in commands["simulate"]._actions if a.dest == "policy")
+    assert all(name in policy_help for name in policy_names())

@@ -39,10 +39,16 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         "--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this one)"
     )
     p.add_argument("--max-model-len", type=int, default=None, help="tokens (default: the model's)")
-    p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--weights-dtype", choices=("bf16", "fp8", "int4"), default=None)
-    p.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--max-num-seqs", type=int, default=16, help="sequences at once (vLLM's)")
+    p.add_argument(
+        "--weights-dtype", choices=("bf16", "fp8", "int4"), help="default: the model's own"
+    )
+    p.add_argument(
+        "--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), help="default: auto"
+    )
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.9, help="vLLM's share of each GPU"
+    )
     p.add_argument("--offload-percent", type=float, default=None, help="the article's percent")
     p.add_argument("--offload-size", type=float, default=None, help="CPU tier in GiB")
     p.add_argument("--reserve-gib", type=float, default=None, help="per-GPU non-KV reserve")
@@ -156,7 +162,7 @@ def render_flags(t: dict[str, Any]) -> str:
 # -- hkv doctor ----------------------------------------------------------------------------------
 def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="versions, GPUs and memory of this machine")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=_run_doctor)
 
 
@@ -191,7 +197,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hkv import __version__
+
     parser = OneLineParser(prog="hkv", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"hkv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_plan_parser(sub)
     add_flags_parser(sub)

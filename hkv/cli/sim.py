@@ -26,6 +26,7 @@ from hkv.blocks import Tier
 from hkv.cli.sim_disk import add_disk_arguments, check_disk_arguments, run_disk, uses_disk
 from hkv.errors import HkvError, shown
 from hkv.outputs import check_output
+from hkv.policies import policy_names
 
 TIERS = {"gpu": Tier.GPU, "host": Tier.HOST, "disk": Tier.DISK}
 MAX_CAPACITY_BLOCKS = 1 << 40
@@ -69,16 +70,22 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--trace", required=True, metavar="FILE.jsonl", help="Mooncake JSONL")
     parser.add_argument(
-        "--policy", default="lru", help="a registered policy name, or `all` (default: lru)"
+        "--policy",
+        default="lru",
+        help=f"one of {', '.join(policy_names())}, or `all` (default: lru)",
     )
     parser.add_argument(
         "--capacity-blocks", required=True, type=int, metavar="N", help="tier size in blocks"
     )
-    parser.add_argument("--block-tokens", type=int, default=512, metavar="N")
+    parser.add_argument(
+        "--block-tokens", type=int, default=512, metavar="N", help="tokens per hash id (512)"
+    )
     parser.add_argument("--model", default="minimax-m2.5", help="shipped name or config.json")
     parser.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, bf16, ...")
     parser.add_argument("--tier", choices=list(TIERS), default="host", help="where hits load from")
-    parser.add_argument("--host-memory", choices=["pinned", "pageable"], default="pinned")
+    parser.add_argument(
+        "--host-memory", choices=["pinned", "pageable"], default="pinned", help="the host link"
+    )
     parser.add_argument(
         "--store-threshold",
         type=int,
@@ -167,14 +174,17 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "calibrate",
         help="measure host, disk (and GPU link) bandwidth into a JSON profile",
-        description="Measure this machine into a profile that every command's --profile reads.",
+        description="Measure this machine into a profile that `hkv simulate --profile` and "
+        "`hkv suite --profile` read.",
     )
     parser.add_argument(
         "--out", default="hkv-profile.json", metavar="FILE", help="where to write the profile"
     )
     parser.add_argument("--disk-dir", default=None, metavar="DIR", help="directory on the disk")
     parser.add_argument("--size-mib", type=int, default=256, metavar="N", help="buffer size")
-    parser.add_argument("--repeats", type=int, default=3, metavar="N")
+    parser.add_argument(
+        "--repeats", type=int, default=3, metavar="N", help="timed runs; the best is kept"
+    )
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(handler=run_calibrate)
     return parser
@@ -195,8 +205,9 @@ def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out.write(f"host memcpy      {profile.host_memcpy_gbps:8.2f} GB/s\n")
     for name, link in profile.links.items():
         flag = "measured" if f"links.{name}.to_gpu_gbps" in profile.measured else "default"
+        ways = ("read  ", "write   ") if name == "disk" else ("to GPU", "from GPU")  # file I/O
         out.write(
-            f"{name:<16} to GPU {link.to_gpu_gbps:8.2f} GB/s, from GPU "
+            f"{name:<16} {ways[0]} {link.to_gpu_gbps:8.2f} GB/s, {ways[1]} "
             f"{link.from_gpu_gbps:8.2f} GB/s  ({flag})\n"
         )
     if profile.notes:
@@ -212,8 +223,10 @@ def add_workload_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="generate a synthetic Mooncake-format workload",
         description="Sessions, shared prefixes, documents, bursts, images; one seed, one file.",
     )
-    parser.add_argument("--preset", default="chat", choices=list(PRESETS))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--preset", default="chat", choices=list(PRESETS), help="the workload's kind (chat)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
     parser.add_argument("--sessions", type=int, default=None, help="number of sessions")
     parser.add_argument(
         "--set",
@@ -222,7 +235,7 @@ def add_workload_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help=f"override a WorkloadSpec field (repeatable); fields: {', '.join(_spec_fields())}",
     )
-    parser.add_argument("--out", required=True, metavar="FILE.jsonl")
+    parser.add_argument("--out", required=True, metavar="FILE.jsonl", help="the trace to write")
     parser.add_argument("--json", action="store_true", help="print a summary as JSON")
     parser.set_defaults(handler=run_workload)
     return parser
@@ -315,7 +328,9 @@ def add_suite_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="FRAC",
         help="fractions of each workload's distinct blocks (default: 0.01 0.02 0.05 0.1)",
     )
-    parser.add_argument("--block-tokens", type=int, default=512, metavar="N")
+    parser.add_argument(
+        "--block-tokens", type=int, default=512, metavar="N", help="tokens per hash id (512)"
+    )
     parser.add_argument("--model", default="minimax-m2.5", help="shipped name or config.json")
     add_profile_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
