@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,23 @@ class HardwareProfile:
                 "says; host_memcpy_gbps assumed"
             ),
         )
+
+    def with_disk(
+        self,
+        to_gpu_gbps: float,
+        from_gpu_gbps: float | None = None,
+        latency_s: float | None = None,
+        name: str | None = None,
+    ) -> HardwareProfile:
+        """This profile with its disk link's bandwidth (and latency, name) replaced: a slower
+        drive, or what loads were measured to take."""
+        disk = self.links["disk"]
+        link = LinkSpec(
+            to_gpu_gbps,
+            disk.from_gpu_gbps if from_gpu_gbps is None else from_gpu_gbps,
+            disk.latency_s if latency_s is None else latency_s,
+        )
+        return replace(self, name=name or self.name, links={**self.links, "disk": link})
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

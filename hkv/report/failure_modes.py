@@ -85,13 +85,7 @@ def with_disk_gbps(
     name: str | None = None,
 ) -> HardwareProfile:
     """`profile` with its disk link's bandwidth replaced (and its name, when given)."""
-    disk = profile.links["disk"]
-    link = dataclasses.replace(
-        disk, to_gpu_gbps=to_gpu_gbps, from_gpu_gbps=from_gpu_gbps or disk.from_gpu_gbps
-    )
-    return dataclasses.replace(
-        profile, name=name or profile.name, links={**profile.links, "disk": link}
-    )
+    return profile.with_disk(to_gpu_gbps, from_gpu_gbps or None, name=name)
 
 
 def tier_models(

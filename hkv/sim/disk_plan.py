@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hkv.cost import CostModel, LinkSpec
+from hkv.cost import CostModel
 from hkv.errors import HkvError
 from hkv.sim.trace import Trace
 from hkv.sim.two_level import chunk_bytes, disk_crossover, simulate_two_level
@@ -45,10 +45,7 @@ def with_disk_gbps(cost_model: CostModel, disk_gbps: float) -> CostModel:
     ok = isinstance(disk_gbps, int | float) and not isinstance(disk_gbps, bool)
     if not ok or not math.isfinite(disk_gbps) or disk_gbps <= 0:
         raise HkvError(f"disk_gbps: got {disk_gbps!r}; expected a number > 0 (GB/s)")
-    profile = cost_model.profile
-    link = profile.links["disk"]
-    links = profile.links | {"disk": LinkSpec(disk_gbps, link.from_gpu_gbps, link.latency_s)}
-    return dataclasses.replace(cost_model, profile=dataclasses.replace(profile, links=links))
+    return dataclasses.replace(cost_model, profile=cost_model.profile.with_disk(disk_gbps))
 
 
 def ceiling_bytes(trace: Trace, cost_model: CostModel, admission: str = "cost") -> int:

@@ -45,12 +45,13 @@ from typing import Any
 from hkv.blocks import BlockMeta, Tier
 from hkv.cost import CostModel
 from hkv.errors import HkvError
+from hkv.planning.offload_spec import DISK_ADMISSIONS
 from hkv.policies import EvictionPolicy, make_policy
 from hkv.policies.registry import online_policy_class
 from hkv.policies.tier import VllmTier
 from hkv.sim.trace import Request, Trace
 
-ADMISSIONS = ("cost", "all")
+ADMISSIONS = DISK_ADMISSIONS  # the tier's own (`hkv.planning.offload_spec`)
 """`cost`: only requests whose prompt reaches the disk crossover; `all`: everything."""
 
 

@@ -17,10 +17,10 @@ from hkv.cost import CostModel, HardwareProfile
 from hkv.errors import HkvError
 from hkv.outputs import write_atomic
 from hkv.planning.model_spec import ModelSpec
+from hkv.planning.offload_spec import DEFAULT_DISK_POLICY, DISK_ADMISSIONS
 from hkv.policies import make_policy, policy_names
 from hkv.policies.base import EvictionPolicy
 
-ADMISSIONS = ("cost", "all")
 MAX_CONTEXT_TOKENS = 1 << 21
 """Where the search for a disk crossover stops (2M tokens: past every served context)."""
 
@@ -41,7 +41,7 @@ class TierSettings:
 
     path: str
     disk_bytes: int
-    policy: str = "cost_aware"
+    policy: str = DEFAULT_DISK_POLICY
     policy_params: Mapping[str, Any] = field(default_factory=dict)
     admission: str = "cost"
     profile: str | None = None
@@ -58,9 +58,10 @@ class TierSettings:
             raise HkvError(f"hkv disk tier: disk_bytes: got {self.disk_bytes!r}; give bytes")
         if self.disk_bytes <= 0:
             raise HkvError(f"hkv disk tier: disk_bytes: got {self.disk_bytes}; must be > 0")
-        if self.admission not in ADMISSIONS:
+        if self.admission not in DISK_ADMISSIONS:
             raise HkvError(
-                f"hkv disk tier: admission: got {self.admission!r}; expected one of {ADMISSIONS}"
+                f"hkv disk tier: admission: got {self.admission!r}; expected one of "
+                f"{DISK_ADMISSIONS}"
             )
         if self.policy not in policy_names(online_only=True):
             raise HkvError(
@@ -140,10 +141,7 @@ def measured_crossover(
     took in this engine, `per_chunk_s` a chunk (queueing included: what a request waits), in
     steps of at least 1,024 tokens (a scheduler-side call must stay short)."""
     gbps = chunk_bytes / max(per_chunk_s, 1e-9) / 1e9
-    links = dict(cost.profile.links)
-    links["disk"] = dataclasses.replace(links["disk"], to_gpu_gbps=gbps, latency_s=0.0)
-    profile = dataclasses.replace(cost.profile, links=links)
-    measured = dataclasses.replace(cost, profile=profile)
+    measured = dataclasses.replace(cost, profile=cost.profile.with_disk(gbps, latency_s=0.0))
     step = chunk_tokens * max(1, -(-1024 // chunk_tokens))
     return measured.disk_crossover_tokens(step, MAX_CONTEXT_TOKENS)
 
