@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.sim.two_tier import blocks_for_gib
 from bench.vllm026 import STORE_BLOCKS, Manager026, OrderedDictLRU, Prompt, prompts
 from bench.vllm_gpu.timers import PolicyTimer
 from hkv.report import save_results
 from hkv.sim.anchor import Workload, workload_summary
-from hkv.sim.two_tier import blocks_for_gib
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_POLICIES = ("lru", "arc")

@@ -4,7 +4,7 @@
     python -m bench.admission_ceiling --no-trace --size ci --out out/ceiling.json
 
 For every workload and capacity of the policy suite (`bench.policy_suite`: Mooncake's trace by
-`--trace`, the generated workloads at `--seed`), `hkv.sim.ceiling.admission_ceiling` replays
+`--trace`, the generated workloads at `--seed`), `bench.sim.ceiling.admission_ceiling` replays
 the trace through vLLM's CPU tier with `lru` eviction, storing only the blocks whose next
 reference comes within a horizon (read from the trace's future), at horizons of 0.25 to 32
 tier-sizes and "ever", and keeps the best. Beside it, from the suite's results file (`--suite`,
@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.policy_suite import DEFAULT_TRACE, ROOT, write_results
 from bench.policy_suite import workloads as suite_workloads
-from hkv.sim.ceiling import NEVER, admission_ceiling
+from bench.sim.ceiling import NEVER, admission_ceiling
 from hkv.sim.suite import FRACTIONS, capacity_for
 
 FACTORS = (*(2 ** (k / 2) for k in range(-4, 11)), NEVER)  # 0.25 .. 32 tier-sizes, and ever

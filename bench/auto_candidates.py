@@ -8,7 +8,7 @@
         --out data/results/auto_candidates.json
 
 Each candidate (`NAME=JSON`, the JSON being `auto`'s hyperparameters; `default` is `{}`) runs:
-- the two-tier model of the H200 engine (`hkv.sim.two_tier`): the anchor at 8, 12 and 16 GiB
+- the two-tier model of the H200 engine (`bench.sim.two_tier`): the anchor at 8, 12 and 16 GiB
   and its skewed variant (Zipf 1) at 8 and 12 GiB, with the cached share and `prefill_frac`,
   the modelled prefill seconds left, which the engine's wall time follows (`vllm_h200_time.json`
   and `vllm_h200_steps.json` measure both); `bip` and vLLM's `lru` (modelled by hkv's) beside;
@@ -58,9 +58,9 @@ def anchor_cell(job: tuple[list[str], str, dict, float, float]) -> dict[str, Any
     """One policy (`auto` with `params`, or another by name) in one two-tier cell."""
     extra, policy, params, popularity, gib = job
     _register(extra)
+    from bench.sim.two_tier import blocks_for_gib, predict
     from hkv.cost import CostModel
-    from hkv.sim.anchor import Workload
-    from hkv.sim.two_tier import blocks_for_gib, predict, trace_requests
+    from hkv.sim.anchor import Workload, trace_requests
 
     requests, turns = trace_requests(workload=Workload(popularity=popularity))
     row = predict(

@@ -1,6 +1,6 @@
 """Predict the GPU benchmark's cached shares with hkv's simulator, on the same request sequence.
 
-The model (`hkv.sim.two_tier`): the GPU prefix cache as hkv's `lru` in front of a CPU tier run by
+The model (`bench.sim.two_tier`): the GPU prefix cache as hkv's `lru` in front of a CPU tier run by
 the policy under test, both with vLLM's per-request stores, replayed request by request on the
 anchor workload (`hkv.sim.anchor`) that `python -m bench.vllm_gpu` serves. vLLM's own `lru` and
 `arc` are predicted with hkv's `lru` and `arc`; the measured shares, when the GPU results file
@@ -16,18 +16,17 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-from hkv.policies import policy_names
-from hkv.report import save_results
-from hkv.sim.anchor import Workload
-from hkv.sim.two_tier import (
+from bench.sim.two_tier import (
     KV_BYTES_PER_TOKEN,
     blocks_for_gib,
     compare,
     gpu_only,
     predict,
-    trace_requests,
     yardstick,
 )
+from hkv.policies import policy_names
+from hkv.report import save_results
+from hkv.sim.anchor import Workload, trace_requests
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The admission ceiling (`hkv.sim.ceiling`, `bench.admission_ceiling`): `lru` behind an oracle
+"""The admission ceiling (`bench.sim.ceiling`, `bench.admission_ceiling`): `lru` behind an oracle
 that stores only the blocks that come back within a horizon."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from bench.sim.ceiling import admission_ceiling, next_uses
 from hkv.errors import HkvError
 from hkv.policies import make_policy
 from hkv.sim import Trace, replay
-from hkv.sim.ceiling import admission_ceiling, next_uses
 from hkv.sim.trace import Request
 
 

@@ -1,5 +1,5 @@
 """The GPU benchmark's CPU side: its workload (`hkv.sim.anchor`), its plans and results
-(`bench.vllm_gpu`), and the simulator's model (`hkv.sim.two_tier`).
+(`bench.vllm_gpu`), and the simulator's model (`bench.sim.two_tier`).
 
 Nothing here needs a GPU; the adapter tests at the end need vLLM (any version) for the
 `CachePolicy` base and drive it through `bench.vllm026`'s stand-ins of vLLM 0.26.
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from bench import adapter_overhead, vllm026
+from bench.sim import two_tier as sim
 from bench.vllm_gpu import capacity as tiers_check
 from bench.vllm_gpu import driver, engine, plans, summary, timers
 from hkv.errors import HkvError
 from hkv.report import write_json
 from hkv.sim import anchor
-from hkv.sim import two_tier as sim
 
 SMALL = anchor.Workload(
     sessions=4, turns=3, wave=2, first_min=64, first_max=128, delta_min=16, delta_max=40
@@ -374,7 +374,7 @@ def test_capacities_in_blocks_of_512_kib():
 
 def test_trace_requests_cut_full_blocks_and_label_images():
     w = anchor.Workload(**{**SMALL.__dict__, "images": True})
-    requests, turns = sim.trace_requests(workload=w)
+    requests, turns = anchor.trace_requests(workload=w)
     assert len(requests) == len(turns) == 12
     for req, turn in zip(requests, turns, strict=True):
         assert req.input_length == turn.prompt_len // 16 * 16
@@ -413,7 +413,7 @@ def test_a_prefix_pushed_off_the_gpu_comes_back_from_the_cpu_tier():
 
 
 def test_prediction_with_room_for_everything_reuses_every_earlier_turn():
-    requests, turns = sim.trace_requests(workload=SMALL)
+    requests, turns = anchor.trace_requests(workload=SMALL)
     everything = sim.predict("lru", 10_000, 10_000, requests, turns)
     reusable = sum(
         SMALL.block_tokens

@@ -1,11 +1,13 @@
-"""The anchor multi-turn workload of the GPU benchmark (`python -m bench.vllm_gpu`).
+"""The anchor multi-turn workload of the GPU benchmark (`python -m bench.vllm_gpu`), and one of
+the policy suite's generated workloads (`hkv suite`, `hkv.sim.suite_workloads`).
 
 The rig's anchor (../shared/gpu-vllm/anchor_bench.py, same seed and random stream, so the token
 sequences are identical): `sessions` conversations of `turns` turns; turn 0 is 8-16K random token
 ids, each later turn re-sends the previous prompt plus 1-2K new tokens (replies are not
 appended); rounds go turn by turn, sessions in a fresh random order each round, in waves of
 `wave` concurrent requests. The multimodal variant marks spans of each turn's new tokens as
-images (`images=True`); the tokens stay the same. Standard library only.
+images (`images=True`); the tokens stay the same. `trace_requests` gives it as hkv trace
+requests. Standard library only, besides hkv's trace type.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 import random
 from array import array
 from dataclasses import asdict, dataclass, field
+
+from hkv.sim.trace import Request
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 150000
 """Workload token ids (the anchor's range); warm-up prompts use ids above it."""
@@ -199,3 +203,29 @@ def workload_summary(w: Workload) -> dict:
         "image_tokens": image_tokens,
         "image_spans": sum(len(s.spans) for s in sessions),
     }
+
+
+def trace_requests(images: bool = False, workload=None) -> tuple[list[Request], list]:
+    """The GPU benchmark's request sequence as hkv trace requests, plus its `TurnRequest`s.
+
+    `workload` (an `anchor.Workload`) defaults to the benchmark's, with `images` as given.
+    """
+    w = workload or Workload(images=images)
+    images = w.images
+    sessions, turn_requests = request_sequence(w)
+    chains = [block_hash_chain(s.tokens, w.block_tokens) for s in sessions]
+    requests = []
+    for r in turn_requests:
+        num_blocks = r.prompt_len // w.block_tokens
+        labels = block_modalities(r.spans, num_blocks, w.block_tokens) if images else None
+        requests.append(
+            Request(
+                timestamp_ms=float(r.index),
+                input_length=num_blocks * w.block_tokens,
+                output_length=w.max_tokens,
+                hash_ids=tuple(chains[r.session][:num_blocks]),
+                modalities=tuple(labels) if labels else None,
+                session=r.session,
+            )
+        )
+    return requests, turn_requests

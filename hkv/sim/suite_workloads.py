@@ -16,9 +16,8 @@
 from __future__ import annotations
 
 from hkv.errors import HkvError
-from hkv.sim.anchor import Workload
+from hkv.sim.anchor import Workload, trace_requests
 from hkv.sim.trace import Trace, trace_from_requests
-from hkv.sim.two_tier import trace_requests
 from hkv.sim.workload import WorkloadSpec, generate
 from hkv.sim.zipf_sessions import ZipfSessionSpec, generate_zipf_sessions
 

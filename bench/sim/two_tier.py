@@ -1,6 +1,7 @@
 """The two-tier model behind the GPU benchmark's prediction (`python -m bench.vllm_gpu_sim`).
 
-The requests are the GPU benchmark's own (`hkv.sim.anchor.request_sequence`, same seed): every
+Bench-only (nothing in hkv, its CLI or its notebooks runs it). The requests are the GPU
+benchmark's own (`hkv.sim.anchor.trace_requests`, same seed): every
 prompt is cut into 16-token blocks whose ids chain a hash of the parent id and the block's
 tokens, like vLLM's prefix hashes (a partial last block has no id: vLLM neither caches nor
 offloads it).
@@ -38,7 +39,6 @@ from pathlib import Path
 from hkv.blocks import BlockMeta
 from hkv.cost import CostModel
 from hkv.policies import make_policy
-from hkv.sim.anchor import Workload, block_hash_chain, block_modalities, request_sequence
 from hkv.sim.replay import replay, simulate
 from hkv.sim.trace import Request, trace_from_requests
 
@@ -49,32 +49,6 @@ KV_BYTES_PER_TOKEN = 8 * 2 * 8 * 128 * 2
 def blocks_for_gib(gib: float, block_tokens: int = 16) -> int:
     """Blocks of `block_tokens` tokens that `gib` GiB holds (8 GiB -> 16,384 at 16 tokens)."""
     return int(gib * (1 << 30)) // (KV_BYTES_PER_TOKEN * block_tokens)
-
-
-def trace_requests(images: bool = False, workload=None) -> tuple[list[Request], list]:
-    """The GPU benchmark's request sequence as hkv trace requests, plus its `TurnRequest`s.
-
-    `workload` (an `anchor.Workload`) defaults to the benchmark's, with `images` as given.
-    """
-    w = workload or Workload(images=images)
-    images = w.images
-    sessions, turn_requests = request_sequence(w)
-    chains = [block_hash_chain(s.tokens, w.block_tokens) for s in sessions]
-    requests = []
-    for r in turn_requests:
-        num_blocks = r.prompt_len // w.block_tokens
-        labels = block_modalities(r.spans, num_blocks, w.block_tokens) if images else None
-        requests.append(
-            Request(
-                timestamp_ms=float(r.index),
-                input_length=num_blocks * w.block_tokens,
-                output_length=w.max_tokens,
-                hash_ids=tuple(chains[r.session][:num_blocks]),
-                modalities=tuple(labels) if labels else None,
-                session=r.session,
-            )
-        )
-    return requests, turn_requests
 
 
 class TwoTierReplay:
