@@ -7,9 +7,9 @@ and numpy; torch, transformers and vLLM are imported inside the adapters that us
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.cost import CostModel, HardwareProfile
 from hkv.errors import ConfigError, FlagConflict, HkvError
+from hkv.models.model_spec import LayerGroup, LayerKind, ModelSpec
 from hkv.planning.config import CostModelParams, HybridKVCacheConfig, ModalityConfig
 from hkv.planning.flags import Translation, translate, try_translate
-from hkv.planning.model_spec import LayerGroup, LayerKind, ModelSpec
 from hkv.planning.plan import MemoryPlan, PlanInputs, plan
 from hkv.policies import EvictionPolicy, make_policy, policy_names
 from hkv.sim import ReplayResult, WorkloadSpec, generate, load_trace, replay, simulate

@@ -28,10 +28,10 @@ from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
+from hkv.formats import cold_bits_per_value
 from hkv.inputs import read_json
+from hkv.models.model_spec import LayerKind, ModelSpec
 from hkv.outputs import write_atomic
-from hkv.planning.model_spec import LayerKind, ModelSpec
-from hkv.storage.formats import cold_bits_per_value
 
 LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
 """Link names of a profile: where a block's bytes sit, seen from the GPU."""

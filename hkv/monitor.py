@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hkv.planning.sizes import GIB
-from hkv.report.provenance import package_versions
+from hkv.versions import package_versions
 
 REPORTED_PACKAGES = (
     "hkv",

@@ -108,7 +108,7 @@ def tiny_config(settings: TinyMiniMaxSettings, tokenizer: Any) -> Any:
     """The shipped MiniMax-M2.5 config with every dimension shrunk; a `MiniMaxM2Config`."""
     from transformers import MiniMaxM2Config
 
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
 
     raw = dict(ModelSpec.load("minimax-m2.5").raw)
     rotary_fraction = raw["rotary_dim"] / raw["head_dim"]  # 64 / 128: partial RoPE

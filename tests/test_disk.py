@@ -63,7 +63,7 @@ def test_layout_formats_disk_and_table_import_without_torch() -> None:
     code = """
         import sys
         sys.modules["torch"] = None  # any import of torch fails
-        import hkv.storage.layout, hkv.storage.formats, hkv.storage.disk, hkv.storage.table
+        import hkv.storage.layout, hkv.formats, hkv.storage.disk, hkv.storage.table
         print("ok")
     """
     proc = run_python(code)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hkv.errors import HkvError
-from hkv.planning.model_spec import LayerKind, ModelSpec
+from hkv.models.model_spec import LayerKind, ModelSpec
 
 MIB = 1 << 20
 GIB = 1 << 30

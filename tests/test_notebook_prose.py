@@ -103,8 +103,8 @@ def test_contradicted_or_change_log_phrases_are_gone(stem: str, phrase: str) -> 
 
 
 def test_constants_the_prose_states() -> None:
+    from hkv.formats import KEY_GROUP_TOKENS
     from hkv.planning.plan import HOST_RAM_FRACTION
-    from hkv.storage.formats import KEY_GROUP_TOKENS
 
     assert HOST_RAM_FRACTION == 0.7 and KEY_GROUP_TOKENS == 64
     gpu = load_result("vllm_h200")

@@ -10,10 +10,10 @@ import pytest
 
 from hkv.cli.main import main
 from hkv.errors import FlagConflict, HkvError
+from hkv.models.model_spec import ModelSpec
 from hkv.planning import plan
 from hkv.planning.config import HybridKVCacheConfig
 from hkv.planning.flags import translate
-from hkv.planning.model_spec import ModelSpec
 from hkv.planning.offload_spec import (
     DiskTierSpec,
     OffloadSpec,

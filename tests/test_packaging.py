@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 PROBE = """
 import json, importlib.metadata as md, hkv
-from hkv.planning.model_spec import shipped_models
+from hkv.models.model_spec import shipped_models
 from hkv.cost import CostModel
 from hkv.policies import make_policy
 eps = md.entry_points(group="vllm.general_plugins")
@@ -32,11 +33,29 @@ print(json.dumps({"file": hkv.__file__, "models": shipped_models(), "plugins": e
 """
 
 
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files as a fresh clone would have them (tracked and new, none ignored):
+    a build from ROOT itself would pick up whatever a stale `build/lib` still holds."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 def test_an_installed_hkv_has_its_model_configs_and_vllm_entry_points(tmp_path):
     target = tmp_path / "site"
+    source = checkout_copy(tmp_path / "src")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(ROOT)],
+         "--target", str(target), str(source)],
         check=True, capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     env = os.environ | {"PYTHONPATH": str(target)}
@@ -47,6 +66,9 @@ def test_an_installed_hkv_has_its_model_configs_and_vllm_entry_points(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(found["file"]).is_relative_to(target)  # the installed copy, not this checkout
+    assert not (target / "bench").exists()  # benchmarks and their models stay in the checkout
+    bench_only = {p.stem for p in (ROOT / "bench" / "sim").glob("*.py")} - {"__init__"}
+    assert not [p for p in (target / "hkv").rglob("*.py") if p.stem in bench_only]
     assert found["models"] == ["deepseek-v3", "gpt-oss-120b", "minimax-m2.5"]
     assert found["cost_model"] == "minimax-m2.5" and found["auto"] == "AutoPolicy"
     assert found["plugins"] == ["hkv_minimax_router_fix", "hkv_policies"]

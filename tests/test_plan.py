@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hkv.errors import HkvError
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.plan import (
     GIB,
     PlanInputs,

@@ -128,7 +128,7 @@ def test_unknown_format_is_a_user_error() -> None:
 def test_cost_model_counts_the_bytes_the_codec_stores(fmt, block_tokens):
     from hkv.blocks import BlockMeta
     from hkv.cost import CostModel
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
 
     spec = ModelSpec.load("minimax-m2.5")
     layout = BlockLayout.from_spec(spec, block_tokens)

@@ -884,7 +884,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ),
     ("Its worst unseen cell is `{}` at {:.0f} %, where {} leads by {:.2f} points", heldout_worst),
     ("near-equal experts: {} of its {} cells that miss are there", heldout_misses),
-    # MiniMax-M2.5's config (hkv/planning/models/minimax-m2.5)
+    # MiniMax-M2.5's config (hkv/models/minimax-m2.5)
     ("{:.0f} KiB per token", lambda: (spec().kv_bytes_per_token() / 1024,)),
     (
         "{:.2f} GiB for one 32K-token conversation",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ TORCH_FREE_MODULES = [
     "hkv.inputs",
     "hkv.monitor",
     "hkv.storage.layout",
-    "hkv.storage.formats",
+    "hkv.formats",
     "hkv.storage.disk",
     "hkv.storage.table",
 ]
@@ -148,3 +149,92 @@ def test_torch_free_wings_import_without_torch_vllm_or_transformers():
     code = blocked + "".join(f"import {name}\n" for name in torch_free_modules())
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+LAYERS = [
+    ["hkv.errors", "hkv.inputs", "hkv.outputs", "hkv.blocks", "hkv.formats", "hkv.versions"],
+    ["hkv.models"],
+    ["hkv.cost"],
+    ["hkv.policies"],
+    ["hkv.planning"],
+    ["hkv.storage"],
+    ["hkv.sim"],
+    ["hkv.calibrate", "hkv.monitor", "hkv.tiny_model"],
+    ["hkv.integrations", "hkv.report"],
+    ["hkv.cli", "hkv.__main__", "hkv"],
+]
+"""hkv's parts from the bottom up: a part imports only parts of its own layer or below it
+(imports inside functions included). Base types (errors, blocks, cold formats, what a model is)
+sit under everything that reads them; the reports, integrations and the CLI sit on top."""
+
+
+def part(module: str) -> str:
+    """The part of hkv a module belongs to: `hkv.sim.replay` -> `hkv.sim`, `hkv.cost` itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    level = {name: i for i, names in enumerate(layers) for name in names}
+    return [
+        f"{source} -> {target}"
+        for source, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if level[part(target)] > level[part(source)]
+    ]
+
+
+def test_every_part_of_hkv_has_a_layer():
+    parts = {part(name) for name in import_graph()}
+    declared = {name for names in LAYERS for name in names}
+    assert parts == declared, {"undeclared": parts - declared, "gone": declared - parts}
+
+
+KNOWN_UPWARD = ["hkv.policies.modality_aware -> hkv.planning.config"]
+"""The one arrow left: the config checks its `offload_strategy` against the policy registry when
+it is built, and `modality_aware` reads the config (its default, `article_example()`, and an
+isinstance check). Either side going removes it; this list must then shrink with it."""
+
+
+def test_each_part_imports_only_its_own_layer_or_lower():
+    assert upward_imports(import_graph(), LAYERS) == KNOWN_UPWARD
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"hkv.cost": {"hkv.planning.plan"}, "hkv.planning.plan": {"hkv.cost"}}
+    layers = [["hkv.cost"], ["hkv.planning"]]
+    assert upward_imports(graph, layers) == ["hkv.cost -> hkv.planning.plan"]
+
+
+BENCH_ONLY = ROOT / "bench" / "sim"
+"""Models only a benchmark runs, moved out of `hkv` so that an installed hkv carries none."""
+
+
+def test_bench_only_modules_stay_out_of_hkv():
+    moved = {p.stem for p in python_files(BENCH_ONLY)} - {"__init__"}
+    assert moved, "bench/sim/ holds the bench-only models"
+    back = sorted(str(p.relative_to(ROOT)) for p in python_files(PACKAGE) if p.stem in moved)
+    assert not back, back
+
+
+def test_hkv_never_imports_bench():
+    offenders = []
+    for path in python_files(PACKAGE):
+        for node in runtime_nodes(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            offenders += [
+                f"{module_name(path)} -> {n}" for n in names if n.split(".")[0] == "bench"
+            ]
+    assert not offenders, offenders
+
+
+def test_the_package_discovery_ships_hkv_and_nothing_of_bench():
+    from setuptools import find_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(ROOT), **found["packages"]["find"])
+    assert "hkv" in packages and "hkv.models" in packages
+    assert all(name == "hkv" or name.startswith("hkv.") for name in packages), packages

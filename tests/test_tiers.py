@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hkv.errors import HkvError
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.storage import tiers
 from hkv.storage.disk import CHECKSUMS, HEADER_BYTES, DiskTier
 from hkv.storage.layout import BlockLayout

@@ -56,7 +56,7 @@ def plan_check(capacity: dict, log: str) -> dict:
     rank's share of a block) against the plan's offload bytes over the GPUs.
     """
 
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
     from hkv.planning.plan import GIB, PlanInputs
     from hkv.planning.plan import plan as hkv_plan
 

@@ -59,7 +59,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_plan(args: argparse.Namespace) -> None:
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
     from hkv.planning.plan import DEFAULT_GPU_MEM_GIB, DEFAULT_RESERVE_GIB, PlanInputs, plan
 
     spec = ModelSpec.load(args.model)

@@ -111,7 +111,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.cost import CostModel, HardwareProfile
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
     from hkv.policies import get_policy_class
     from hkv.sim import simulate
 
@@ -340,7 +340,7 @@ def add_suite_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_suite(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from hkv.cost import CostModel, HardwareProfile
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
     from hkv.sim import suite
     from hkv.sim.suite_workloads import generated_workloads
 

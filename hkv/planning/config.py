@@ -45,9 +45,9 @@ from typing import Any
 
 from hkv.blocks import Modality
 from hkv.errors import ConfigError, HkvError, shown
+from hkv.formats import COLD_FORMATS, LOSSLESS_FORMATS
 from hkv.inputs import read_json, read_text, read_yaml
 from hkv.policies.registry import policy_names
-from hkv.storage.formats import COLD_FORMATS, LOSSLESS_FORMATS
 
 
 def known_policies() -> tuple[str, ...]:

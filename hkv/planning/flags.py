@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hkv.errors import ConfigError, FlagConflict, HkvError, shorten
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
-from hkv.planning.model_spec import ModelSpec
 from hkv.planning.offload_spec import (
     DEFAULT_POLICY,
     STABLE_HASH_ENV,

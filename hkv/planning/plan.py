@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.offload_spec import (
     OffloadSpec,
     SizeNames,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hkv.errors import HkvError, shown
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.sizes import GIB
 
 MAX_GPUS = 4096

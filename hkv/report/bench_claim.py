@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hkv.planning.model_spec import ModelSpec
+    from hkv.models.model_spec import ModelSpec
 
 
 @dataclass(frozen=True)

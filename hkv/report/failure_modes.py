@@ -15,7 +15,7 @@ import numpy as np
 
 from hkv.blocks import BlockMeta, Tier
 from hkv.cost import CostModel, HardwareProfile
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, MemoryPlan
 from hkv.policies import make_policy
 from hkv.sim import Trace, replay

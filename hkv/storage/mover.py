@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from hkv.blocks import Modality, Tier
+from hkv.formats import LOSSLESS_FORMATS
 from hkv.planning.config import HybridKVCacheConfig
 from hkv.policies import make_policy, online_policy_class
 from hkv.storage.disk import DiskTier
-from hkv.storage.formats import LOSSLESS_FORMATS
 from hkv.storage.layout import BlockLayout
 from hkv.storage.quant import codec
 from hkv.storage.records import BlockRecord, Link, ManagerStats

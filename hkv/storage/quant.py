@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from hkv.errors import HkvError
-from hkv.storage.formats import CODE_BITS, COLD_FORMATS, KEY_GROUP_TOKENS, LOSSLESS_FORMATS
+from hkv.formats import CODE_BITS, COLD_FORMATS, KEY_GROUP_TOKENS, LOSSLESS_FORMATS
 from hkv.storage.layout import BlockLayout
 
 BITS = CODE_BITS  # one definition of the formats: the cost model counts these bytes too
@@ -159,7 +159,7 @@ class Codec:
 
 @functools.cache
 def codec(layout: BlockLayout, fmt: str) -> Codec:
-    """The codec of cold format `fmt` (one of `hkv.storage.formats.COLD_FORMATS`) for `layout`."""
+    """The codec of cold format `fmt` (one of `hkv.formats.COLD_FORMATS`) for `layout`."""
     if fmt not in COLD_FORMATS:
         raise HkvError(f"cold format: got {fmt!r}; expected one of {', '.join(COLD_FORMATS)}")
     return Codec(layout, fmt)

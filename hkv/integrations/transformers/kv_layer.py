@@ -10,6 +10,7 @@ from transformers.cache_utils import DynamicLayer
 
 from hkv.blocks import Tier
 from hkv.errors import HkvError
+from hkv.formats import LOSSLESS_FORMATS
 from hkv.integrations.transformers.kv_blocks import (
     ALL_LAYERS,
     KEYS,
@@ -17,7 +18,6 @@ from hkv.integrations.transformers.kv_blocks import (
     BlockStore,
     storage_mode,
 )
-from hkv.storage.formats import LOSSLESS_FORMATS
 
 
 class HkvLayer(DynamicLayer):

@@ -37,7 +37,7 @@ from typing import Any
 
 from hkv.cost import CostModel
 from hkv.errors import HkvError
-from hkv.planning.model_spec import ModelSpec
+from hkv.models.model_spec import ModelSpec
 from hkv.planning.offload_spec import read_policy_settings
 
 ENV_KEYS = {

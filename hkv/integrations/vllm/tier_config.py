@@ -15,8 +15,8 @@ from typing import Any
 
 from hkv.cost import CostModel, HardwareProfile
 from hkv.errors import HkvError
+from hkv.models.model_spec import ModelSpec
 from hkv.outputs import write_atomic
-from hkv.planning.model_spec import ModelSpec
 from hkv.planning.offload_spec import DEFAULT_DISK_POLICY, DISK_ADMISSIONS
 from hkv.policies import make_policy, policy_names
 from hkv.policies.base import EvictionPolicy

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hkv.errors import HkvError
-from hkv.planning.layers import LayerGroup, LayerKind
+from hkv.models.layers import LayerGroup, LayerKind
 
 POSITIVE_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
 

@@ -1,7 +1,7 @@
 """What a model's KV cache costs, read from its Hugging Face `config.json`.
 
 A `ModelSpec` splits a model's decoder layers into layer groups by how their cache grows
-(`hkv.planning.layers`); `hkv.planning.hf_config` reads the config's fields.
+(`hkv.models.layers`); `hkv.models.hf_config` reads the config's fields.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from typing import Any
 
 from hkv.errors import HkvError, shown
 from hkv.inputs import path_shown, read_json
-from hkv.planning.hf_config import HFConfigReader
-from hkv.planning.layers import DTYPE_BYTES, LayerGroup, LayerKind, dtype_bytes
+from hkv.models.hf_config import HFConfigReader
+from hkv.models.layers import DTYPE_BYTES, LayerGroup, LayerKind, dtype_bytes
 
 __all__ = ["DTYPE_BYTES", "LayerGroup", "LayerKind", "ModelSpec", "dtype_bytes", "shipped_models"]
 
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
-"""The shipped model configs: package data, so that an installed hkv (a wheel, or
-`pip install --target`, as vLLM's plugin loader finds it) has them too, not only a checkout."""
+MODELS_DIR = Path(__file__).resolve().parent
+"""The shipped model configs, a folder each beside this module: package data, so that an
+installed hkv (a wheel, or `pip install --target`, as vLLM's plugin loader finds it) has them
+too, not only a checkout."""
 
 
 def models_dir() -> Path:
@@ -33,7 +34,7 @@ def models_dir() -> Path:
 
 
 def shipped_models() -> list[str]:
-    """Names accepted by `ModelSpec.load` without a path: the folders of `hkv/planning/models/`."""
+    """Names accepted by `ModelSpec.load` without a path: the folders of `hkv/models/`."""
     return sorted(p.parent.name for p in models_dir().glob("*/config.json"))
 
 
