@@ -2,7 +2,7 @@
 
 Two halves, both fast (no notebook is executed here; `tests/test_notebooks.py` checks the
 rendered sentences of an executed notebook against its own results):
-- a Markdown cell of notebooks 04, 05, 06 and 08 states no number but those listed in `STATED`,
+- a Markdown cell of notebooks 04, 05, 06, 08 and 09 states no number but those listed in `STATED`,
   each with what makes it right (a parameter, a definition, or a check named here or in
   `tests/test_notebooks.py`); a measured number is rendered by `hkv.report.prose` instead;
 - the sentences `hkv.report.prose` renders, on the committed results, say what the tables say,
@@ -34,9 +34,15 @@ STATED: dict[str, dict[str, str]] = {
         **dict.fromkeys(["0", "1", "2", "5"], "the six-block example's block ids and steps"),
         "512": "BLOCK_TOKENS (parameters cell)",
         **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
-        **dict.fromkeys(["3", "4", "6", "08", "03"], SECTION),
+        **dict.fromkeys(["3", "4", "6", "05", "03"], SECTION),
     },
-    "05_failure_modes": {
+    "05_predictive": {
+        **dict.fromkeys(["0", "1", "3"], "the learned table's feature values and bounds"),
+        "32": "bench.admission_ceiling's longest horizon, in tiers",
+        "04": SECTION,
+        **dict.fromkeys(["0.26", "8", "4 GiB", "8 GiB"], "vllm_h200_auto.json's rig and cell"),
+    },
+    "06_failure_modes": {
         **dict.fromkeys(["1", "2", "3", "07"], SECTION),
         **dict.fromkeys(["0.8", "32 GB", "80 %"], "the article's quoted setup"),
         **dict.fromkeys(["70 %", "0.7"], "HOST_RAM_FRACTION (checked below)"),
@@ -44,23 +50,22 @@ STATED: dict[str, dict[str, str]] = {
         "64": "KEY_GROUP_TOKENS (checked below)",
         "8": "the codec's padding (test_notebooks: 5 x 8 x 62 bytes at most)",
     },
-    "06_benchmarks": {
-        **dict.fromkeys(["1", "2", "3", "4", "5", "6", "7", "0"], SECTION + ", or zero"),
-        **dict.fromkeys(["68 %", "24 %", "6000", "32 %"], "the article's claim and hardware"),
-        **dict.fromkeys(["512 MiB", "16", "512", "2 MiB"], "bench/transfer.py's block sizes"),
+    "08_vllm_benchmarks": {
+        **dict.fromkeys(["1", "2", "3", "4", "09", "0"], SECTION + ", or zero"),
         **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
-        **dict.fromkeys(["32", "8K", "16K", "4 GiB"], "the anchor workload (checked below)"),
+        **dict.fromkeys(["32", "4", "8K", "16K", "4 GiB"], "the anchor workload (checked below)"),
         "0.26": "the vLLM version the files record (checked below)",
         **dict.fromkeys(["8 GiB", "16 GiB"], "COMPARE_CPU_GIB, FULL_CPU_GIB (parameters cell)"),
         "20 %": "the wall-time target of bench_vllm.targets_table (checked below)",
         **dict.fromkeys(["8", "2 GiB"], "the TP=2 setup: 8 KV heads, 2 GiB of GPU KV per GPU"),
-        **dict.fromkeys(["64", "25 %", "100 %", "2K"], "e2e_h200.json's turn and hot shares"),
     },
-    "08_predictive": {
-        **dict.fromkeys(["0", "1", "3"], "the learned table's feature values and bounds"),
-        "32": "bench.admission_ceiling's longest horizon, in tiers",
-        "04": SECTION,
-        **dict.fromkeys(["0.26", "8", "4 GiB", "8 GiB"], "vllm_h200_auto.json's rig and cell"),
+    "09_end_to_end_benchmarks": {
+        **dict.fromkeys(["1", "2", "3", "08"], SECTION),
+        **dict.fromkeys(["68 %", "24 %", "6000", "32 %"], "the article's claim and hardware"),
+        **dict.fromkeys(["512 MiB", "16", "512", "2 MiB"], "bench/transfer.py's block sizes"),
+        **dict.fromkeys(["8", "16"], "e2e_h200.json's model: 8 layers, 16 routed experts"),
+        **dict.fromkeys(["8K", "32"], "e2e_h200.json's sessions: 8K tokens, 32 decoded a turn"),
+        **dict.fromkeys(["64", "25 %", "100 %", "2K"], "e2e_h200.json's turn and hot shares"),
     },
 }
 
@@ -91,10 +96,13 @@ def test_markdown_states_only_numbers_that_are_checked(stem: str) -> None:
         ("04_policies", "coincide on text-only"),
         ("04_policies", "eight generated"),
         ("04_policies", "largest of the capacities"),
-        ("06_benchmarks", "record no date"),
-        ("06_benchmarks", "from e6 on"),
-        ("06_benchmarks", "before it became the default"),
-        ("08_predictive", "DESIGN"),
+        *((stem, "record no date") for stem in ("08_vllm_benchmarks", "09_end_to_end_benchmarks")),
+        *((stem, "from e6 on") for stem in ("08_vllm_benchmarks", "09_end_to_end_benchmarks")),
+        ("08_vllm_benchmarks", "before it became the default"),
+        ("08_vllm_benchmarks", "default now"),
+        ("09_end_to_end_benchmarks", "A later run"),
+        ("09_end_to_end_benchmarks", "an earlier run"),
+        ("05_predictive", "DESIGN"),
     ],
 )
 def test_contradicted_or_change_log_phrases_are_gone(stem: str, phrase: str) -> None:
@@ -109,15 +117,15 @@ def test_constants_the_prose_states() -> None:
     assert HOST_RAM_FRACTION == 0.7 and KEY_GROUP_TOKENS == 64
     gpu = load_result("vllm_h200")
     assert gpu["versions"]["vllm"].startswith("0.26")
-    facts = bench_vllm.workload_facts(gpu)  # the anchor workload notebook 06 describes
+    facts = bench_vllm.workload_facts(gpu)  # the anchor workload notebook 08 describes
     assert facts.startswith("32 sessions x 4 turns") and "8K-16K tokens" in facts
     assert "GPU KV capped at 4 GiB" in facts
     assert ">= 20 %" in set(bench_vllm.targets_table(_acceptance())["wanted"])
 
 
-# ---- notebook 06 ----------------------------------------------------------------------------
+# ---- notebooks 08 (vLLM) and 09 (end to end) --------------------------------------------------
 
-FILES_06 = [
+BENCH_FILES = [  # the files the two notebooks read, together
     "transfer_h200.json",
     "policies.json",
     "vllm_replay.json",
@@ -132,12 +140,12 @@ FILES_06 = [
 
 
 def _provenance() -> pd.DataFrame:
-    return bench_results.provenance_table(bench_results.load_results(FILES_06))
+    return bench_results.provenance_table(bench_results.load_results(BENCH_FILES))
 
 
 def test_provenance_names_only_the_files_without_a_date() -> None:
     table = _provenance()
-    undated = [f for f in FILES_06 if not load_result(f)["date_utc"]]
+    undated = [f for f in BENCH_FILES if not load_result(f)["date_utc"]]
     assert prose.provenance_gaps(table)["date"] == undated == ["transfer_h200.json"]
     assert table.loc["e2e_h200.json", "date"] == "2026-12-02T00:38:01Z"
     sentence = prose.provenance_sentence(table)

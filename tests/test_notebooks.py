@@ -285,34 +285,46 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     assert all(Path(figure).is_file() for figure in r["figures"])
 
 
-def check_benchmarks(r: dict[str, Any]) -> None:
+def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     for row in r["provenance"]:  # every committed result names its machine
         assert row["platform"] and row["accelerator"] and row["date"], row
-    _check_bench_transfer(r["transfer"])
     _check_bench_policies(r)
     _check_bench_vllm_h200(r["vllm_h200"])
     _check_bench_tail_first(r["vllm_h200"])
     _check_bench_serve(r["vllm_serve"])
-    _check_bench_e2e(r["e2e"])
     _check_bench_live(r["live"])
+    assert len(r["figures"]) == 4 and all(Path(figure).is_file() for figure in r["figures"])
+    _check_vllm_bench_prose(r)
+
+
+def check_end_to_end_benchmarks(r: dict[str, Any]) -> None:
+    for row in r["provenance"]:
+        assert row["platform"] and row["accelerator"] and row["date"], row
+    _check_bench_transfer(r["transfer"])
+    _check_bench_e2e(r["e2e"])
     _check_bench_article(r["article"], r["e2e"])
-    assert len(r["figures"]) == 7 and all(Path(figure).is_file() for figure in r["figures"])
-    _check_bench_prose(r)
+    assert len(r["figures"]) == 3 and all(Path(figure).is_file() for figure in r["figures"])
+    provenance = {row["file"]: row for row in r["provenance"]}
+    assert list(provenance) == ["transfer_h200.json", "e2e_h200.json"]
+    undated = [f for f, row in provenance.items() if row["date"] == "not recorded in the file"]
+    assert undated == ["transfer_h200.json"]
+    assert "`transfer_h200.json` records no date" in r["prose"]["provenance"]
+    assert "`e2e_h200.json` records no date" not in r["prose"]["provenance"]
+    assert not any("None" in row["versions"] for row in provenance.values())
     # the one point above 100 % of DynamicCache's speed is explained below the frontier figure
     faster = r["frontier_faster_than_dynamic"]
     assert len(faster) == 1
     assert faster[0].startswith("one sequence, 128K (vs DynamicCache), 0% of KV VRAM saved")
 
 
-def _check_bench_prose(r: dict[str, Any]) -> None:
+def _check_vllm_bench_prose(r: dict[str, Any]) -> None:
     """The sentences rendered from the files: the provenance table's gaps, vLLM lru's share of
     a step (ending at the worst run printed beside the targets), the widest wall spread."""
     from hkv.report.prose import percent_range
 
     provenance = {row["file"]: row for row in r["provenance"]}
-    note = r["prose"]["provenance"]
     undated = [f for f, row in provenance.items() if row["date"] == "not recorded in the file"]
-    assert undated == ["transfer_h200.json"] and "`transfer_h200.json` records no date" in note
+    assert undated == [] and "records no date" not in r["prose"]["provenance"]
     served = ("vllm_serve_h200.json", "vllm_h200_mm_offline.json")  # GPU runs without a GPU name
     assert all(provenance[f]["accelerator"] == "not recorded in the file" for f in served)
     assert not any("None" in row["versions"] for row in provenance.values())
@@ -618,10 +630,11 @@ CHECKS = {
     "02_loading_minimax_m25": check_loading,
     "03_flags": check_flags,
     "04_policies": check_policies,
-    "05_failure_modes": check_failure_modes,
-    "06_benchmarks": check_benchmarks,
+    "05_predictive": check_predictive,
+    "06_failure_modes": check_failure_modes,
     "07_custom_modality_manager": check_custom_modality_manager,
-    "08_predictive": check_predictive,
+    "08_vllm_benchmarks": check_vllm_benchmarks,
+    "09_end_to_end_benchmarks": check_end_to_end_benchmarks,
 }
 
 

@@ -264,7 +264,7 @@ def disk_restores() -> tuple[float, float]:
 
 @functools.cache
 def gpu_acceptance() -> tuple[dict[str, Any], Any, Any]:
-    """Notebook 06's acceptance numbers for hkv_bip, its targets table and the runs."""
+    """Notebook 08's acceptance numbers for hkv_bip, its targets table and the runs."""
     runs = bench_vllm.gpu_runs(result("vllm_h200.json"))
     pairs = bench_vllm.sim_pairs(result("vllm_h200_sim.json"))
     acceptance = bench_vllm.acceptance(

@@ -1,6 +1,7 @@
-"""Notebook 06's figures, drawn with seaborn from the tables of `hkv.report.bench_*`. Each
-function draws one figure, saves it as `<figures_dir>/06_<name>.png` (150 dpi, folder created)
-and returns that path; the figure stays open so that a notebook shows it."""
+"""Notebooks 08 and 09's figures, drawn with seaborn from the tables of `hkv.report.bench_*`.
+Each function draws one figure, saves it as `<figures_dir>/<NN>_<name>.png`, NN the notebook
+that shows it (150 dpi, folder created), and returns that path; the figure stays open so that a
+notebook shows it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 
 
 def _save(figure: Any, figures_dir: str | os.PathLike[str], name: str) -> Path:
-    """Save `figure` (a matplotlib Figure or a seaborn grid) as 06_<name>.png."""
-    return save_figure(figure, Path(figures_dir) / f"06_{name}.png")
+    """Save `figure` (a matplotlib Figure or a seaborn grid) as <name>.png."""
+    return save_figure(figure, Path(figures_dir) / f"{name}.png")
 
 
 def transfer_figure(
@@ -40,7 +41,7 @@ def transfer_figure(
     )
     grid.set_axis_labels("block size (one layer's K and V)", "GB/s")
     grid.figure.suptitle(f"Host ↔ GPU copies on {gpu_name} (pinned host RAM)", y=1.03)
-    return _save(grid, figures_dir, "transfer")
+    return _save(grid, figures_dir, "09_transfer")
 
 
 def policies_figure(
@@ -65,7 +66,7 @@ def policies_figure(
     )
     grid.tick_params(axis="x", rotation=90)
     grid.figure.suptitle("Block hit rate per policy (belady = offline optimum)", y=1.02)
-    return _save(grid, figures_dir, "policies")
+    return _save(grid, figures_dir, "08_policies")
 
 
 def replay_figure(rows: pd.DataFrame, figures_dir: str | os.PathLike[str]) -> Path:
@@ -87,7 +88,7 @@ def replay_figure(rows: pd.DataFrame, figures_dir: str | os.PathLike[str]) -> Pa
     ax.tick_params(axis="x", rotation=40)
     plt.setp(ax.get_xticklabels(), ha="right")
     fig.tight_layout()
-    return _save(fig, figures_dir, "vllm_vs_sim")
+    return _save(fig, figures_dir, "08_vllm_vs_sim")
 
 
 def vllm_h200_figure(
@@ -101,7 +102,7 @@ def vllm_h200_figure(
     _measured_vs_predicted(axes[0], pairs, ("lru", "arc", best))
     _wall_times(axes[1], table, ("lru", "arc", best, "hkv_arc", "hkv_dip"))
     fig.tight_layout()
-    return _save(fig, figures_dir, "vllm_h200")
+    return _save(fig, figures_dir, "08_vllm_h200")
 
 
 def _measured_vs_predicted(ax: Any, pairs: pd.DataFrame, labelled: tuple[str, ...]) -> None:
@@ -189,7 +190,7 @@ def frontier_figure(
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set(xlim=(-0.05, 1.0), ylim=(0, 1.45), title=title)
     fig.tight_layout()
-    return _save(fig, figures_dir, "e2e_frontier")
+    return _save(fig, figures_dir, "09_e2e_frontier")
 
 
 def ttft_figure(long: pd.DataFrame, title: str, figures_dir: str | os.PathLike[str]) -> Path:
@@ -207,7 +208,7 @@ def ttft_figure(long: pd.DataFrame, title: str, figures_dir: str | os.PathLike[s
     )
     ax.legend(title=None)
     fig.tight_layout()
-    return _save(fig, figures_dir, "e2e_ttft")
+    return _save(fig, figures_dir, "09_e2e_ttft")
 
 
 def live_figure(runs: pd.DataFrame, title: str, figures_dir: str | os.PathLike[str]) -> Path:
@@ -220,4 +221,4 @@ def live_figure(runs: pd.DataFrame, title: str, figures_dir: str | os.PathLike[s
     ax.set(xlabel=None, ylabel="block hit rate", title=title)
     ax.legend(title="cache size")
     fig.tight_layout()
-    return _save(fig, figures_dir, "live_sim")
+    return _save(fig, figures_dir, "08_live_sim")

@@ -71,7 +71,7 @@ def served_vs_offline(serve: dict[str, Any], offline: dict[str, Any]) -> pd.Data
 
 
 def serve_summary(table: pd.DataFrame, comparison: pd.DataFrame) -> dict[str, Any]:
-    """What notebook 06 saves: the table's rows and the served-versus-offline gaps."""
+    """What notebook 08 saves: the table's rows and the served-versus-offline gaps."""
     return {
         "table": table.reset_index().to_dict(orient="records"),
         "served_minus_offline_points": comparison["served - offline (points)"].to_dict(),

@@ -1,4 +1,4 @@
-"""Notebook 05's figures, drawn with seaborn; each function saves a PNG and returns its path.
+"""Notebook 06's figures, drawn with seaborn; each function saves a PNG and returns its path.
 matplotlib, pandas and seaborn are imported inside."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Notebook 05's analysis: the CPU tier's formula term by term, load against recompute per
+"""Notebook 06's analysis: the CPU tier's formula term by term, load against recompute per
 tier and position, the break-even bandwidth, LRU at two cache sizes, cold formats' bytes and
 round-trip error.
 

@@ -1,4 +1,4 @@
-"""Notebook 08's analysis: what hkv's `predictive` policy learns on a generated workload (its
+"""Notebook 05's analysis: what hkv's `predictive` policy learns on a generated workload (its
 bucket table, a reliability curve, estimates by feature) and how it and every other policy fare
 in the committed policy suite (`data/results/policy_suite.json`).
 

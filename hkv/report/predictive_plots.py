@@ -1,4 +1,4 @@
-"""Notebook 08's figures, drawn with seaborn from the tables of `hkv.report.predictive`; each
+"""Notebook 05's figures, drawn with seaborn from the tables of `hkv.report.predictive`; each
 function saves a PNG and returns its path. matplotlib and seaborn are imported inside."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def percent_range(values: Sequence[float]) -> str:
     return f"{low} %" if low == high else f"{low}-{high} %"
 
 
-# ---- notebook 06 ----------------------------------------------------------------------------
+# ---- notebooks 08 and 09 --------------------------------------------------------------------
 
 
 def provenance_gaps(provenance: pd.DataFrame) -> dict[str, list[str]]:
@@ -178,7 +178,7 @@ def _live_agreement(name: str, by_store: pd.DataFrame, suite: Mapping[str, Any])
     return text
 
 
-# ---- notebook 08 ----------------------------------------------------------------------------
+# ---- notebook 05 ----------------------------------------------------------------------------
 
 
 def heldout_sentence(suite: Mapping[str, Any], heldout: Mapping[str, Any]) -> str:
