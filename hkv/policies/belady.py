@@ -29,6 +29,10 @@ class BeladyPolicy(EvictionPolicy):
     `admit` consumes the next reference and must name the key the stream expects (the replay's
     protocol calls exactly one of them per reference); a mismatch raises. The blocks of the
     current request are protected in the bypass decision, as the replay protects them in `evict`.
+    A heap entry of the current request's own block is therefore no candidate until the request
+    ends: a selection that meets one parks it and the request's end pushes it back, so each entry
+    is passed over once a request, not once per missing block (a request meeting its resident
+    blocks in a new order would scan them all for every block it stores: quadratic).
 
     Under prefix caching (a block only hits when all blocks before it do) this is the yardstick,
     not the optimum: a block-level oracle may keep a block whose prefix it let go.
@@ -61,6 +65,8 @@ class BeladyPolicy(EvictionPolicy):
         self._cursor = 0
         self._request_end = 0
         self._request_keys: frozenset[Hashable] = frozenset()
+        self._parked: list[tuple[float, int, Key]] = []  # the current request's own entries
+        self._parks_for: Collection[Key] | None = None  # a `protected` known to hold them all
         self._resident: dict[Key, tuple[float, BlockMeta]] = {}
         self._heap: list[tuple[float, int, Key]] = []  # (-next_use, seq, key), lazily invalidated
         self._seq = 0
@@ -81,7 +87,15 @@ class BeladyPolicy(EvictionPolicy):
             start = self._ends[request - 1] if request else 0
             self._request_end = self._ends[request]
             self._request_keys = frozenset(self._flat[start : self._request_end])
+            self._parks_for = None
+            self._unpark()
         return self._next_use[index]
+
+    def _unpark(self) -> None:
+        """The parked entries back into the heap (they are candidates again)."""
+        for item in self._parked:
+            heapq.heappush(self._heap, item)
+        self._parked.clear()
 
     def _push(self, key: Key, next_use: float, meta: BlockMeta) -> None:
         self._resident[key] = (next_use, meta)
@@ -91,16 +105,28 @@ class BeladyPolicy(EvictionPolicy):
             items = enumerate(self._resident.items())
             self._heap = [(-nu, seq, k) for seq, (k, (nu, _)) in items]
             heapq.heapify(self._heap)
+            self._parked.clear()  # the rebuilt heap holds every resident entry
 
     def _pop_farthest(self, n: int, protected: Collection[Key]) -> list[tuple] | None:
-        """Pop the `n` evictable entries of farthest next use, or restore the heap and say None."""
-        resident = self._resident
+        """Pop the `n` evictable entries of farthest next use, or restore the heap and say None.
+        The current request's own entries are parked when `protected` holds all of them."""
+        resident, own, parked = self._resident, self._request_keys, self._parked
+        if protected is not own and protected is not self._parks_for:
+            if not own.issubset(protected):  # once per `protected` (one a request in the replay)
+                self._unpark()
+                own = frozenset()
+            else:
+                self._parks_for = protected
 
         def verdict(item: tuple) -> bool | None:
-            state = resident.get(item[2])
+            key = item[2]
+            state = resident.get(key)
             if state is None or state[0] != -item[0]:
                 return None
-            return item[2] not in protected and not state[1].pinned
+            if key in own:
+                parked.append(item)
+                return None  # dropped from the heap for now: parked
+            return key not in protected and not state[1].pinned
 
         return pop_first(self._heap, n, verdict)
 
