@@ -636,11 +636,12 @@ def test_auto_hyperparameters_are_checked_by_name():
             make_policy("auto", 8, **params)
 
 
-def test_auto_starts_as_depth_lfu_static_or_else_its_first_expert():
-    """Unset, `first` is `depth_lfu_static` among the default experts (`predictive` one of
-    them), and the first expert given where they leave it out."""
+def test_auto_starts_as_lip_or_else_its_first_expert():
+    """Unset, `first` is `lip` among the default experts (`predictive` and `depth_lfu_static`
+    among them), and the first expert given where they leave it out."""
     policy = make_policy("auto", 64)
-    assert policy.leader == policy.first == "depth_lfu_static"
+    assert policy.leader == policy.first == "lip"
+    assert "depth_lfu_static" in policy.experts
     assert "predictive" in policy.experts and policy.hyperparameters()["first"] == policy.first
     assert make_policy("auto", 64, experts=["arc", "lru"]).leader == "arc"
 
@@ -756,7 +757,7 @@ RECORDED_DECISIONS = {
     "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "435b4677989c1e318162a61dec0519b70a1a434f1d7d697988998cb00942f689",
+    "auto": "18ccb619d049143005c81d571a503b7415ce74ddb0f47548c4d81fc581f544bf",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -769,8 +770,8 @@ request finishes) instead of touching inline, and the queue and priority policie
 request's stored blocks tail first. That moved every online policy but `random` (whose victims
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
 recorded when they were added; `auto` again each time it was rebuilt, when it became the leader
-of shadowed experts, and last when `predictive` joined its experts and `depth_lfu_static`
-became its first; `depth_lfu` when it was added."""
+of shadowed experts, when `predictive` joined its experts and `depth_lfu_static` became its
+first, and last when `lip` joined them and became its first; `depth_lfu` when it was added."""
 
 
 @pytest.mark.parametrize("name", policy_names())

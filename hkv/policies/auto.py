@@ -17,7 +17,7 @@ from hkv.policies.shadow import EXPERTS, make_expert
 from hkv.policies.tier import VllmTier, replay_request
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
-DEFAULT_FIRST = "depth_lfu_static"
+DEFAULT_FIRST = "lip"
 """The expert that runs the tier until the shadows agree on another (`first` left unset): the
 first of `experts` where they do not include it."""
 UNSAMPLED_ONLY = frozenset({"predictive"})
@@ -43,12 +43,16 @@ class AutoPolicy(EvictionPolicy):
     shadow tier of the same capacity that holds keys only, and scores its prefix hits, decayed
     with a half-life of `half_life` x `capacity_blocks` block references. The tier itself is
     run by one live instance of the leading expert, so its decisions, admission included, are
-    the leader's own. It starts as `first`, by default `depth_lfu_static`, whose static
-    frequency ranking holds a cycle of sessions from its first round, where waiting for the
-    shadows to agree costs the round-robin anchor a whole round. (On 256 cells, the suite's
-    generators at seeds 0-8 and Mooncake's trace, `auto` with eight experts starting there was
-    more than half a point behind the best competitor or below vLLM's `lru` in 21; starting as
-    `cost_aware` without `predictive`, in 33.) When another expert's score passes the leader's
+    the leader's own. It starts as `first`, by default `lip` (LRU insertion: a new block is the
+    next to go until it is reused), which holds the first sessions of a cycle whole from its
+    first round, where waiting for the shadows to agree costs a round-robin workload a whole
+    round. Whole sessions are what turn hits into time: a tier that keeps the heads of every
+    session (`depth_lfu_static`, the first before) saves only the shallow, cheap part of each
+    prompt, so its hits save fewer prefill seconds (`bench.auto_candidates`, the two-tier
+    model of the H200 engine at 8 GiB: 72.1 % of the prefill seconds left starting there,
+    61.5 % starting as `lip`; `bip` alone 63.4 %, vLLM's `lru` 83.0 %; on the suite's cells
+    2 of 32 behind the bar against 3, on the held-out cells 11 of 112 against 8, with more
+    prefill seconds saved on both). When another expert's score passes the leader's
     by more than `margin` of the (decayed) references, that is by `100 x margin` points of hit
     rate, the tier switches: the new expert's shadow is copied, with its whole learned state,
     as the live instance; blocks the shadow holds that the tier does not are dropped from the
@@ -59,7 +63,7 @@ class AutoPolicy(EvictionPolicy):
     hits what its expert alone would, and the tier is its leader's whole policy, not a blend.
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request
-    is replayed once per expert (eight by default), so `auto` spends several times a single
+    is replayed once per expert (nine by default), so `auto` spends several times a single
     policy's time; vLLM's tier calls it once per request and per eviction. A tier larger than
     `sample_above` blocks has its shadows sampled, as miniature simulations do (Waldspurger et
     al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017): each

@@ -23,10 +23,13 @@ EXPERTS: dict[str, tuple[str, dict[str, Any], int]] = {
     "depth_lfu": ("depth_lfu", {"bypass": False}, 1),
     "depth_lfu_static": ("depth_lfu", {"aging": False, "bypass": False}, 1),
     "predictive": ("predictive", {}, 1),
+    "lip": ("bip", {"bip_every": 0}, 1),
 }
 """Expert label -> (registered policy, its hyperparameters, store threshold): vLLM's `lru`,
 `lru` with `store_threshold` 2 and (hkv's) `arc`, and hkv's own policies, the learned
-`predictive` among them."""
+`predictive` among them. `lip` is `bip` with no insert ever at the recent end: LRU insertion
+(LIP, Qureshi et al., ISCA 2007), a new block placed where it is the next to go, so a tier
+that sessions cycle through keeps the first of them whole instead of the heads of all."""
 
 
 def make_expert(label: str, capacity_blocks: int, **context: Any) -> EvictionPolicy:
