@@ -291,3 +291,15 @@ def test_plan_disk_flags_fail_in_one_line(extra, message, trace_file, capsys):
     argv = [*PLAN, *[trace_file if a == "T" else a for a in extra]]
     assert main(argv) != 0
     assert message in capsys.readouterr().err
+
+
+def test_plan_disk_trace_for_a_model_that_does_not_fit_says_so(trace_file, capsys):
+    """Not 'give --offload-size' when it was given: the plan has no CPU tier because the model
+    does not fit the machine."""
+    from hkv.cli.main import main
+
+    argv = ["plan", "--model", "minimax-m2.5", "--gpus", "1", "--offload-size", "16"]
+    assert main([*argv, "--disk-trace", trace_file]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "give --offload-size" not in err
+    assert err.count("\n") == 1 and len(err) <= 300

@@ -211,6 +211,11 @@ def plan_disk(
         return None
     _check_number("--disk-gbps", args.disk_gbps, 0.0, MAX_DISK_GBPS, "GB/s", open_low=True)
     if not planned["offload_bytes"]:
+        if not planned.get("fits", True):  # --offload-size or not: a CPU tier needs a fit first
+            raise HkvError(
+                "--disk-trace: the model does not fit (hkv plan without --disk-trace says why "
+                "and what would), so there is no CPU tier for a disk tier to sit behind"
+            )
         raise HkvError(
             "--disk-trace: the plan has no CPU tier for a disk tier to sit behind; give "
             "--offload-size GIB"
