@@ -757,7 +757,7 @@ RECORDED_DECISIONS = {
     "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "18ccb619d049143005c81d571a503b7415ce74ddb0f47548c4d81fc581f544bf",
+    "auto": "693477407a4e2292a556084eafac1d2a62bf4ae0cacff580235cd808fd03bd50",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -771,7 +771,9 @@ request's stored blocks tail first. That moved every online policy but `random` 
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
 recorded when they were added; `auto` again each time it was rebuilt, when it became the leader
 of shadowed experts, when `predictive` joined its experts and `depth_lfu_static` became its
-first, and last when `lip` joined them and became its first; `depth_lfu` when it was added."""
+first, and last when `lip` joined them and became its first (its per-block runs, where no
+request's end is reported and `depth_lfu_static` still runs the tier, decide as before);
+`depth_lfu` when it was added."""
 
 
 @pytest.mark.parametrize("name", policy_names())
@@ -884,3 +886,20 @@ def test_parked_request_blocks_leave_every_decision_as_before(name):
             policy.after_request([], [])
     assert sorted(parked) == sorted(pushed)
     assert parked_seen > 10 and uncovered > 0  # parked, and evicted past unprotected items
+
+
+def test_auto_without_request_ends_runs_depth_lfu_static():
+    """A per-block caller (no `after_request`, no `note_misses`) never runs the shadows, so
+    `auto` hands the tier to `depth_lfu_static` when a second request begins; a caller that
+    reports request ends keeps `lip`, and a `first` given is kept."""
+    trace = generate(WorkloadSpec.multimodal(seed=3, num_sessions=20))
+    per_block = make_policy("auto", 64)
+    replay(trace, per_block)
+    assert per_block.leader == "depth_lfu_static" and per_block.switches == 0
+    # margin 1: no lead is ever large enough to switch, so the leader is what the start left
+    per_request = make_policy("auto", 64, experts=["lip", "depth_lfu_static"], margin=1.0)
+    replay(trace, per_request, store="per_request")
+    assert per_request.leader == "lip" and per_request.switches == 0
+    given = make_policy("auto", 64, first="lip")
+    replay(trace, given)
+    assert given.leader == "lip"

@@ -18,6 +18,11 @@ from hkv.policies.tier import VllmTier, replay_request
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
 DEFAULT_FIRST = "lip"
+PER_BLOCK_FIRST = "depth_lfu_static"
+"""What runs the tier, `first` left unset, where no request's end is ever reported (the per-block
+replay, the block manager): no shadow runs there, so the first expert runs it throughout, and
+`lip`, which keeps the sessions it met first whatever comes after, is no tier to keep for good
+(the README's tour trace at 2,000 blocks, per block: 37.7 % hits as `lip`, 48.6 % as this)."""
 """The expert that runs the tier until the shadows agree on another (`first` left unset): the
 first of `experts` where they do not include it."""
 UNSAMPLED_ONLY = frozenset({"predictive"})
@@ -120,6 +125,7 @@ class AutoPolicy(EvictionPolicy):
         self.experts = tuple(self.experts)
         if not self.experts:
             raise HkvError("auto.experts: got none; expected at least one expert name")
+        self._first_given = self.first is not None
         if self.first is None:
             self.first = DEFAULT_FIRST if DEFAULT_FIRST in self.experts else self.experts[0]
         for label in (*self.experts, self.first):
@@ -162,6 +168,8 @@ class AutoPolicy(EvictionPolicy):
         self._declined: dict[Key, BlockMeta] = {}  # recent misses the leader declined
         self._pending: list[tuple[Key, BlockMeta]] = []  # misses since the last request's end
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
+        self._ended = False  # a request's end was reported (`after_request`)
+        self._last_admitted: int | None = -1  # the last miss's position; None: caller known
         self.switches = 0
 
     @property
@@ -189,6 +197,8 @@ class AutoPolicy(EvictionPolicy):
         """The leader decides; the miss is kept for the shadows unless `note_misses` names
         misses (then it already has)."""
         if not self._noted:
+            if not self._ended and self._last_admitted is not None:
+                self._per_block_caller(meta.position)
             self._keep([(key, meta)])
         if self._live.admit(key, meta):
             return True
@@ -197,6 +207,23 @@ class AutoPolicy(EvictionPolicy):
         if len(declined) > self.capacity_blocks + 64:
             del declined[next(iter(declined))]
         return False
+
+    def _per_block_caller(self, position: int) -> None:
+        """A second request begins (its first miss is no deeper than the last one) and no end
+        of request came between: a per-block caller, so `PER_BLOCK_FIRST` runs the tier from
+        here (where `first` was left unset), taking the blocks held so far."""
+        if position > self._last_admitted:
+            self._last_admitted = position
+            return
+        self._last_admitted = None
+        if self._first_given or PER_BLOCK_FIRST not in self.experts:
+            return
+        context = {"cost_model": self.cost_model, "config": self.config}
+        live = make_expert(PER_BLOCK_FIRST, self.capacity_blocks, **context)
+        for key, meta in self._metas.items():
+            if key in self._live and live.admit(key, meta):
+                live.insert(key, meta)
+        self._live, self._leader = live, self.experts.index(PER_BLOCK_FIRST)
 
     def note_misses(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:
         self._noted = True
@@ -260,6 +287,7 @@ class AutoPolicy(EvictionPolicy):
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
         """The leader hears of the request; every shadow replays it; the lead may change."""
+        self._ended = True
         aside, live = self._aside, self._live
         back = [key for key in reused if key in aside]
         for key in back:  # held aside and wanted again: the leader takes it (it has room)
