@@ -76,6 +76,19 @@ def write_atomic(
 ) -> Path:
     """Write `chunks` (UTF-8 text) to `path` atomically, creating missing folders; returns the
     path. `HkvError` when the place cannot be written; nothing is left behind then."""
+    return _write_atomic(path, chunks, what, example, binary=False)
+
+
+def write_atomic_bytes(
+    path: str | os.PathLike[str], data: bytes, what: str = "out", example: str = "out"
+) -> Path:
+    """`write_atomic` for bytes (a PNG, say)."""
+    return _write_atomic(path, (data,), what, example, binary=True)
+
+
+def _write_atomic(
+    path: str | os.PathLike[str], chunks: Iterable, what: str, example: str, *, binary: bool
+) -> Path:
     path = check_output(path, what, example)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +97,7 @@ def write_atomic(
     except OSError as exc:
         raise HkvError(open_problem(path, what, exc, "write")) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as out:
             for chunk in chunks:
                 out.write(chunk)
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600

@@ -68,6 +68,18 @@ def test_simulate_table_without_json(trace_file):
     assert "block hit" in run("simulate", "--trace", str(trace_file), "--capacity-blocks", "9")
 
 
+def test_simulate_plot_draws_every_policy_into_a_png(trace_file, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "figs" / "policies.png"
+    args = ("simulate", "--trace", str(trace_file), "--capacity-blocks", "20", "--json")
+    rows = json.loads(run(*args, "--policy", "all", "--plot", str(png)))
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000 and len(rows) == len(policy_names())
+    assert not list(png.parent.glob(".*"))  # written atomically: no temporary file left
+    with pytest.raises(HkvError, match="--plot: .* is a folder"):
+        run(*args, "--policy", "lru", "--plot", str(tmp_path))
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from hkv.blocks import Tier
 from hkv.cli.sim_disk import add_disk_arguments, check_disk_arguments, run_disk, uses_disk
 from hkv.errors import HkvError, shown
-from hkv.outputs import check_output
+from hkv.outputs import check_output, write_atomic_bytes
 from hkv.policies import policy_names
 
 TIERS = {"gpu": Tier.GPU, "host": Tier.HOST, "disk": Tier.DISK}
@@ -104,6 +104,11 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_profile_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw each policy's prefill seconds saved (and hit rate) into this PNG",
+    )
     add_disk_arguments(parser)
     parser.set_defaults(handler=run_simulate)
     return parser
@@ -119,6 +124,8 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     check_count("--capacity-blocks", args.capacity_blocks, MAX_CAPACITY_BLOCKS)
     check_count("--store-threshold", args.store_threshold, MAX_CAPACITY_BLOCKS)
     check_disk_arguments(args)
+    if args.plot is not None:
+        check_output(args.plot, "--plot", "policies.png")  # a bad place fails before the work
     if args.policy != "all":
         get_policy_class(args.policy)  # fail on a bad name before reading the trace
     trace = load_replay_trace(args.trace, args.block_tokens)
@@ -146,6 +153,8 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         store=args.store or "per_block",
     )
     rows = [r.to_dict() for r in results]
+    if args.plot is not None:
+        _plot(rows, trace, args.plot)
     if args.json:
         payload: Any = rows if args.policy == "all" else rows[0]
         json.dump(payload, out, indent=2)
@@ -153,6 +162,16 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         _print_table(rows, trace, out)
     return 0
+
+
+def _plot(rows: list[dict[str, Any]], trace: Any, path: str) -> None:
+    from hkv.report.figures import simulation_png
+
+    title = (
+        f"{Path(trace.source).name}: {len(trace)} requests, "
+        f"tier of {rows[0]['capacity_blocks']} blocks ({rows[0]['tier']})"
+    )
+    write_atomic_bytes(path, simulation_png(rows, title), "--plot", "policies.png")
 
 
 def _print_table(rows: list[dict[str, Any]], trace: Any, out: TextIO) -> None:
