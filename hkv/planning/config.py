@@ -45,8 +45,8 @@ from typing import Any
 
 from hkv.blocks import Modality
 from hkv.errors import ConfigError, HkvError, shown
-from hkv.formats import COLD_FORMATS, LOSSLESS_FORMATS
 from hkv.inputs import read_json, read_text, read_yaml
+from hkv.modalities import ARTICLE_MODALITY_CONFIGS, ModalityConfig, check_fraction
 from hkv.policies.registry import policy_names
 
 
@@ -62,47 +62,12 @@ def _modality(name: Any, where: str) -> Modality:
         raise ConfigError(str(exc)) from None
 
 
-def _check_fraction(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ConfigError(f"{where}: got {value!r}; expected a number in [0, 1]")
-    return float(value)
-
-
 def _check_cost(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ConfigError(f"{where}: got {value!r}; expected a number >= 0")
     if not math.isfinite(value):
         raise ConfigError(f"{where}: got {value!r}; expected a finite number")
     return float(value)
-
-
-@dataclass
-class ModalityConfig:
-    """How one modality's KV blocks are treated (see the module docstring for the meanings)."""
-
-    offload_priority: float = 0.5
-    quantization: str = "fp16"
-    max_keep_blocks: int | None = None
-    where: str = field(default="ModalityConfig", repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.offload_priority = _check_fraction(
-            f"{self.where}.offload_priority", self.offload_priority
-        )
-        if self.quantization not in COLD_FORMATS:
-            raise ConfigError(
-                f"{self.where}.quantization: got {self.quantization!r}; "
-                f"expected one of {', '.join(COLD_FORMATS)}"
-            )
-        keep = self.max_keep_blocks
-        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
-            raise ConfigError(
-                f"{self.where}.max_keep_blocks: got {keep!r}; expected an integer >= 0 or None"
-            )
-
-    @property
-    def lossless(self) -> bool:
-        return self.quantization in LOSSLESS_FORMATS
 
 
 @dataclass
@@ -194,7 +159,7 @@ class HybridKVCacheConfig:
 
     def _check_offload_amount(self) -> None:
         if self.cpu_offload_percent is not None:
-            self.cpu_offload_percent = _check_fraction(
+            self.cpu_offload_percent = check_fraction(
                 "cpu_offload_percent", self.cpu_offload_percent
             )
         size = self.cpu_offload_bytes
@@ -259,11 +224,7 @@ class HybridKVCacheConfig:
         """The article's custom configuration: its fields and structure, hkv's numbers."""
         return cls(
             offload_strategy="modality_aware",
-            modality_configs={
-                "vision": {"offload_priority": 0.8, "quantization": "q6", "max_keep_blocks": 512},
-                "text": {"offload_priority": 0.3, "quantization": "q8", "max_keep_blocks": 2048},
-                "audio": {"offload_priority": 0.6, "quantization": "fp16", "max_keep_blocks": 256},
-            },
+            modality_configs={name: dict(c) for name, c in ARTICLE_MODALITY_CONFIGS.items()},
             cost_model_params={
                 "transfer_cost_gpu_to_cpu": 0.15,
                 "transfer_cost_cpu_to_gpu": 0.12,

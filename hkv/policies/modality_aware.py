@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.cost import CostModel
 from hkv.errors import HkvError
-from hkv.planning.config import HybridKVCacheConfig
+from hkv.modalities import article_modalities
 from hkv.policies.base import EMPTY, Key
 from hkv.policies.prefix import PrefixValuePolicy
 from hkv.policies.priority import PriorityEntry
@@ -25,12 +25,14 @@ class ModalityAwarePolicy(PrefixValuePolicy):
       modality at 1 always goes before any other;
     - `quantization`: the block's format in cold tiers; its worth is what a hit saves when the
       block is loaded in that format (q8/q6/q4 move fewer bytes,
-      `hkv.storage.formats.cold_bits_per_value`);
+      `hkv.formats.cold_bits_per_value`);
     - `max_keep_blocks`: when this tier must give up blocks, a modality holding more than its
       cap gives first (enforced at eviction time: a policy never evicts on its own; the block
       manager may call `excess_blocks()` to demote early).
 
-    `config` defaults to `HybridKVCacheConfig.article_example()`; costs come from `cost_model`
+    `config` (a `HybridKVCacheConfig`, or anything with its `modality(m)`) defaults to the
+    article's settings (`hkv.modalities.ARTICLE_MODALITY_CONFIGS`, those of
+    `HybridKVCacheConfig.article_example()`); costs come from `cost_model`
     (default MiniMax-M2.5 on the H200 profile). Recency, frequency, the prefix cap and bypass are
     `PrefixValuePolicy`'s.
     """
@@ -40,15 +42,16 @@ class ModalityAwarePolicy(PrefixValuePolicy):
     def validate(self) -> None:
         super().validate()
         if self.config is None:
-            self.config = HybridKVCacheConfig.article_example()
-        if not isinstance(self.config, HybridKVCacheConfig):
+            self._settings = article_modalities()
+        elif callable(getattr(self.config, "modality", None)):
+            self._settings = {m: self.config.modality(m) for m in Modality}
+        else:
             raise HkvError(
                 f"modality_aware.config: got {type(self.config).__name__}; "
                 "expected a HybridKVCacheConfig"
             )
         if self.cost_model is None:
             self.cost_model = CostModel.default()
-        self._settings = {m: self.config.modality(m) for m in Modality}
         self._caps = {m: s.max_keep_blocks for m, s in self._settings.items()}
         reference = BlockMeta(tokens=512, position=0, tier=Tier.HOST)
         self._reference_saving = self.cost_model.decide(reference).saved_s or 1.0
