@@ -186,26 +186,48 @@ def time_findings(timed: dict[str, Any], traced: dict[str, Any]) -> list[str]:
     by_policy = {r["policy"]: r for r in traced["runs"]}
     auto, bip = by_policy.get("hkv_auto"), by_policy.get("hkv_bip")
     if auto is not None and bip is not None:
-        a, b = auto["diagnosis"], bip["diagnosis"]
-        lines.append(
-            f"Traced engine ({auto['cpu_gib']:g} GiB): hkv_auto caches "
-            f"{100 * auto['cached_frac']:.1f} % against hkv_bip's {100 * bip['cached_frac']:.1f} % "
-            f"yet takes {auto['wall_s'] - bip['wall_s']:.2f} s longer: "
-            f"{a['prefill_s'] - b['prefill_s']:+.2f} s in prefill steps, "
-            f"{a['decode_s'] - b['decode_s']:+.2f} s in decode-only steps and "
-            f"{a['idle_s'] - b['idle_s']:+.2f} s in idle steps, of which its own policy time is "
-            f"{a['policy_s'] - b['policy_s']:+.2f} s. Its hits stop short of the session's last "
-            f"chain in {a['partial_chain_hits']} requests against {b['partial_chain_hits']}: it "
-            "keeps the heads of every session, so what it recomputes sits deep in the prompt, "
-            "where a token costs the most (attention over everything before it), while hkv_bip "
-            "keeps whole chains of fewer sessions."
-        )
-        extra, idle = a["steps"] - b["steps"], a["idle_steps"] - b["idle_steps"]
-        lines.append(
+        lines += _traced_findings(auto, bip)
+    return lines
+
+
+def _traced_findings(auto: dict[str, Any], bip: dict[str, Any]) -> list[str]:
+    """Two sentences on the traced engine: where `auto`'s seconds differ from `bip`'s, and what
+    its partial-chain hits and extra (or fewer) steps say about it."""
+    a, b = auto["diagnosis"], bip["diagnosis"]
+    more = auto["wall_s"] - bip["wall_s"]
+    partial, partial_bip = a["partial_chain_hits"], b["partial_chain_hits"]
+    why = (
+        ": it keeps the heads of every session, so what it recomputes sits deep in the prompt, "
+        "where a token costs the most (attention over everything before it), while hkv_bip "
+        "keeps whole chains of fewer sessions."
+        if partial > 1.5 * partial_bip
+        else ", about as often: like hkv_bip it keeps whole chains of fewer sessions."
+    )
+    first = (
+        f"Traced engine ({auto['cpu_gib']:g} GiB): hkv_auto caches "
+        f"{100 * auto['cached_frac']:.1f} % against hkv_bip's {100 * bip['cached_frac']:.1f} % "
+        f"{'yet' if more > 0 else 'and'} takes {abs(more):.2f} s "
+        f"{'longer' if more > 0 else 'less'}: "
+        f"{a['prefill_s'] - b['prefill_s']:+.2f} s in prefill steps, "
+        f"{a['decode_s'] - b['decode_s']:+.2f} s in decode-only steps and "
+        f"{a['idle_s'] - b['idle_s']:+.2f} s in idle steps, of which its own policy time is "
+        f"{a['policy_s'] - b['policy_s']:+.2f} s. Its hits stop short of the session's last "
+        f"chain in {partial} requests against {partial_bip}{why}"
+    )
+    extra, idle = a["steps"] - b["steps"], a["idle_steps"] - b["idle_steps"]
+    if extra <= 0:
+        return [
+            first,
+            f"It ran {-extra} steps fewer than hkv_bip ({a['steps']} against "
+            f"{b['steps']}), {a['idle_steps']} of them idle polls while loads finish.",
+        ]
+    return [
+        first,
+        (
             f"Of its {extra} steps more than hkv_bip's ({a['steps']} against {b['steps']}), "
             f"{idle} are idle polls while loads finish ({a['idle_s']:.2f} s in its "
             f"{a['idle_steps']} idle steps, the worst of its steps holding "
             f"{a['policy_s_max_step']:.2f} s of policy time): the extra steps are a symptom of "
             "its partial hits (every request of a wave loading at once), not the cost."
-        )
-    return lines
+        ),
+    ]
