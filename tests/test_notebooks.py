@@ -29,10 +29,13 @@ RESULTS = OUT / "results"
 
 @functools.cache
 def executed_results(stem: str) -> dict[str, Any]:
-    """Run notebook `stem` once per session and return the results JSON it wrote."""
-    results = RESULTS / f"{stem}.json"
-    results.unlink(missing_ok=True)  # never assert on a previous run's numbers
-    runner.run_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    """Run notebook `stem` once per session and return the results JSON it wrote; a run that
+    `make all` made from the very same inputs (`runner.fresh`) is checked instead of run again.
+    """
+    path, results = NOTEBOOKS / f"{stem}.ipynb", RESULTS / f"{stem}.json"
+    if not runner.fresh(path):
+        results.unlink(missing_ok=True)  # never assert on numbers from other inputs
+        runner.run_notebook(path)
     return json.loads(results.read_text())
 
 
@@ -748,3 +751,22 @@ def test_notebook_is_thin(path: Path) -> None:
         ]
         assert not defined, f"cell {cell.get('id')} defines {defined}: move them into hkv"
     assert "save_notebook_results(" in code[-1].source
+
+
+def test_a_run_is_kept_only_for_the_same_inputs(tmp_path: Path) -> None:
+    """`runner.fresh`: a stamped, complete default run stands for a new one until the
+    notebook, a file under hkv/ or data/, or a package's version changes."""
+    root, out = tmp_path / "repo", tmp_path / "out"
+    for name in runner.INPUTS:
+        (root / name).mkdir(parents=True)
+    (root / "data" / "x.json").write_text("{}")
+    notebook = root / "01_x.ipynb"
+    notebook.write_text("{}")
+    for made in ("notebooks/01_x.ipynb", "html/01_x.html", "results/01_x.json"):
+        (out / made).parent.mkdir(parents=True, exist_ok=True)
+        (out / made).write_text("{}")
+    assert not runner.fresh(notebook, out=out, root=root)  # no stamp: never run by default
+    (out / "notebooks" / "01_x.inputs").write_text(runner.inputs_digest(notebook, root))
+    assert runner.fresh(notebook, out=out, root=root)
+    (root / "data" / "x.json").write_text('{"changed": 1}')
+    assert not runner.fresh(notebook, out=out, root=root)
