@@ -18,13 +18,13 @@ from hkv.policies.tier import VllmTier, replay_request
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
 DEFAULT_FIRST = "lip"
+"""The expert that runs the tier until the shadows agree on another (`first` left unset): the
+first of `experts` where they do not include it."""
 PER_BLOCK_FIRST = "depth_lfu_static"
 """What runs the tier, `first` left unset, where no request's end is ever reported (the per-block
 replay, the block manager): no shadow runs there, so the first expert runs it throughout, and
 `lip`, which keeps the sessions it met first whatever comes after, is no tier to keep for good
 (the README's tour trace at 2,000 blocks, per block: 37.7 % hits as `lip`, 48.6 % as this)."""
-"""The expert that runs the tier until the shadows agree on another (`first` left unset): the
-first of `experts` where they do not include it."""
 UNSAMPLED_ONLY = frozenset({"predictive"})
 """Experts left out of sampled shadows: `predictive` counts its labels in absolute numbers
 (`min_samples`, `update_every`, `window`), so a shadow that sees a fraction of the keys learns
