@@ -7,7 +7,7 @@ import math
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice, repeat
+from itertools import islice
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -242,16 +242,6 @@ class AutoPolicy(EvictionPolicy):
             self._check_insert(key, len(self), key in self)  # raises
         live.insert(key, meta)  # the live policy has room: the keys aside hold it
         self._metas[key] = meta
-
-    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
-        """The leader's own bulk insert (vLLM's adapter hands over a request's chunks in one
-        call), where all of `keys` fit and none is held aside; else `insert` key by key, which
-        raises at the first key that does not fit."""
-        if len(self) + len(keys) > self.capacity_blocks or not self._aside.keys().isdisjoint(keys):
-            super().insert_all(keys, meta)
-            return
-        self._live.insert_all(keys, meta)  # checks the keys against the leader's own
-        self._metas.update(zip(keys, repeat(meta)))
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)
