@@ -13,7 +13,7 @@ LINTED := hkv tests notebooks/run_all.py $(wildcard bench)
 
 all: notebooks  ## set up, then execute every notebook (out/notebooks) and render HTML (out/html)
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml setup.py
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hkv needs Python >= 3.11"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -26,7 +26,15 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv with the pinned CPU stack and hkv (editable)
+# hkv's C extension (auto's shadow tiers, hkv/policies/_native): `pip install -e .` above builds it
+# in place; rebuilt here when its sources change. Optional: without a compiler hkv runs the same
+# decisions in Python (`hkv doctor` says which).
+NATIVE_STAMP := $(VENV)/.hkv-native-done
+$(NATIVE_STAMP): $(STAMP) setup.py $(wildcard hkv/policies/_native/*.c hkv/policies/_native/*.h)
+	$(BIN)/python setup.py -q build_ext --inplace
+	touch $@
+
+setup: $(STAMP) $(NATIVE_STAMP)  ## create .venv with the pinned CPU stack and hkv (editable)
 
 notebooks: setup  ## execute every notebook with papermill on CPU defaults, and render HTML
 	$(BIN)/python notebooks/run_all.py

@@ -1,0 +1,199 @@
+/* hkv.policies._shadows: `Shadows`, several experts' shadow tiers replayed in C.
+ *
+ *     shadows = Shadows(("lru", "lip"), 1024)
+ *     hits = shadows.replay(keys, positions, tokens, worths)  # one request: hits per expert
+ *
+ * `keys` are 64-bit key ids (ints), `positions` and `tokens` the blocks' metas, `worths` a list
+ * of floats (cost_aware's value of each block) or None. See hkv/policies/native.py. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "shadow.h"
+
+typedef struct {
+    PyObject_HEAD
+    hkv_tier *tiers;
+    Py_ssize_t n;
+    hkv_block *blocks;
+    Py_ssize_t blocks_cap;
+} Shadows;
+
+static hkv_expert *make_expert(const char *label, int64_t capacity) {
+    if (!strcmp(label, "lru")) return hkv_lru_new(capacity);
+    if (!strcmp(label, "lip")) return hkv_lip_new(capacity);
+    if (!strcmp(label, "lru+st2")) return hkv_st2_new(capacity);
+    if (!strcmp(label, "arc")) return hkv_arc_new(capacity);
+    if (!strcmp(label, "s3fifo")) return hkv_s3fifo_new(capacity);
+    if (!strcmp(label, "depth_lfu")) return hkv_prefix_new(capacity, 1, 0, 0, 32.0);
+    if (!strcmp(label, "depth_lfu_static")) return hkv_prefix_new(capacity, 0, 0, 0, 32.0);
+    if (!strcmp(label, "cost_aware")) return hkv_prefix_new(capacity, 1, 1, 1, 32.0);
+    return NULL;
+}
+
+static void Shadows_dealloc(Shadows *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++) hkv_tier_free(&self->tiers[i]);
+    PyMem_Free(self->tiers);
+    PyMem_Free(self->blocks);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Shadows_init(Shadows *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"labels", "capacity", NULL};
+    PyObject *labels;
+    long long capacity;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL", kwlist, &labels, &capacity)) return -1;
+    if (capacity < 1) {
+        PyErr_Format(PyExc_ValueError, "Shadows: capacity %lld; expected >= 1", capacity);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(labels, "Shadows: labels must be a sequence of str");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    self->tiers = PyMem_Calloc((size_t)(n ? n : 1), sizeof(hkv_tier));
+    if (!self->tiers) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *label = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!label) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        hkv_expert *expert = make_expert(label, capacity);
+        if (!expert) {
+            PyErr_Format(PyExc_ValueError, "Shadows: no native expert %s", label);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (hkv_tier_init(&self->tiers[i], expert) < 0) {
+            expert->ops->destroy(expert);
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->n = i + 1;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *tokens,
+                PyObject *worths, Py_ssize_t n) {
+    if (n > self->blocks_cap) {
+        hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
+        if (!blocks) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->blocks = blocks;
+        self->blocks_cap = n;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        hkv_block *b = &self->blocks[i];
+        b->key = PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(keys, i));
+        b->position = PyLong_AsLongLong(PyList_GET_ITEM(positions, i));
+        b->tokens = PyLong_AsLongLong(PyList_GET_ITEM(tokens, i));
+        b->worth = worths == Py_None ? 0.0 : PyFloat_AsDouble(PyList_GET_ITEM(worths, i));
+        if (PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
+    PyObject *keys, *positions, *tokens, *worths;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &keys, &PyList_Type, &positions,
+                          &PyList_Type, &tokens, &worths))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(positions) != n || PyList_GET_SIZE(tokens) != n ||
+        (worths != Py_None && (!PyList_Check(worths) || PyList_GET_SIZE(worths) != n))) {
+        PyErr_SetString(PyExc_ValueError, "Shadows.replay: keys, positions, tokens and worths "
+                                          "must be lists of one length (worths may be None)");
+        return NULL;
+    }
+    if (fill(self, keys, positions, tokens, worths, n) < 0) return NULL;
+    PyObject *hits = PyList_New(self->n);
+    if (!hits) return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        int64_t h = hkv_tier_replay(&self->tiers[i], self->blocks, n);
+        if (h < 0) {
+            Py_DECREF(hits);
+            return PyErr_NoMemory();
+        }
+        PyList_SET_ITEM(hits, i, PyLong_FromLongLong(h));
+    }
+    return hits;
+}
+
+static PyObject *Shadows_sizes(Shadows *self, PyObject *unused) {
+    (void)unused;
+    PyObject *sizes = PyList_New(self->n);
+    if (!sizes) return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        hkv_tier *t = &self->tiers[i];
+        int64_t size = t->expert->ops->size(t->expert) + hkv_oset_len(&t->aside);
+        PyList_SET_ITEM(sizes, i, PyLong_FromLongLong(size));
+    }
+    return sizes;
+}
+
+static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    unsigned long long key;
+    if (!PyArg_ParseTuple(args, "nK", &i, &key)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.holds: no such expert");
+        return NULL;
+    }
+    hkv_tier *t = &self->tiers[i];
+    int held = t->expert->ops->contains(t->expert, key) || hkv_oset_has(&t->aside, key);
+    return PyBool_FromLong(held);
+}
+
+static PyMethodDef Shadows_methods[] = {
+    {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
+     "replay(keys, positions, tokens, worths): store one request in every shadow tier; "
+     "each expert's prefix hits before the store"},
+    {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
+    {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ShadowsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hkv.policies._shadows.Shadows",
+    .tp_basicsize = sizeof(Shadows),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Shadows(labels, capacity): the named experts' shadow tiers, replayed in C",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Shadows_init,
+    .tp_dealloc = (destructor)Shadows_dealloc,
+    .tp_methods = Shadows_methods,
+};
+
+static struct PyModuleDef shadows_module = {
+    PyModuleDef_HEAD_INIT, "_shadows", "auto's shadow tiers in C (see hkv/policies/native.py)",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__shadows(void) {
+    if (PyType_Ready(&ShadowsType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&shadows_module);
+    if (!m) return NULL;
+    PyObject *labels = Py_BuildValue("(ssssssss)", "lru", "lru+st2", "arc", "s3fifo",
+                                     "cost_aware", "depth_lfu", "depth_lfu_static", "lip");
+    if (!labels || PyModule_AddObject(m, "LABELS", labels) < 0) {
+        Py_XDECREF(labels);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ShadowsType);
+    if (PyModule_AddObject(m, "Shadows", (PyObject *)&ShadowsType) < 0) {
+        Py_DECREF(&ShadowsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,216 @@
+/* The "s3fifo" expert: `S3FIFOPolicy` (hkv/policies/s3fifo.py) with its default fields
+ * (small_fraction 0.1, promote_hits 1). Its deques S and M are ordered sets (oldest first), each
+ * key's hit counter their payload; `_state` is then S and M together (`in_main`: the key is in
+ * M), as in a tier the deques never hold a key `_state` has dropped or moved. */
+#include <stdlib.h>
+
+#include "shadow.h"
+
+#define S3_PROMOTE_HITS 1 /* promote_hits */
+#define S3_MAX_HITS 3     /* the 2-bit counter */
+
+typedef struct {
+    uint64_t key;
+    int64_t hits;
+} s3_passed; /* a key `evict` passed over, out of its deque until the eviction ends */
+
+typedef struct {
+    hkv_expert base;
+    hkv_oset small, main; /* S and M, oldest first; payload: the key's hits */
+    hkv_oset ghost;       /* G, oldest first */
+    int64_t small_target, ghost_blocks;
+} s3_t;
+
+static int s3_contains(hkv_expert *e, uint64_t key) {
+    s3_t *p = (s3_t *)e;
+    return hkv_oset_has(&p->small, key) || hkv_oset_has(&p->main, key);
+}
+
+static int64_t s3_size(hkv_expert *e) {
+    s3_t *p = (s3_t *)e;
+    return hkv_oset_len(&p->small) + hkv_oset_len(&p->main);
+}
+
+static int admit_all(hkv_expert *e, const hkv_block *b) {
+    (void)e;
+    (void)b;
+    return 1;
+}
+
+/* `S3FIFOPolicy.insert`: a key G remembers into M (and out of G), any other into S */
+static int s3_insert(hkv_expert *e, const hkv_block *b) {
+    s3_t *p = (s3_t *)e;
+    if (hkv_oset_del(&p->ghost, b->key, NULL)) return hkv_oset_push_back(&p->main, b->key, 0);
+    return hkv_oset_push_back(&p->small, b->key, 0);
+}
+
+/* `S3FIFOPolicy.touch`: the counter up to 3; an absent key is ignored */
+static void s3_touch(s3_t *p, uint64_t key) {
+    int64_t *hits = hkv_oset_val(&p->small, key);
+    if (!hits) hits = hkv_oset_val(&p->main, key);
+    if (hits && *hits < S3_MAX_HITS) ++*hits;
+}
+
+/* `S3FIFOPolicy._has_evictable`: whether n resident keys are not protected (the answer does
+ * not depend on the order `_state` is walked in) */
+static int has_evictable(const s3_t *p, int64_t n, const hkv_map *protected) {
+    const hkv_oset *queues[2] = {&p->small, &p->main};
+    int64_t found = 0;
+    for (int q = 0; q < 2; q++)
+        for (int32_t i = queues[q]->head; i >= 0; i = queues[q]->nodes[i].next)
+            if (!hkv_map_get(protected, queues[q]->nodes[i].key) && ++found == n) return 1;
+    return 0;
+}
+
+/* `S3FIFOPolicy._evict_small`: pop S until a key leaves (1, *victim set) or moves to M;
+ * protected keys are passed over (appended to `passed`); 0 when S has no candidate; -1 OOM */
+static int evict_small(s3_t *p, const hkv_map *protected, s3_passed *passed, int64_t *n_passed,
+                       uint64_t *victim) {
+    uint64_t key;
+    int64_t hits;
+    while (hkv_oset_pop_front(&p->small, &key, &hits)) {
+        if (hkv_map_get(protected, key)) {
+            passed[(*n_passed)++] = (s3_passed){key, hits};
+            continue;
+        }
+        if (hits >= S3_PROMOTE_HITS) {
+            if (hkv_oset_push_back(&p->main, key, 0) < 0) return -1;
+            continue;
+        }
+        if (hkv_oset_push_back(&p->ghost, key, 0) < 0) return -1;
+        while (hkv_oset_len(&p->ghost) > p->ghost_blocks) hkv_oset_pop_front(&p->ghost, NULL, NULL);
+        *victim = key;
+        return 1;
+    }
+    return 0;
+}
+
+/* `S3FIFOPolicy._evict_main`: pop M until a key with a zero counter leaves (1, *victim set),
+ * one with hits going back to M's tail one hit poorer, for at most 4 len(M) + 4 pops (M's
+ * length without the keys passed over so far); 0 when M has no candidate; -1 OOM */
+static int evict_main(s3_t *p, const hkv_map *protected, s3_passed *passed, int64_t *n_passed,
+                      uint64_t *victim) {
+    int64_t rounds = 4 * hkv_oset_len(&p->main) + 4;
+    uint64_t key;
+    int64_t hits;
+    while (rounds && hkv_oset_pop_front(&p->main, &key, &hits)) {
+        rounds--;
+        if (hkv_map_get(protected, key)) {
+            passed[(*n_passed)++] = (s3_passed){key, hits};
+            continue;
+        }
+        if (hits > 0) {
+            if (hkv_oset_push_back(&p->main, key, hits - 1) < 0) return -1;
+            continue;
+        }
+        *victim = key;
+        return 1;
+    }
+    return 0;
+}
+
+/* `S3FIFOPolicy.evict`: from S while S (with the keys it passed over) holds its share or M is
+ * empty, else from M, falling back to S; the keys passed over go back to the front of their
+ * deque in their order */
+static int s3_evict(hkv_expert *e, int64_t n, const hkv_map *protected) {
+    s3_t *p = (s3_t *)e;
+    if (n <= 0) return 1;
+    if (!has_evictable(p, n, protected)) return 0;
+    /* each resident key is passed over at most once in either deque */
+    int64_t size = s3_size(e);
+    s3_passed *passed_small = malloc((size_t)(2 * size + 2) * sizeof *passed_small);
+    if (!passed_small) return -1;
+    s3_passed *passed_main = passed_small + size + 1;
+    int64_t n_small = 0, n_main = 0;
+    int r = 1;
+    for (int64_t got = 0; got < n && r > 0; got++) {
+        uint64_t victim;
+        r = 0;
+        if (hkv_oset_len(&p->small) + n_small >= p->small_target || !hkv_oset_len(&p->main))
+            r = evict_small(p, protected, passed_small, &n_small, &victim);
+        if (r == 0) r = evict_main(p, protected, passed_main, &n_main, &victim);
+        if (r == 0) r = evict_small(p, protected, passed_small, &n_small, &victim);
+        if (r == 0) r = -1; /* Python raises: fewer blocks than `_has_evictable` counted */
+    }
+    for (int64_t i = n_small; r >= 0 && i-- > 0;)
+        if (hkv_oset_push_front(&p->small, passed_small[i].key, passed_small[i].hits) < 0) r = -1;
+    for (int64_t i = n_main; r >= 0 && i-- > 0;)
+        if (hkv_oset_push_front(&p->main, passed_main[i].key, passed_main[i].hits) < 0) r = -1;
+    free(passed_small);
+    return r < 0 ? -1 : 1;
+}
+
+/* `S3FIFOPolicy.refresh_all(keys)` (keys: `stored`, given tail first): in each FIFO, the keys
+ * it holds, where they are its newest, re-queued in the given order; else its order stands */
+static int refresh_all(s3_t *p, const hkv_block *stored, int64_t ns) {
+    hkv_oset *queues[2] = {&p->small, &p->main};
+    hkv_map mine;
+    if (hkv_map_init(&mine, (size_t)ns) < 0) return -1;
+    for (int q = 0; q < 2; q++) {
+        hkv_oset *queue = queues[q];
+        hkv_map_clear(&mine);
+        for (int64_t i = 0; i < ns; i++)
+            if (hkv_oset_has(queue, stored[i].key) && hkv_map_put(&mine, stored[i].key, 1) < 0) {
+                hkv_map_free(&mine);
+                return -1;
+            }
+        /* set(newest) == set(mine): the len(mine) newest keys are all in mine (both distinct) */
+        int64_t m = (int64_t)mine.len, k = 0;
+        int32_t i = queue->tail;
+        for (; k < m && i >= 0 && hkv_map_get(&mine, queue->nodes[i].key); k++)
+            i = queue->nodes[i].prev;
+        if (m == 0 || k < m) continue;
+        for (int64_t j = ns; j-- > 0;) hkv_oset_move_to_end(queue, stored[j].key);
+    }
+    hkv_map_free(&mine);
+    return 0;
+}
+
+/* `EvictionPolicy.after_request`: `refresh_all(stored[::-1])`, then `touch_all(reused[::-1])`
+ * (counters only, so their order is moot; keys held aside are not resident and ignored) */
+static int s3_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
+                    int64_t nr) {
+    s3_t *p = (s3_t *)e;
+    if (ns && refresh_all(p, stored, ns) < 0) return -1;
+    for (int64_t i = nr; i-- > 0;) s3_touch(p, reused[i].key);
+    return 0;
+}
+
+static void s3_destroy(hkv_expert *e) {
+    s3_t *p = (s3_t *)e;
+    hkv_oset_free(&p->small);
+    hkv_oset_free(&p->main);
+    hkv_oset_free(&p->ghost);
+    free(p);
+}
+
+static const hkv_ops S3_OPS = {s3_contains, s3_size, admit_all, s3_insert,
+                               s3_evict, s3_after, s3_destroy};
+
+/* Python's round(x) of a float x >= 0: to the nearest integer, a tie to the even one */
+static int64_t round_half_even(double x) {
+    int64_t whole = (int64_t)x;
+    double frac = x - (double)whole; /* exact */
+    if (frac > 0.5 || (frac == 0.5 && (whole & 1))) whole++;
+    return whole;
+}
+
+/* `make_expert("s3fifo", capacity)`: `S3FIFOPolicy(capacity)`, reset */
+hkv_expert *hkv_s3fifo_new(int64_t capacity) {
+    s3_t *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->base.ops = &S3_OPS;
+    p->base.capacity = capacity;
+    int64_t small = round_half_even(0.1 * (double)capacity);
+    p->small_target = small > 1 ? small : 1;
+    p->ghost_blocks = capacity - p->small_target > 1 ? capacity - p->small_target : 1;
+    hkv_oset *sets[3] = {&p->small, &p->main, &p->ghost};
+    for (int i = 0; i < 3; i++) {
+        if (hkv_oset_init(sets[i], (size_t)capacity + 1) < 0) {
+            while (i-- > 0) hkv_oset_free(sets[i]);
+            free(p);
+            return NULL;
+        }
+    }
+    return &p->base;
+}

@@ -1,0 +1,134 @@
+/* hkv's native shadow tiers: the experts of `auto` replayed in C, keys only.
+ *
+ * Each expert here makes the decisions its Python policy makes (hkv/policies/<name>.py) in a
+ * `VllmTier` (hkv/policies/tier.py), on 64-bit key ids instead of Python keys; the tests replay
+ * the same requests through both and compare every request's hits (tests/test_native_shadows.py).
+ * No block is ever pinned in a shadow: the Python side falls back where one is.
+ */
+#ifndef HKV_SHADOW_H
+#define HKV_SHADOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One block of a request, as a shadow sees it. */
+typedef struct {
+    uint64_t key;     /* 64 well-spread bits of the block's key (`auto._key_bits`) */
+    int64_t position; /* BlockMeta.position */
+    int64_t tokens;   /* BlockMeta.tokens */
+    double worth;     /* the expert's `value(meta)` where Python computes it (cost_aware), else 0 */
+} hkv_block;
+
+/* ---- u64 -> int64 hash map (open addressing, linear probing, backward-shift delete) ---- */
+typedef struct {
+    uint64_t *keys;
+    int64_t *vals;
+    uint8_t *used;
+    size_t cap; /* a power of two */
+    size_t len;
+} hkv_map;
+
+int hkv_map_init(hkv_map *m, size_t hint); /* 0, or -1 out of memory */
+void hkv_map_free(hkv_map *m);
+void hkv_map_clear(hkv_map *m);
+int64_t *hkv_map_get(const hkv_map *m, uint64_t key); /* the value's slot, NULL if absent */
+int hkv_map_put(hkv_map *m, uint64_t key, int64_t val); /* insert or overwrite; -1 OOM */
+int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old); /* 1 removed (old set), 0 absent */
+
+/* ---- ordered set: keys in insertion order with a payload, O(1) push/move/delete (a Python
+ * dict or OrderedDict of keys: iteration from the front is the oldest first) ---- */
+typedef struct {
+    uint64_t key;
+    int64_t val;
+    int32_t prev, next; /* node indices, -1 at the ends */
+} hkv_onode;
+
+typedef struct {
+    hkv_map index; /* key -> node index */
+    hkv_onode *nodes;
+    int32_t cap, used, free_head; /* nodes allocated, nodes ever used, free list */
+    int32_t head, tail;           /* oldest, newest; -1 when empty */
+    int64_t len;
+} hkv_oset;
+
+int hkv_oset_init(hkv_oset *s, size_t hint);
+void hkv_oset_free(hkv_oset *s);
+static inline int64_t hkv_oset_len(const hkv_oset *s) { return s->len; }
+static inline int hkv_oset_has(const hkv_oset *s, uint64_t key) {
+    return hkv_map_get(&s->index, key) != NULL;
+}
+int32_t hkv_oset_find(const hkv_oset *s, uint64_t key); /* node index or -1 */
+int hkv_oset_push_back(hkv_oset *s, uint64_t key, int64_t val);  /* key must be absent; -1 OOM */
+int hkv_oset_push_front(hkv_oset *s, uint64_t key, int64_t val); /* key must be absent; -1 OOM */
+int hkv_oset_move_to_end(hkv_oset *s, uint64_t key);             /* 1 moved, 0 absent */
+int hkv_oset_del(hkv_oset *s, uint64_t key, int64_t *val);       /* 1 removed, 0 absent */
+void hkv_oset_del_node(hkv_oset *s, int32_t node);
+int hkv_oset_pop_front(hkv_oset *s, uint64_t *key, int64_t *val); /* 1, or 0 when empty */
+int64_t *hkv_oset_val(const hkv_oset *s, uint64_t key);          /* NULL if absent */
+/* iteration: for (i = s->head; i >= 0; i = s->nodes[i].next) ... (reversed: tail / prev) */
+
+/* ---- binary min-heap of (priority, seq, key), ordered by priority then seq ---- */
+typedef struct {
+    double priority;
+    int64_t seq;
+    uint64_t key;
+} hkv_item;
+
+typedef struct {
+    hkv_item *items;
+    size_t len, cap;
+} hkv_heap;
+
+int hkv_heap_init(hkv_heap *h, size_t hint);
+void hkv_heap_free(hkv_heap *h);
+int hkv_heap_push(hkv_heap *h, hkv_item item); /* -1 OOM */
+hkv_item hkv_heap_pop(hkv_heap *h);            /* must not be empty */
+void hkv_heapify(hkv_heap *h);
+
+/* ---- an expert: one policy's state, called the way `VllmTier` calls a policy ---- */
+typedef struct hkv_expert hkv_expert;
+
+typedef struct {
+    int (*contains)(hkv_expert *, uint64_t key);
+    int64_t (*size)(hkv_expert *); /* resident keys */
+    /* a miss offered for storage, in prefix order: 1 admit, 0 decline, -1 error */
+    int (*admit)(hkv_expert *, const hkv_block *);
+    /* make the block resident (absent, with room): 0, or -1 error */
+    int (*insert)(hkv_expert *, const hkv_block *);
+    /* evict exactly n resident keys none of which is in `protected` (keys of the request
+     * being stored); 1 done, 0 not possible and nothing changed, -1 error */
+    int (*evict)(hkv_expert *, int64_t n, const hkv_map *protected);
+    /* `EvictionPolicy.after_request(stored, reused)`, each in prefix order: -1 error */
+    int (*after_request)(hkv_expert *, const hkv_block *stored, int64_t n_stored,
+                         const hkv_block *reused, int64_t n_reused);
+    void (*destroy)(hkv_expert *);
+} hkv_ops;
+
+struct hkv_expert {
+    const hkv_ops *ops;
+    int64_t capacity;
+};
+
+/* constructors (NULL when out of memory); the Python labels of `shadow.EXPERTS` */
+hkv_expert *hkv_lru_new(int64_t capacity);           /* "lru" */
+hkv_expert *hkv_lip_new(int64_t capacity);           /* "lip": bip, bip_every 0 */
+hkv_expert *hkv_st2_new(int64_t capacity);           /* "lru+st2": StoreThreshold(lru, 2) */
+hkv_expert *hkv_arc_new(int64_t capacity);           /* "arc" */
+hkv_expert *hkv_s3fifo_new(int64_t capacity);        /* "s3fifo", default fields */
+/* "depth_lfu" (aging 1, bypass 0), "depth_lfu_static" (aging 0, bypass 0), "cost_aware"
+ * (aging 1, bypass 1, worth from hkv_block.worth: use_worth 1) */
+hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_worth,
+                           double history_factor);
+
+/* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
+typedef struct {
+    hkv_expert *expert;
+    hkv_oset aside; /* declined but stored: evicted first, oldest first */
+} hkv_tier;
+
+int hkv_tier_init(hkv_tier *t, hkv_expert *expert);
+void hkv_tier_free(hkv_tier *t);
+/* `replay_request`: the request's prefix hits, then its store; -1 on error */
+int64_t hkv_tier_replay(hkv_tier *t, const hkv_block *blocks, int64_t n);
+
+#endif

@@ -1,0 +1,290 @@
+/* The containers of hkv's native shadows: a u64 hash map, an ordered set, a binary heap. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadow.h"
+
+static inline size_t slot_of(uint64_t key, size_t mask) {
+    uint64_t h = key * 0x9E3779B97F4A7C15ull; /* keys are spread already; mix once more */
+    return (size_t)(h >> 17) & mask;
+}
+
+int hkv_map_init(hkv_map *m, size_t hint) {
+    size_t cap = 16;
+    while (cap < 2 * hint + 2) cap <<= 1;
+    m->keys = malloc(cap * sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    m->used = calloc(cap, 1);
+    m->cap = cap;
+    m->len = 0;
+    if (!m->keys || !m->vals || !m->used) {
+        hkv_map_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void hkv_map_free(hkv_map *m) {
+    free(m->keys);
+    free(m->vals);
+    free(m->used);
+    m->keys = NULL;
+    m->vals = NULL;
+    m->used = NULL;
+    m->cap = m->len = 0;
+}
+
+void hkv_map_clear(hkv_map *m) {
+    if (m->len) memset(m->used, 0, m->cap);
+    m->len = 0;
+}
+
+int64_t *hkv_map_get(const hkv_map *m, uint64_t key) {
+    size_t mask = m->cap - 1, i = slot_of(key, mask);
+    while (m->used[i]) {
+        if (m->keys[i] == key) return &m->vals[i];
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
+
+static int grow(hkv_map *m) {
+    hkv_map bigger;
+    if (hkv_map_init(&bigger, m->cap) < 0) return -1; /* twice the slots */
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->used[i]) hkv_map_put(&bigger, m->keys[i], m->vals[i]);
+    hkv_map_free(m);
+    *m = bigger;
+    return 0;
+}
+
+int hkv_map_put(hkv_map *m, uint64_t key, int64_t val) {
+    if (2 * (m->len + 1) > m->cap && grow(m) < 0) return -1;
+    size_t mask = m->cap - 1, i = slot_of(key, mask);
+    while (m->used[i]) {
+        if (m->keys[i] == key) {
+            m->vals[i] = val;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    m->used[i] = 1;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    m->len++;
+    return 0;
+}
+
+int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old) {
+    size_t mask = m->cap - 1, i = slot_of(key, mask);
+    while (m->used[i] && m->keys[i] != key) i = (i + 1) & mask;
+    if (!m->used[i]) return 0;
+    if (old) *old = m->vals[i];
+    /* backward-shift deletion: no tombstones */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->used[j]) break;
+        size_t home = slot_of(m->keys[j], mask);
+        /* move j into the hole at i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        i = j;
+    }
+    m->used[i] = 0;
+    m->len--;
+    return 1;
+}
+
+/* ---- ordered set ---- */
+
+int hkv_oset_init(hkv_oset *s, size_t hint) {
+    if (hkv_map_init(&s->index, hint) < 0) return -1;
+    s->cap = hint > 16 ? (int32_t)hint : 16;
+    s->nodes = malloc((size_t)s->cap * sizeof *s->nodes);
+    if (!s->nodes) {
+        hkv_map_free(&s->index);
+        return -1;
+    }
+    s->used = 0;
+    s->free_head = -1;
+    s->head = s->tail = -1;
+    s->len = 0;
+    return 0;
+}
+
+void hkv_oset_free(hkv_oset *s) {
+    hkv_map_free(&s->index);
+    free(s->nodes);
+    s->nodes = NULL;
+    s->len = 0;
+}
+
+int32_t hkv_oset_find(const hkv_oset *s, uint64_t key) {
+    int64_t *v = hkv_map_get(&s->index, key);
+    return v ? (int32_t)*v : -1;
+}
+
+static int32_t new_node(hkv_oset *s, uint64_t key, int64_t val) {
+    int32_t n = s->free_head;
+    if (n >= 0) {
+        s->free_head = s->nodes[n].next;
+    } else {
+        if (s->used == s->cap) {
+            int32_t cap = s->cap * 2;
+            hkv_onode *nodes = realloc(s->nodes, (size_t)cap * sizeof *nodes);
+            if (!nodes) return -1;
+            s->nodes = nodes;
+            s->cap = cap;
+        }
+        n = s->used++;
+    }
+    if (hkv_map_put(&s->index, key, n) < 0) {
+        s->nodes[n].next = s->free_head;
+        s->free_head = n;
+        return -1;
+    }
+    s->nodes[n].key = key;
+    s->nodes[n].val = val;
+    s->len++;
+    return n;
+}
+
+static void link_back(hkv_oset *s, int32_t n) {
+    s->nodes[n].prev = s->tail;
+    s->nodes[n].next = -1;
+    if (s->tail >= 0) s->nodes[s->tail].next = n;
+    else s->head = n;
+    s->tail = n;
+}
+
+static void unlink_node(hkv_oset *s, int32_t n) {
+    hkv_onode *node = &s->nodes[n];
+    if (node->prev >= 0) s->nodes[node->prev].next = node->next;
+    else s->head = node->next;
+    if (node->next >= 0) s->nodes[node->next].prev = node->prev;
+    else s->tail = node->prev;
+}
+
+int hkv_oset_push_back(hkv_oset *s, uint64_t key, int64_t val) {
+    int32_t n = new_node(s, key, val);
+    if (n < 0) return -1;
+    link_back(s, n);
+    return 0;
+}
+
+int hkv_oset_push_front(hkv_oset *s, uint64_t key, int64_t val) {
+    int32_t n = new_node(s, key, val);
+    if (n < 0) return -1;
+    s->nodes[n].prev = -1;
+    s->nodes[n].next = s->head;
+    if (s->head >= 0) s->nodes[s->head].prev = n;
+    else s->tail = n;
+    s->head = n;
+    return 0;
+}
+
+int hkv_oset_move_to_end(hkv_oset *s, uint64_t key) {
+    int32_t n = hkv_oset_find(s, key);
+    if (n < 0) return 0;
+    if (n != s->tail) {
+        unlink_node(s, n);
+        link_back(s, n);
+    }
+    return 1;
+}
+
+void hkv_oset_del_node(hkv_oset *s, int32_t n) {
+    hkv_map_del(&s->index, s->nodes[n].key, NULL);
+    unlink_node(s, n);
+    s->nodes[n].next = s->free_head;
+    s->free_head = n;
+    s->len--;
+}
+
+int hkv_oset_del(hkv_oset *s, uint64_t key, int64_t *val) {
+    int32_t n = hkv_oset_find(s, key);
+    if (n < 0) return 0;
+    if (val) *val = s->nodes[n].val;
+    hkv_oset_del_node(s, n);
+    return 1;
+}
+
+int hkv_oset_pop_front(hkv_oset *s, uint64_t *key, int64_t *val) {
+    int32_t n = s->head;
+    if (n < 0) return 0;
+    if (key) *key = s->nodes[n].key;
+    if (val) *val = s->nodes[n].val;
+    hkv_oset_del_node(s, n);
+    return 1;
+}
+
+int64_t *hkv_oset_val(const hkv_oset *s, uint64_t key) {
+    int32_t n = hkv_oset_find(s, key);
+    return n < 0 ? NULL : &s->nodes[n].val;
+}
+
+/* ---- heap ---- */
+
+static inline int before(const hkv_item *a, const hkv_item *b) {
+    if (a->priority != b->priority) return a->priority < b->priority;
+    return a->seq < b->seq;
+}
+
+int hkv_heap_init(hkv_heap *h, size_t hint) {
+    h->cap = hint > 16 ? hint : 16;
+    h->len = 0;
+    h->items = malloc(h->cap * sizeof *h->items);
+    return h->items ? 0 : -1;
+}
+
+void hkv_heap_free(hkv_heap *h) {
+    free(h->items);
+    h->items = NULL;
+    h->len = h->cap = 0;
+}
+
+static void sift_down(hkv_heap *h, size_t i) {
+    hkv_item item = h->items[i];
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= h->len) break;
+        if (child + 1 < h->len && before(&h->items[child + 1], &h->items[child])) child++;
+        if (!before(&h->items[child], &item)) break;
+        h->items[i] = h->items[child];
+        i = child;
+    }
+    h->items[i] = item;
+}
+
+int hkv_heap_push(hkv_heap *h, hkv_item item) {
+    if (h->len == h->cap) {
+        size_t cap = h->cap * 2;
+        hkv_item *items = realloc(h->items, cap * sizeof *items);
+        if (!items) return -1;
+        h->items = items;
+        h->cap = cap;
+    }
+    size_t i = h->len++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(&item, &h->items[parent])) break;
+        h->items[i] = h->items[parent];
+        i = parent;
+    }
+    h->items[i] = item;
+    return 0;
+}
+
+hkv_item hkv_heap_pop(hkv_heap *h) {
+    hkv_item top = h->items[0];
+    h->items[0] = h->items[--h->len];
+    if (h->len) sift_down(h, 0);
+    return top;
+}
+
+void hkv_heapify(hkv_heap *h) {
+    for (size_t i = h->len / 2; i-- > 0;) sift_down(h, i);
+}

@@ -1,0 +1,47 @@
+"""`auto`'s shadow tiers in C, where hkv's extension is built; the same decisions in Python
+where it is not.
+
+The extension (`hkv.policies._shadows`, sources in hkv/policies/_native/, built by the project's
+`pip install`) replays a request through several experts' shadow tiers, each making the
+decisions its Python policy makes in a `VllmTier` (hkv/policies/tier.py). It works on 64-bit
+key ids (`key_bits`): a vLLM block hash's first 8 bytes, an integer key mixed by a bijection of
+64-bit integers, any other key's hash mixed the same way; two keys with one id (for hashes of
+other types, or vLLM digests that share their first 8 bytes) are one block to it. No block is
+pinned in a shadow: only hkv's block manager pins blocks, and it reports no request's end, so no
+shadow runs there. `tests/test_native_shadows.py` replays the same requests through both and
+compares every request's hits; `hkv doctor` says which runs.
+"""
+
+from __future__ import annotations
+
+from hkv.policies.base import Key
+
+try:  # built by `pip install` (setup.py); absent where no compiler was found
+    from hkv.policies import _shadows
+except ImportError:  # pragma: no cover - depends on the build
+    _shadows = None
+
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio: odd, so a bijection of 64-bit ints
+MASK = (1 << 64) - 1
+LABELS: frozenset[str] = frozenset(_shadows.LABELS) if _shadows is not None else frozenset()
+"""The experts the extension replays (labels of `shadow.EXPERTS`); empty where it is not built."""
+
+
+def built() -> bool:
+    """Whether the native shadows are built and importable here."""
+    return _shadows is not None
+
+
+def key_bits(key: Key) -> int:
+    """64 well-spread bits of a block key, the same in every process for ints and bytes (a
+    vLLM block hash is a digest already: its first 8 bytes)."""
+    if isinstance(key, int):
+        return (key * GOLDEN) & MASK
+    if isinstance(key, bytes):
+        return int.from_bytes(key[:8], "little")
+    return (hash(key) * GOLDEN) & MASK
+
+
+def shadows(labels, capacity_blocks: int):
+    """A native `Shadows` of `labels` (all in `LABELS`), each a tier of `capacity_blocks`."""
+    return _shadows.Shadows(tuple(labels), capacity_blocks)
