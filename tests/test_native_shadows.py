@@ -1,0 +1,152 @@
+"""The native shadow tiers (hkv/policies/_native, `hkv.policies.native`) make the decisions of
+the Python experts in a `VllmTier`: the same requests through both, every request's hits and
+the tier's size compared, and the blocks held at the end."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hkv.blocks import BlockMeta
+from hkv.policies import native
+from hkv.policies.shadow import make_expert
+from hkv.policies.tier import VllmTier, replay_request
+
+pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
+
+TOKENS = 16
+
+
+def sessions(seed: int, n_requests: int, *, shared: int = 8, sessions: int = 24) -> list:
+    """Multi-turn sessions behind a few shared system prompts, with one-off requests between:
+    each request a list of (int key, meta) in prefix order, keys chained like vLLM's."""
+    rng = random.Random(seed)
+    systems = [[rng.getrandbits(62) for _ in range(rng.randint(1, shared))] for _ in range(3)]
+    chats = [list(rng.choice(systems)) for _ in range(sessions)]
+    requests = []
+    for _ in range(n_requests):
+        roll = rng.random()
+        if roll < 0.15:  # a one-off behind a system prompt
+            keys = list(rng.choice(systems)) + [
+                rng.getrandbits(62) for _ in range(rng.randint(1, 40))
+            ]
+        else:
+            chat = rng.choice(chats)
+            chat.extend(rng.getrandbits(62) for _ in range(rng.randint(1, 12)))
+            cut = len(chat) if roll < 0.9 else rng.randint(1, len(chat))  # a retry: a prefix
+            keys = chat[:cut]
+        requests.append(
+            [(k, BlockMeta(tokens=TOKENS, position=i * TOKENS)) for i, k in enumerate(keys)]
+        )
+    return requests
+
+
+def sampled(requests: list, rate: float) -> list:
+    """Each request's blocks whose key bits fall below `rate` of the hash space (as `auto`'s
+    sampled shadows see them), empty requests dropped."""
+    threshold = round(rate * (1 << 64))
+    out = [[p for p in r if native.key_bits(p[0]) < threshold] for r in requests]
+    return [r for r in out if r]
+
+
+def compare(label: str, requests: list, capacity: int) -> None:
+    python = VllmTier(make_expert(label, capacity), refuses=False)
+    shadow = native.shadows([label], capacity)
+    value = make_expert("cost_aware", 1).value if label == "cost_aware" else None
+    for i, request in enumerate(requests):
+        ids = [native.key_bits(k) for k, _ in request]
+        positions = [m.position for _, m in request]
+        tokens = [m.tokens for _, m in request]
+        worths = [value(m) for _, m in request] if value else None
+        expected = replay_request(python, request)
+        got = shadow.replay(ids, positions, tokens, worths)[0]
+        assert (got, shadow.sizes()[0]) == (expected, len(python)), f"{label}: request {i}"
+    seen = {k for r in requests for k, _ in r}
+    held = {k for k in seen if shadow.holds(0, native.key_bits(k))}
+    assert held == {k for k in seen if k in python}, label
+
+
+CASES = [
+    # (seed, requests, capacity, sample rate): tight and roomy tiers, full and sampled streams
+    (0, 300, 64, 1.0),
+    (1, 300, 256, 1.0),
+    (2, 400, 1024, 1.0),
+    (3, 600, 48, 0.25),
+    (4, 400, 17, 1.0),
+]
+
+
+@pytest.mark.parametrize("label", sorted(native.LABELS))
+@pytest.mark.parametrize("seed,n,capacity,rate", CASES)
+def test_native_shadow_hits_match_python(label, seed, n, capacity, rate):
+    requests = sessions(seed, n)
+    compare(label, sampled(requests, rate) if rate < 1 else requests, capacity)
+
+
+@pytest.mark.parametrize("label", sorted(native.LABELS))
+def test_native_shadow_with_repeated_keys_and_equal_positions(label):
+    """A request that names a key twice, and two blocks at one position (a hybrid model's KV
+    groups merged by position)."""
+    rng = random.Random(9)
+    requests = []
+    for _ in range(200):
+        keys = [rng.randrange(120) for _ in range(rng.randint(1, 20))]
+        request = [
+            (k, BlockMeta(tokens=TOKENS, position=(i // 2) * TOKENS)) for i, k in enumerate(keys)
+        ]
+        requests.append(request)
+    compare(label, requests, 40)
+
+
+def auto_log(native_shadows: bool, requests: list, capacity: int) -> list:
+    """A sampled `auto` replayed per request: each request's hits, leader and switches."""
+    from hkv.policies import make_policy
+    from hkv.sim.replay import replay
+    from hkv.sim.trace import Request, Trace
+
+    block = 512
+
+    policy = make_policy("auto", capacity, sample_blocks=64, sample_above=64, native=native_shadows)
+    log = []
+    for request in requests:
+        keys = tuple(k for k, _ in request)
+        trace = Trace((Request(0.0, len(keys) * block, 1, keys),), block)
+        result = replay(trace, policy, store="per_request")
+        log.append((result.block_hits, policy.leader, policy.switches, policy.scores()))
+    return log
+
+
+@pytest.mark.parametrize("seed,capacity", [(5, 256), (6, 700)])
+def test_a_sampled_auto_decides_alike_with_native_or_python_shadows(seed, capacity):
+    requests = sessions(seed, 500, sessions=60)
+    assert auto_log(True, requests, capacity) == auto_log(False, requests, capacity)
+
+
+def varied_metas(seed: int, n_requests: int, keys: int) -> list:
+    """Requests whose metas vary: several block sizes (0 and 1 token among them), positions
+    not multiples of them, positions that stay or step back inside a request (new epochs of the
+    prefix-value experts), and keys met again at other positions (a resident block keeps the
+    meta it was stored with)."""
+    rng = random.Random(seed)
+    sizes = rng.choice([(16,), (1, 16, 64), (0, 3, 7)])
+    requests = []
+    for _ in range(n_requests):
+        position = rng.randint(0, 3) * 16
+        request = []
+        for _ in range(rng.randint(1, rng.choice((5, 20, 60)))):
+            roll = rng.random()
+            if roll < 0.1:
+                position = max(0, position - rng.randint(0, 40))
+            elif roll >= 0.3:
+                position += rng.randint(1, 50)
+            meta = BlockMeta(tokens=rng.choice(sizes), position=position)
+            request.append((rng.randrange(keys), meta))
+        requests.append(request)
+    return requests
+
+
+@pytest.mark.parametrize("label", sorted(native.LABELS))
+@pytest.mark.parametrize("seed,keys,capacity", [(0, 40, 1), (1, 40, 5), (2, 150, 13), (3, 600, 40), (4, 150, 100), (5, 10, 3)])
+def test_native_shadow_with_varied_metas(label, seed, keys, capacity):
+    compare(label, varied_metas(seed, 250, keys), capacity)
