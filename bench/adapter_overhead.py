@@ -69,6 +69,8 @@ def describe(name: str) -> str:
         return f"vLLM's own {name} CachePolicy, as installed here"
     if name == "lru026":
         return "OrderedDictLRU: vLLM 0.26-style lru, reconstructed in this file"
+    if name == "hkv_auto_python":
+        return "hkv's vLLM adapter around hkv policy 'auto' with native=False (Python shadows)"
     return f"hkv's vLLM adapter (HkvCachePolicy) around hkv policy {name.removeprefix('hkv_')!r}"
 
 
@@ -86,6 +88,9 @@ def make_cache_policy(name: str, capacity: int):
         return ARCCachePolicy(cache_capacity=capacity)
     from hkv.integrations.vllm.policy import policy_class
 
+    if name == "hkv_auto_python":  # auto with its shadows in Python: the native ones' yardstick
+        params = {"policy_params": {"native": False}}
+        return policy_class("hkv_auto")(cache_capacity=capacity, block_tokens=16, **params)
     return policy_class(name)(cache_capacity=capacity, block_tokens=16)
 
 

@@ -152,4 +152,12 @@ def environment_report() -> dict[str, Any]:
         "host_total_gib": round(snap.host_total_bytes / GIB, 2),
         "host_available_gib": round(snap.host_available_bytes / GIB, 2),
         "gpus": [asdict(g) for g in snap.gpus],
+        "native_shadows": native_report(),
     }
+
+
+def native_report() -> dict[str, Any]:
+    """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), and which experts."""
+    from hkv.policies import native
+
+    return {"built": native.built(), "experts": sorted(native.LABELS)}

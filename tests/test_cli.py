@@ -110,6 +110,11 @@ def test_doctor_reports_this_machine():
     assert out["packages"]["hkv"] == "0.1.0"
     assert out["host_total_gib"] > 0
     assert isinstance(out["gpus"], list)
+    from hkv.policies import native
+
+    assert out["native_shadows"] == {"built": native.built(), "experts": sorted(native.LABELS)}
+    text = hkv("doctor").stdout
+    assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
 
 
 @pytest.mark.parametrize(

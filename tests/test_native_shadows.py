@@ -147,6 +147,9 @@ def varied_metas(seed: int, n_requests: int, keys: int) -> list:
 
 
 @pytest.mark.parametrize("label", sorted(native.LABELS))
-@pytest.mark.parametrize("seed,keys,capacity", [(0, 40, 1), (1, 40, 5), (2, 150, 13), (3, 600, 40), (4, 150, 100), (5, 10, 3)])
+@pytest.mark.parametrize(
+    "seed,keys,capacity",
+    [(0, 40, 1), (1, 40, 5), (2, 150, 13), (3, 600, 40), (4, 150, 100), (5, 10, 3)],
+)
 def test_native_shadow_with_varied_metas(label, seed, keys, capacity):
     compare(label, varied_metas(seed, 250, keys), capacity)

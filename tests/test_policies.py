@@ -552,7 +552,7 @@ def test_auto_samples_its_shadows_above_sample_blocks_and_still_finds_the_leader
         policy = make_policy("auto", 1200, **params)
         runs[len(runs)] = policy, replay(trace, policy, store="per_request").block_hits
     (sampled, hits), (full, full_hits) = runs[0], runs[1]
-    assert sampled._sampled and all(s.capacity_blocks == 120 for s in sampled._shadows)
+    assert sampled._sampled and sampled._shadows.blocks == 120
     assert not full._sampled
     assert sampled.leader == full.leader == "depth_lfu_static"
     assert sampled.switches == full.switches == 1
@@ -614,9 +614,9 @@ def test_a_leader_retired_beyond_the_history_is_rebuilt_and_forgotten():
 
 @pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])
 def test_auto_samples_a_key_by_the_same_bits_every_time(key):
-    from hkv.policies.auto import _key_bits
+    from hkv.policies.native import key_bits
 
-    assert 0 <= _key_bits(key) < 2**64 and _key_bits(key) == _key_bits(key)
+    assert 0 <= key_bits(key) < 2**64 and key_bits(key) == key_bits(key)
 
 
 def test_auto_hyperparameters_are_checked_by_name():
@@ -629,6 +629,7 @@ def test_auto_hyperparameters_are_checked_by_name():
         ("first", "arc"),
         ("sample_blocks", 16),
         ("sample_above", 100),
+        ("native", "yes"),
     )
     for field, value in bad:
         params = {field: value} if field != "first" else {"experts": ["lru"], "first": value}

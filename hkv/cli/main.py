@@ -182,6 +182,14 @@ def render_doctor(r: dict[str, Any]) -> str:
         used = gpu.get("used_bytes")
         memory = f", {used / GIB:.1f} of {gpu['total_bytes'] / GIB:.1f} GiB used" if used else ""
         lines.append(f"GPU {gpu['index']}: {gpu['name']}{memory}")
+    native = r["native_shadows"]
+    if native["built"]:
+        lines.append(f"auto's shadows: in C ({', '.join(native['experts'])})")
+    else:
+        lines.append(
+            "auto's shadows: in Python (hkv's C extension is not built here; "
+            "`pip install -e .` with a C compiler builds it; same decisions, slower)"
+        )
     width = max(map(len, r["packages"]))
     lines += [f"{name:<{width}}  {v or 'not installed'}" for name, v in r["packages"].items()]
     return "\n".join(lines)

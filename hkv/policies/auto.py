@@ -13,8 +13,9 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
-from hkv.policies.shadow import EXPERTS, make_expert
-from hkv.policies.tier import VllmTier, replay_request
+from hkv.policies.native import key_bits
+from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert
+from hkv.policies.tier import VllmTier
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
 DEFAULT_FIRST = "lip"
@@ -32,8 +33,6 @@ as a different policy would, not as the full tier will (see `AutoPolicy`)."""
 HISTORY_TIERS = 2
 """A sampled `auto` keeps its last requests, this many tier-sizes of block references, to warm
 a new leader up with (`_switch`)."""
-_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio: spreads consecutive ints apart
-_MASK = (1 << 64) - 1
 
 
 @dataclass(eq=False)
@@ -116,6 +115,7 @@ class AutoPolicy(EvictionPolicy):
     first: str | None = None
     sample_blocks: int = 1024
     sample_above: int = 8192
+    native: bool = True
     name = "auto"
     context_fields = ("cost_model", "config")
 
@@ -138,6 +138,8 @@ class AutoPolicy(EvictionPolicy):
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
         check_int(self.name, "sample_blocks", self.sample_blocks, 64)
         check_int(self.name, "sample_above", self.sample_above, self.sample_blocks)
+        if not isinstance(self.native, bool):
+            raise HkvError(f"auto.native: got {self.native!r}; expected true or false")
 
     def reset(self) -> None:
         capacity = self.capacity_blocks
@@ -147,19 +149,20 @@ class AutoPolicy(EvictionPolicy):
         rate = self.sample_blocks / capacity if self._sampled else 1.0
         self._threshold = round(rate * (1 << 64))  # a key is sampled when its bits are below
         self._shadow_blocks = max(1, round(rate * capacity)) if self._sampled else capacity
-        self._shadows = [
-            None
-            if self._sampled and name in UNSAMPLED_ONLY
-            else VllmTier(make_expert(name, self._shadow_blocks, **context), refuses=False)
-            for name in self.experts
-        ]
+        skip = UNSAMPLED_ONLY if self._sampled else frozenset()
+        # in C where built, for sampled tiers (a switch there rebuilds the leader; a full tier's
+        # switch copies its Python shadow)
+        native = self.native and self._sampled
+        self._shadows = ShadowSet(
+            self.experts, self._shadow_blocks, context, native=native, skip=skip
+        )
         self._history: deque[list[tuple[Key, BlockMeta]]] = deque()  # sampled: last requests
         self._history_refs = 0
         self._remembered = 0  # requests ever put in `_history`
         # sampled: leaders switched away from, with `_remembered` then (`_switch`)
         self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
         # an expert without a shadow never leads
-        self._scores = [-math.inf if s is None else 0.0 for s in self._shadows]
+        self._scores = [0.0 if present else -math.inf for present in self._shadows.present]
         self._refs = 0.0  # decayed block references, the scores' denominator
         self._leader = self.experts.index(self.first)
         self._live = make_expert(self.first, capacity, **context)
@@ -180,8 +183,8 @@ class AutoPolicy(EvictionPolicy):
     def scores(self) -> dict[str, float]:
         """Each expert's recent prefix hit rate in its shadow tier (decayed)."""
         refs = self._refs or 1.0
-        pairs = zip(self.experts, self._scores, self._shadows, strict=True)
-        return {label: score / refs for label, score, shadow in pairs if shadow is not None}
+        pairs = zip(self.experts, self._scores, self._shadows.present, strict=True)
+        return {label: score / refs for label, score, present in pairs if present}
 
     def __len__(self) -> int:
         return len(self._aside) + len(self._live)
@@ -307,10 +310,10 @@ class AutoPolicy(EvictionPolicy):
                 return
         refs = len(request)
         decay = 0.5 ** (refs / (self.half_life * self._shadow_blocks))
-        scores = self._scores
-        for i, shadow in enumerate(self._shadows):
-            if shadow is not None:
-                scores[i] = scores[i] * decay + replay_request(shadow, request)
+        scores, present = self._scores, self._shadows.present
+        for i, hits in enumerate(self._shadows.replay(request)):
+            if present[i]:
+                scores[i] = scores[i] * decay + hits
         self._refs = self._refs * decay + refs
         best = max(range(len(scores)), key=scores.__getitem__)
         if scores[best] - scores[self._leader] > self.margin * self._refs:
@@ -323,7 +326,7 @@ class AutoPolicy(EvictionPolicy):
             live = self._rebuild(best)
         else:
             memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-            live = copy.deepcopy(self._shadows[best].policy, memo)
+            live = copy.deepcopy(self._shadows.policy(best), memo)
         held = self._metas
         for key in [key for key in live if key not in held]:
             live.remove(key)
@@ -368,22 +371,12 @@ class AutoPolicy(EvictionPolicy):
 
 def _sample(request: list[tuple[Key, BlockMeta]], threshold: int) -> list:
     """The pairs of `request` whose key's bits fall below `threshold`."""
-    if isinstance(request[0][0], bytes):  # vLLM's digests: `_key_bits` inlined
+    if isinstance(request[0][0], bytes):  # vLLM's digests: `key_bits` inlined
         try:
             return [p for p in request if int.from_bytes(p[0][:8], "little") < threshold]
         except TypeError:
             pass  # keys of several types
-    return [pair for pair in request if _key_bits(pair[0]) < threshold]
-
-
-def _key_bits(key: Key) -> int:
-    """64 well-spread bits of a block key, the same in every process for ints and bytes (a
-    vLLM block hash is a digest already: its first 8 bytes)."""
-    if isinstance(key, int):
-        return (key * _GOLDEN) & _MASK
-    if isinstance(key, bytes):
-        return int.from_bytes(key[:8], "little")
-    return (hash(key) * _GOLDEN) & _MASK
+    return [pair for pair in request if key_bits(pair[0]) < threshold]
 
 
 def _position(pair: tuple[Key, BlockMeta]) -> int:

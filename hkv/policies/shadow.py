@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from hkv.errors import HkvError
+from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy
 from hkv.policies.registry import make_policy
+from hkv.policies.tier import VllmTier, replay_request
 
 EXPERTS: dict[str, tuple[str, dict[str, Any], int]] = {
     "lru": ("lru", {}, 1),
@@ -41,3 +43,64 @@ def make_expert(label: str, capacity_blocks: int, **context: Any) -> EvictionPol
     if threshold > 1:
         policy = StoreThreshold(capacity_blocks, inner=policy, threshold=threshold)
     return policy
+
+
+class ShadowSet:
+    """Each expert's shadow tier, for `auto`: in C (`hkv.policies.native`) for the experts the
+    extension has, where `native` and it is built; a Python `VllmTier` for the others. Both
+    make the same decisions (tests/test_native_shadows.py). Labels in `skip` get no shadow."""
+
+    def __init__(self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset()):
+        fast = [i for i, label in enumerate(labels) if native and label in ext.LABELS]
+        fast = [i for i in fast if labels[i] not in skip]
+        self.blocks = blocks  # each shadow tier's capacity
+        self.present = [label not in skip for label in labels]
+        self.tiers = [
+            None
+            if label in skip or i in fast
+            else VllmTier(make_expert(label, blocks, **context), refuses=False)
+            for i, label in enumerate(labels)
+        ]
+        self._fast = fast
+        self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
+        self._key_bits = ext.key_bits
+        cost = "cost_aware" in [labels[i] for i in fast]
+        self._value = make_expert("cost_aware", 1, **context).value if cost else None
+        self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
+
+    @property
+    def native(self) -> bool:
+        """Whether any shadow runs in C."""
+        return self._native is not None
+
+    def policy(self, i: int) -> EvictionPolicy | None:
+        """Expert `i`'s shadow policy (a Python shadow's; None for one in C)."""
+        tier = self.tiers[i]
+        return None if tier is None else tier.policy
+
+    def replay(self, request: list) -> list[int]:
+        """Store one request (`(key, meta)` pairs in prefix order) in every shadow tier: each
+        expert's prefix hits there before the store (0 for an expert without a shadow)."""
+        hits = [0 if tier is None else replay_request(tier, request) for tier in self.tiers]
+        if self._native is not None:
+            ids = list(map(self._key_bits, [key for key, _ in request]))
+            positions = [meta.position for _, meta in request]
+            tokens = [meta.tokens for _, meta in request]
+            fast_hits = self._native.replay(ids, positions, tokens, self._worth_of(request))
+            for i, h in zip(self._fast, fast_hits, strict=True):
+                hits[i] = h
+        return hits
+
+    def _worth_of(self, request: list) -> list[float] | None:
+        """cost_aware's value of each block, remembered by shape as its `_observe` does."""
+        value = self._value
+        if value is None:
+            return None
+        worths, out = self._worths, []
+        for _, meta in request:
+            shape = (meta.tokens, meta.position, meta.modality, meta.tier)
+            worth = worths.get(shape)
+            if worth is None:
+                worth = worths[shape] = value(meta)
+            out.append(worth)
+        return out
