@@ -322,3 +322,41 @@ def test_stores_and_evictions_reach_vllms_kv_events(tmp_path):
         assert len(removed) == tier_of(manager).stats()["evicted"] > 0
     finally:
         manager.shutdown()
+
+
+def test_a_store_after_its_request_finished_kills_vllms_manager_and_runs_behind_the_guard(
+    tmp_path,
+):
+    """vLLM 0.26's scheduler stores a request's last blocks after it told the tiering manager
+    that the request finished (vLLM #49635): vLLM's manager raises `KeyError` in
+    `prepare_store` there. This test fails once it no longer does; then the guard
+    (`compat026.guard_late_stores`, applied by `HkvTieringOffloadingSpec` on 0.26) can go.
+    Behind the guard the store runs, its block reaches the disk tier, and no state is left."""
+    from vllm import __version__
+
+    from hkv.integrations.vllm import compat026
+
+    def finished_then_stored(manager) -> None:
+        ctx = ReqContext(req_id="late")
+        ctx.set_offload_key_position(key(1), 16)
+        manager.on_new_request(ctx)
+        manager.on_request_finished(ctx)
+        out = manager.prepare_store([key(1)], ctx)
+        view = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8)
+        row = int(out.store_spec.block_ids[0])
+        view[row * BLOCK_BYTES : (row + 1) * BLOCK_BYTES] = payload(1)
+        manager.complete_store(out.keys_to_store, ctx)
+        settle(manager)
+
+    plain = make_manager(tiering_config(hkv_tier(tmp_path / "plain")))
+    with pytest.raises(KeyError):
+        finished_then_stored(plain)
+    guarded = make_manager(tiering_config(hkv_tier(tmp_path / "guarded")))
+    compat026.guard_late_stores(guarded)
+    compat026.guard_late_stores(guarded)  # get_manager may hand it out twice: one guard
+    finished_then_stored(guarded)
+    assert guarded._req_state == {}
+    assert tier_of(guarded).stats()["written"] == 1
+    assert np.array_equal(fetch(guarded, 1), payload(1))
+    major, minor = (int(p) for p in __version__.split(".")[:2])
+    assert compat026.needs_late_store_guard() == ((major, minor) < (0, 27))

@@ -4,7 +4,9 @@
     python -m bench.vllm_gpu.disk fold R1.json R2.json ... --out data/results/vllm_h200_disk.json
 
 One engine per process (the tier is part of the engine's config, so tiers cannot take turns in
-one engine as policies do): vLLM 0.26's `TieringOffloadingSpec` with an lru CPU tier of
+one engine as policies do): vLLM 0.26's `TieringOffloadingSpec` (through hkv's
+`HkvTieringOffloadingSpec`, which adds only the 0.26 guard of `compat026.guard_late_stores`;
+runs before 2026-12-03 used vLLM's spec directly) with an lru CPU tier of
 `--cpu-gib` and the disk tier, or the plain CPU tier (`--tier none`). The workload is the
 anchor (`hkv.sim.anchor`: 32 sessions x 4 turns, 8-16K-token first turns) or `long`: 6 sessions
 x 2 turns of 110-120K tokens, the context where the calibrated cost model says a disk load
@@ -60,7 +62,13 @@ def kwargs_for(args) -> dict:
         kwargs["max_model_len"] = 131072
     if args.tier != "none":
         extra = kwargs["kv_transfer_config"]["kv_connector_extra_config"]
-        extra |= {"spec_name": "TieringOffloadingSpec", "secondary_tiers": tier_config(args)}
+        # hkv's spec: vLLM's own, whose manager on 0.26 survives a request's store after its
+        # end (`compat026.guard_late_stores`; without it a 4 GiB CPU tier killed the engine)
+        extra |= {
+            "spec_name": "HkvTieringOffloadingSpec",
+            "spec_module_path": "hkv.integrations.vllm.spec",
+            "secondary_tiers": tier_config(args),
+        }
     return kwargs
 
 

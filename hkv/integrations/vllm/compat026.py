@@ -70,3 +70,47 @@ def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any
         noted = [(keys[i], metas[i]) for i in absent]
     pending.update(noted)
     adapter.note_misses(noted)
+
+
+def needs_late_store_guard() -> bool:
+    """Whether this vLLM's offloading scheduler tells the tiering manager that a request
+    finished before it stores the request's last blocks: 0.26's `request_finished` does
+    (`manager.on_request_finished`, then the final store jobs at the next step), and the
+    manager, which dropped the request's state when it finished with no store pending, fails
+    that store with a `KeyError` in `TieringOffloadingManager.prepare_store` (vLLM #49635; on
+    the H200 it killed the engine at a 4 GiB CPU tier with a disk tier behind it). 0.32 and
+    later signal the end after the last `prepare_store`."""
+    import vllm
+
+    major, minor = (int(part) for part in vllm.__version__.split(".")[:2])
+    return (major, minor) < (0, 27)
+
+
+def guard_late_stores(manager: Any) -> None:
+    """vLLM 0.26 (`needs_late_store_guard`): `manager.prepare_store` for a request whose state
+    the manager already dropped gives it a finished state back first, so the store runs and its
+    completion finalizes the request again (secondary tiers hear `on_request_finished` twice for
+    it; vLLM's `fs` and hkv's tier treat that as once). A store that stores nothing drops the
+    state again. Delete with this module when 0.26 is no longer served."""
+    from vllm.v1.kv_offload.tiering.manager import RequestState
+
+    if getattr(manager, "_hkv_late_store_guard", False):
+        return  # `get_manager` hands out one manager, maybe more than once
+    manager._hkv_late_store_guard = True
+    store = manager.prepare_store
+    states = manager._req_state
+
+    def prepare_store(keys, req_context):
+        req_id = req_context.req_id
+        if req_id in states:
+            return store(keys, req_context)
+        states[req_id] = RequestState(req_context=req_context, is_finished=True)
+        try:
+            result = store(keys, req_context)
+        finally:
+            state = states.get(req_id)
+            if state is not None and state.pending_primary_stores == 0:
+                del states[req_id]  # nothing in flight: nothing will finalize it
+        return result
+
+    manager.prepare_store = prepare_store

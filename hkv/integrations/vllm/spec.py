@@ -23,6 +23,7 @@ from typing import Any
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
+from hkv.integrations.vllm import compat026
 from hkv.integrations.vllm.settings import spec_settings
 
 
@@ -36,8 +37,12 @@ class HkvOffloadingSpec(CPUOffloadingSpec):
 
 class HkvTieringOffloadingSpec(TieringOffloadingSpec):
     """vLLM's `TieringOffloadingSpec` (a CPU primary tier and secondary tiers), its manager
-    built where the hkv policy of the CPU tier reads its config."""
+    built where the hkv policy of the CPU tier reads its config; on vLLM 0.26 its manager also
+    survives the store a request makes after it finished (`compat026.guard_late_stores`)."""
 
     def get_manager(self) -> Any:
         with spec_settings(self):
-            return super().get_manager()
+            manager = super().get_manager()
+        if compat026.needs_late_store_guard():
+            compat026.guard_late_stores(manager)
+        return manager
