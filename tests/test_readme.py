@@ -1272,6 +1272,26 @@ def h200_time() -> tuple[dict[str, Any], dict[str, Any]]:
     return result("vllm_h200_time.json"), result("vllm_h200_steps.json")
 
 
+def h200_native() -> dict[str, Any]:
+    """The 8 GiB engine run with `auto`'s shadows in C (`vllm_h200_time_native.json`)."""
+    return result("vllm_h200_time_native.json")
+
+
+def h200_native_switch_s() -> tuple[float, float]:
+    """The lowest and highest seconds auto's switches took in one run of that engine."""
+    runs = [r for r in h200_native()["runs"] if r["policy"] == "hkv_auto"]
+    seconds = [r["policy_inner"]["_switch"]["s"] for r in runs]
+    assert all(r["policy_inner"]["_switch"]["calls"] == 2 for r in runs)
+    return min(seconds), max(seconds)
+
+
+CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_native()),)),
+    ("{}", lambda: (bench_vllm_auto.time_findings(h200_native(), {"runs": []})[0],)),
+    ("{:.2f}-{:.2f} s for the run's two switches", h200_native_switch_s),
+]
+
+
 def h200_time_vs_lru() -> tuple[float, ...]:
     """Median wall time against lru's (%): bip and auto on the anchor at 8 and 12 GiB."""
     pick = [(8.0, "hkv_bip"), (12.0, "hkv_bip"), (8.0, "hkv_auto"), (12.0, "hkv_auto")]

@@ -52,6 +52,15 @@ def measured_restart() -> tuple[int, float, int, int]:
     )
 
 
+def fs_logged_s() -> float:
+    """Seconds between the first and last log line of the 4 GiB fs run (stopped unfinished)."""
+    from datetime import datetime
+
+    run = runs()["d4_fs.log"]
+    first, last = (datetime.strptime(run[k], "%m-%d %H:%M:%S") for k in ("first_log", "last_log"))
+    return (last - first).total_seconds()
+
+
 def restarted() -> tuple[Any, ...]:
     return row("long_hkv_restart.json")
 
@@ -67,6 +76,25 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         "| long | hkv, restarted with its measured speed | {:.1f} | {:.2f} | {:.1f} % |",
         lambda: row("long_hkv4_restart.json"),
     ),
+    ("| anchor, 4 GiB CPU tier | none | {:.1f} | {:.3f} | {:.1f} % |", lambda: row("d4_none.json")),
+    ("| anchor, 4 GiB CPU tier | hkv | {:.1f} | {:.3f} | {:.1f} % |", lambda: row("d4_hkv.json")),
+    (
+        "ran the anchor to the end, {} of {} outputs",
+        lambda: runs()["d4_hkv.json"]["outputs_equal_to_cpu_only"],
+    ),
+    (
+        "nothing (every prompt below the crossover: {:,} chunks refused)",
+        lambda: (runs()["d4_hkv.json"]["tier"]["refused_admission"],),
+    ),
+    (
+        "its engine took {:.1f} % longer than the CPU-only one",
+        lambda: (100 * (row("d4_hkv.json")[0] / row("d4_none.json")[0] - 1),),
+    ),
+    (
+        "({} of prompt tokens from outside the GPU when its run was stopped)",
+        lambda: (runs()["d4_fs.log"]["last_external_prefix_hit_rate"],),
+    ),
+    ("logged for {:.0f} s without the error", lambda: (fs_logged_s(),)),
     ("{:.2f}-{:.2f} GB/s", read_rates),
     ("found {:,} of the {:,} chunks on disk; {} of {} outputs", restart_found),
     (
