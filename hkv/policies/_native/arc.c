@@ -139,10 +139,8 @@ static int arc_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const h
 
 static void arc_destroy(hkv_expert *e) {
     arc_t *p = (arc_t *)e;
-    hkv_oset_free(&p->t1);
-    hkv_oset_free(&p->t2);
-    hkv_oset_free(&p->b1);
-    hkv_oset_free(&p->b2);
+    hkv_oset *const sets[4] = {&p->t1, &p->t2, &p->b1, &p->b2};
+    hkv_osets_free(sets, 4);
     free(p);
 }
 
@@ -151,18 +149,13 @@ static const hkv_ops ARC_OPS = {arc_contains, arc_size, arc_admit, arc_insert,
 
 /* `make_expert("arc", capacity)`: `ARCPolicy(capacity)`, reset */
 hkv_expert *hkv_arc_new(int64_t capacity) {
-    arc_t *p = malloc(sizeof *p);
+    arc_t *p = hkv_expert_alloc(sizeof *p, &ARC_OPS, capacity);
     if (!p) return NULL;
-    p->base.ops = &ARC_OPS;
-    p->base.capacity = capacity;
     p->target = 0.0;
-    hkv_oset *sets[4] = {&p->t1, &p->t2, &p->b1, &p->b2};
-    for (int i = 0; i < 4; i++) {
-        if (hkv_oset_init(sets[i], (size_t)capacity + 1) < 0) {
-            while (i-- > 0) hkv_oset_free(sets[i]);
-            free(p);
-            return NULL;
-        }
+    hkv_oset *const sets[4] = {&p->t1, &p->t2, &p->b1, &p->b2};
+    if (hkv_osets_init(sets, 4, (size_t)capacity + 1) < 0) {
+        free(p);
+        return NULL;
     }
     return &p->base;
 }

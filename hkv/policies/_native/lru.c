@@ -60,10 +60,8 @@ static const hkv_ops LRU_OPS = {lru_contains, lru_size, admit_all, lru_insert,
                                 lru_evict, lru_after, lru_destroy};
 
 hkv_expert *hkv_lru_new(int64_t capacity) {
-    lru_t *p = malloc(sizeof *p);
+    lru_t *p = hkv_expert_alloc(sizeof *p, &LRU_OPS, capacity);
     if (!p) return NULL;
-    p->base.ops = &LRU_OPS;
-    p->base.capacity = capacity;
     if (hkv_oset_init(&p->order, (size_t)capacity + 1) < 0) {
         free(p);
         return NULL;
@@ -125,8 +123,8 @@ static int lip_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const h
 
 static void lip_destroy(hkv_expert *e) {
     lip_t *p = (lip_t *)e;
-    hkv_oset_free(&p->cold);
-    hkv_oset_free(&p->warm);
+    hkv_oset *const sets[2] = {&p->cold, &p->warm};
+    hkv_osets_free(sets, 2);
     free(p);
 }
 
@@ -134,16 +132,10 @@ static const hkv_ops LIP_OPS = {lip_contains, lip_size, admit_all, lip_insert,
                                 lip_evict, lip_after, lip_destroy};
 
 hkv_expert *hkv_lip_new(int64_t capacity) {
-    lip_t *p = malloc(sizeof *p);
+    lip_t *p = hkv_expert_alloc(sizeof *p, &LIP_OPS, capacity);
     if (!p) return NULL;
-    p->base.ops = &LIP_OPS;
-    p->base.capacity = capacity;
-    if (hkv_oset_init(&p->cold, (size_t)capacity + 1) < 0) {
-        free(p);
-        return NULL;
-    }
-    if (hkv_oset_init(&p->warm, (size_t)capacity + 1) < 0) {
-        hkv_oset_free(&p->cold);
+    hkv_oset *const sets[2] = {&p->cold, &p->warm};
+    if (hkv_osets_init(sets, 2, (size_t)capacity + 1) < 0) {
         free(p);
         return NULL;
     }
@@ -198,10 +190,8 @@ static const hkv_ops ST2_OPS = {lru_contains, lru_size, st2_admit, lru_insert,
                                 lru_evict, st2_after, st2_destroy};
 
 hkv_expert *hkv_st2_new(int64_t capacity) {
-    st2_t *p = malloc(sizeof *p);
+    st2_t *p = hkv_expert_alloc(sizeof *p, &ST2_OPS, capacity);
     if (!p) return NULL;
-    p->lru.base.ops = &ST2_OPS;
-    p->lru.base.capacity = capacity;
     if (hkv_oset_init(&p->lru.order, (size_t)capacity + 1) < 0) {
         free(p);
         return NULL;

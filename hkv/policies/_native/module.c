@@ -174,8 +174,10 @@ static PyTypeObject ShadowsType = {
 };
 
 static struct PyModuleDef shadows_module = {
-    PyModuleDef_HEAD_INIT, "_shadows", "auto's shadow tiers in C (see hkv/policies/native.py)",
-    -1, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_shadows",
+    .m_doc = "auto's shadow tiers in C (see hkv/policies/native.py)",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__shadows(void) {

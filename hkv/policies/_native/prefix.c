@@ -53,13 +53,7 @@ static inline int live(const prefix_t *p, hkv_item item) {
 
 /* append to an hkv_heap used as a plain array (no sifting): 0, or -1 OOM */
 static int append(hkv_heap *a, hkv_item item) {
-    if (a->len == a->cap) {
-        size_t cap = a->cap * 2;
-        hkv_item *items = realloc(a->items, cap * sizeof *items);
-        if (!items) return -1;
-        a->items = items;
-        a->cap = cap;
-    }
+    if (hkv_heap_reserve(a) < 0) return -1;
     a->items[a->len++] = item;
     return 0;
 }

@@ -178,9 +178,8 @@ static int s3_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hk
 
 static void s3_destroy(hkv_expert *e) {
     s3_t *p = (s3_t *)e;
-    hkv_oset_free(&p->small);
-    hkv_oset_free(&p->main);
-    hkv_oset_free(&p->ghost);
+    hkv_oset *const sets[3] = {&p->small, &p->main, &p->ghost};
+    hkv_osets_free(sets, 3);
     free(p);
 }
 
@@ -197,20 +196,15 @@ static int64_t round_half_even(double x) {
 
 /* `make_expert("s3fifo", capacity)`: `S3FIFOPolicy(capacity)`, reset */
 hkv_expert *hkv_s3fifo_new(int64_t capacity) {
-    s3_t *p = malloc(sizeof *p);
+    s3_t *p = hkv_expert_alloc(sizeof *p, &S3_OPS, capacity);
     if (!p) return NULL;
-    p->base.ops = &S3_OPS;
-    p->base.capacity = capacity;
     int64_t small = round_half_even(0.1 * (double)capacity);
     p->small_target = small > 1 ? small : 1;
     p->ghost_blocks = capacity - p->small_target > 1 ? capacity - p->small_target : 1;
-    hkv_oset *sets[3] = {&p->small, &p->main, &p->ghost};
-    for (int i = 0; i < 3; i++) {
-        if (hkv_oset_init(sets[i], (size_t)capacity + 1) < 0) {
-            while (i-- > 0) hkv_oset_free(sets[i]);
-            free(p);
-            return NULL;
-        }
+    hkv_oset *const sets[3] = {&p->small, &p->main, &p->ghost};
+    if (hkv_osets_init(sets, 3, (size_t)capacity + 1) < 0) {
+        free(p);
+        return NULL;
     }
     return &p->base;
 }

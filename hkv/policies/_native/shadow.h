@@ -66,6 +66,9 @@ void hkv_oset_del_node(hkv_oset *s, int32_t node);
 int hkv_oset_pop_front(hkv_oset *s, uint64_t *key, int64_t *val); /* 1, or 0 when empty */
 int64_t *hkv_oset_val(const hkv_oset *s, uint64_t key);          /* NULL if absent */
 /* iteration: for (i = s->head; i >= 0; i = s->nodes[i].next) ... (reversed: tail / prev) */
+/* `n` ordered sets at once, each for `hint` keys: 0, or -1 with none left allocated */
+int hkv_osets_init(hkv_oset *const *sets, int n, size_t hint);
+void hkv_osets_free(hkv_oset *const *sets, int n);
 
 /* ---- binary min-heap of (priority, seq, key), ordered by priority then seq ---- */
 typedef struct {
@@ -82,6 +85,7 @@ typedef struct {
 int hkv_heap_init(hkv_heap *h, size_t hint);
 void hkv_heap_free(hkv_heap *h);
 int hkv_heap_push(hkv_heap *h, hkv_item item); /* -1 OOM */
+int hkv_heap_reserve(hkv_heap *h);              /* room for one more item: 0, or -1 OOM */
 hkv_item hkv_heap_pop(hkv_heap *h);            /* must not be empty */
 void hkv_heapify(hkv_heap *h);
 
@@ -108,6 +112,10 @@ struct hkv_expert {
     const hkv_ops *ops;
     int64_t capacity;
 };
+
+/* an expert's struct of `size` bytes (its first member a hkv_expert) with ops and capacity
+ * set, the rest uninitialised; NULL when out of memory */
+void *hkv_expert_alloc(size_t size, const hkv_ops *ops, int64_t capacity);
 
 /* constructors (NULL when out of memory); the Python labels of `shadow.EXPERTS` */
 hkv_expert *hkv_lru_new(int64_t capacity);           /* "lru" */

@@ -226,6 +226,20 @@ int64_t *hkv_oset_val(const hkv_oset *s, uint64_t key) {
     return n < 0 ? NULL : &s->nodes[n].val;
 }
 
+int hkv_osets_init(hkv_oset *const *sets, int n, size_t hint) {
+    for (int i = 0; i < n; i++) {
+        if (hkv_oset_init(sets[i], hint) < 0) {
+            while (i-- > 0) hkv_oset_free(sets[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void hkv_osets_free(hkv_oset *const *sets, int n) {
+    for (int i = 0; i < n; i++) hkv_oset_free(sets[i]);
+}
+
 /* ---- heap ---- */
 
 static inline int before(const hkv_item *a, const hkv_item *b) {
@@ -259,7 +273,7 @@ static void sift_down(hkv_heap *h, size_t i) {
     h->items[i] = item;
 }
 
-int hkv_heap_push(hkv_heap *h, hkv_item item) {
+int hkv_heap_reserve(hkv_heap *h) {
     if (h->len == h->cap) {
         size_t cap = h->cap * 2;
         hkv_item *items = realloc(h->items, cap * sizeof *items);
@@ -267,6 +281,11 @@ int hkv_heap_push(hkv_heap *h, hkv_item item) {
         h->items = items;
         h->cap = cap;
     }
+    return 0;
+}
+
+int hkv_heap_push(hkv_heap *h, hkv_item item) {
+    if (hkv_heap_reserve(h) < 0) return -1;
     size_t i = h->len++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -287,4 +306,12 @@ hkv_item hkv_heap_pop(hkv_heap *h) {
 
 void hkv_heapify(hkv_heap *h) {
     for (size_t i = h->len / 2; i-- > 0;) sift_down(h, i);
+}
+
+void *hkv_expert_alloc(size_t size, const hkv_ops *ops, int64_t capacity) {
+    hkv_expert *e = malloc(size);
+    if (!e) return NULL;
+    e->ops = ops;
+    e->capacity = capacity;
+    return e;
 }
