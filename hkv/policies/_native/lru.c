@@ -25,7 +25,6 @@ typedef struct {
 
 static int lru_contains(hkv_expert *e, uint64_t key) { return hkv_oset_has(&((lru_t *)e)->order, key); }
 static int64_t lru_size(hkv_expert *e) { return hkv_oset_len(&((lru_t *)e)->order); }
-static int admit_all(hkv_expert *e, const hkv_block *b) { (void)e; (void)b; return 1; }
 static int lru_insert(hkv_expert *e, const hkv_block *b) {
     return hkv_oset_push_back(&((lru_t *)e)->order, b->key, 0);
 }
@@ -56,7 +55,7 @@ static void lru_destroy(hkv_expert *e) {
     free(e);
 }
 
-static const hkv_ops LRU_OPS = {lru_contains, lru_size, admit_all, lru_insert,
+static const hkv_ops LRU_OPS = {lru_contains, lru_size, hkv_admit_all, lru_insert,
                                 lru_evict, lru_after, lru_destroy};
 
 hkv_expert *hkv_lru_new(int64_t capacity) {
@@ -128,7 +127,7 @@ static void lip_destroy(hkv_expert *e) {
     free(p);
 }
 
-static const hkv_ops LIP_OPS = {lip_contains, lip_size, admit_all, lip_insert,
+static const hkv_ops LIP_OPS = {lip_contains, lip_size, hkv_admit_all, lip_insert,
                                 lip_evict, lip_after, lip_destroy};
 
 hkv_expert *hkv_lip_new(int64_t capacity) {

@@ -31,11 +31,6 @@ static int64_t s3_size(hkv_expert *e) {
     return hkv_oset_len(&p->small) + hkv_oset_len(&p->main);
 }
 
-static int admit_all(hkv_expert *e, const hkv_block *b) {
-    (void)e;
-    (void)b;
-    return 1;
-}
 
 /* `S3FIFOPolicy.insert`: a key G remembers into M (and out of G), any other into S */
 static int s3_insert(hkv_expert *e, const hkv_block *b) {
@@ -183,7 +178,7 @@ static void s3_destroy(hkv_expert *e) {
     free(p);
 }
 
-static const hkv_ops S3_OPS = {s3_contains, s3_size, admit_all, s3_insert,
+static const hkv_ops S3_OPS = {s3_contains, s3_size, hkv_admit_all, s3_insert,
                                s3_evict, s3_after, s3_destroy};
 
 /* Python's round(x) of a float x >= 0: to the nearest integer, a tie to the even one */

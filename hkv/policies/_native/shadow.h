@@ -116,6 +116,8 @@ struct hkv_expert {
 /* an expert's struct of `size` bytes (its first member a hkv_expert) with ops and capacity
  * set, the rest uninitialised; NULL when out of memory */
 void *hkv_expert_alloc(size_t size, const hkv_ops *ops, int64_t capacity);
+/* `admit` of an expert that admits everything (the base policy's) */
+int hkv_admit_all(hkv_expert *e, const hkv_block *b);
 
 /* constructors (NULL when out of memory); the Python labels of `shadow.EXPERTS` */
 hkv_expert *hkv_lru_new(int64_t capacity);           /* "lru" */
