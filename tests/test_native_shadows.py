@@ -153,3 +153,20 @@ def varied_metas(seed: int, n_requests: int, keys: int) -> list:
 )
 def test_native_shadow_with_varied_metas(label, seed, keys, capacity):
     compare(label, varied_metas(seed, 250, keys), capacity)
+
+
+def test_native_sample_of_a_request_is_the_python_one():
+    """`native.sampled` (C) keeps the pairs `key_bits` puts below the threshold, in order, for
+    every kind of key: vLLM digests, short bytes, ints of any sign and size, other hashables."""
+    rng = random.Random(7)
+    keys = [rng.randbytes(32) for _ in range(300)] + [b"", b"ab", rng.randbytes(7)]
+    keys += [rng.getrandbits(80) - (1 << 79) for _ in range(300)] + [0, -1, True]
+    keys += [("session", i) for i in range(100)] + ["a string key"]
+    pairs = [(key, BlockMeta(tokens=TOKENS, position=i)) for i, key in enumerate(keys)]
+    for rate in (0.0, 0.01, 0.3, 0.999):
+        threshold = round(rate * (1 << 64))
+        expected = [p for p in pairs if native.key_bits(p[0]) < threshold]
+        assert native.sampled(pairs, threshold) == expected
+    assert 0 < len(native.sampled(pairs, 1 << 63)) < len(pairs)
+    with pytest.raises(TypeError, match="tuples"):
+        native.sampled([b"not a pair"], 1 << 63)

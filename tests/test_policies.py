@@ -560,6 +560,20 @@ def test_auto_samples_its_shadows_above_sample_blocks_and_still_finds_the_leader
     assert 0.05 * full._refs < sampled._refs < 0.2 * full._refs
 
 
+def test_auto_admits_now_as_its_leader_once_misses_are_noted():
+    """A caller may skip `admit` while `auto`'s leader admits everything, but only where misses
+    are noted (otherwise `admit` is how `auto` hears of them)."""
+    meta = BlockMeta(tokens=16, position=0)
+    policy = make_policy("auto", 64, first="lip")
+    assert not policy.admits_everything and not policy.admits_now
+    policy.note_misses([(1, meta)])
+    assert policy.admits_now
+    declining = make_policy("auto", 64, first="lru+st2")
+    declining.note_misses([(1, meta)])
+    assert not declining.admits_now and not declining.admit(1, meta)
+    assert make_policy("lru", 8).admits_now and not make_policy("cost_aware", 8).admits_now
+
+
 def test_a_sampled_switch_builds_the_new_leader_from_the_last_requests():
     """A sampled shadow cannot become the tier: the new leader is the expert replayed over the
     last requests, then fitted to what the tier holds. Led by `lru` it then gives up the

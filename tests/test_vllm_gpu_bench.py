@@ -7,6 +7,7 @@ Nothing here needs a GPU; the adapter tests at the end need vLLM (any version) f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import types
@@ -608,6 +609,39 @@ def test_vllm_026_decisions_match_the_recorded_reference(policy):
     runs = [adapter_overhead.replay(f"hkv_{policy}", requests, capacity, False, store_blocks=8)
             for capacity in (150, 60)]  # fmt: skip
     assert [r["evictions_sha256"] for r in runs] == RECORDED_026_EVICTIONS[policy]
+
+
+RECORDED_026_AUTO = {
+    "default": ["173de2fa771be7c8a3884c211683b3851412b688bf77277bbb6838c78777b255",
+                "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+    "sampled": ["2664aef598dbdf9fe2f7a75c09b21184cdf87c20b3addf85f823b59b288e2ed6",
+                "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+}  # fmt: skip
+"""`auto`'s evictions at 150 and 60 blocks, recorded before its request bookkeeping was made
+lazy (the whole request merged and sorted at a rebuild only) and before the adapter skipped
+`admit` while the leader admits everything: six and four switches, all alike since."""
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("case", list(RECORDED_026_AUTO))
+def test_vllm_026_auto_decisions_match_the_recorded_reference(case, native):
+    pytest.importorskip("vllm")
+    from hkv.integrations.vllm.policy import policy_class
+
+    params = {"native": native}
+    if case == "sampled":  # 150 blocks sampled to 64; 60 not sampled
+        params |= {"sample_blocks": 64, "sample_above": 64}
+    requests = vllm026.prompts(MEDIUM_MM)
+    digests = []
+    for capacity in (150, 60):
+        policy = policy_class("hkv_auto")(capacity, block_tokens=16, policy_params=params)
+        manager = vllm026.Manager026(policy, capacity, 8)
+        for prompt in requests:
+            manager.request(prompt)
+        manager.finish()
+        assert policy.policy.switches >= 4
+        digests.append(hashlib.sha256(b"".join(manager.evictions)).hexdigest())
+    assert digests == RECORDED_026_AUTO[case]
 
 
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():

@@ -13,7 +13,7 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
-from hkv.policies.native import key_bits
+from hkv.policies.native import sampled
 from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert
 from hkv.policies.tier import VllmTier
 
@@ -61,10 +61,14 @@ class AutoPolicy(EvictionPolicy):
     rate, the tier switches: the new expert's shadow is copied, with its whole learned state,
     as the live instance; blocks the shadow holds that the tier does not are dropped from the
     copy (a tier cannot conjure them), and blocks the tier holds that the shadow had given up
-    are kept aside and evicted first. This is the multi-expert idea of ACME and LeCaR (Ari et al.,
-    "ACME: Adaptive Caching Using Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache
-    Replacement with ML-based LeCaR", HotStorage 2018) made exact for a prefix tier: a shadow
-    hits what its expert alone would, and the tier is its leader's whole policy, not a blend.
+    are kept aside and evicted first (at once with `confirm` 1; with `confirm` n, once the same
+    expert has led by the margin after n requests in a row: 2 and 3 kept the suite's 2 cells of
+    32 behind the bar and left 13 and 12 held-out cells of 112 behind it against 11, with fewer
+    prefill seconds saved on both, `data/results/auto_candidates_confirm.json`). This is the
+    multi-expert idea of ACME and LeCaR (Ari et al., "ACME: Adaptive Caching Using Multiple
+    Experts", WDAS 2002; Vietri et al., "Driving Cache Replacement with ML-based LeCaR",
+    HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would,
+    and the tier is its leader's whole policy, not a blend.
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request
     is replayed once per expert (nine by default), so `auto` spends several times a single
@@ -112,6 +116,7 @@ class AutoPolicy(EvictionPolicy):
     experts: tuple[str, ...] = DEFAULT_EXPERTS
     half_life: float = 20.0
     margin: float = 0.005
+    confirm: int = 1
     first: str | None = None
     sample_blocks: int = 1024
     sample_above: int = 8192
@@ -136,6 +141,7 @@ class AutoPolicy(EvictionPolicy):
             raise HkvError(f"auto.first: got {self.first!r}; expected one of auto.experts")
         check_float(self.name, "half_life", self.half_life, 0.0, open_low=True)
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
+        check_int(self.name, "confirm", self.confirm, 1)
         check_int(self.name, "sample_blocks", self.sample_blocks, 64)
         check_int(self.name, "sample_above", self.sample_above, self.sample_blocks)
         if not isinstance(self.native, bool):
@@ -156,7 +162,7 @@ class AutoPolicy(EvictionPolicy):
         self._shadows = ShadowSet(
             self.experts, self._shadow_blocks, context, native=native, skip=skip
         )
-        self._history: deque[list[tuple[Key, BlockMeta]]] = deque()  # sampled: last requests
+        self._history: deque[tuple[list, list, int]] = deque()  # sampled: last requests
         self._history_refs = 0
         self._remembered = 0  # requests ever put in `_history`
         # sampled: leaders switched away from, with `_remembered` then (`_switch`)
@@ -174,6 +180,7 @@ class AutoPolicy(EvictionPolicy):
         self._ended = False  # a request's end was reported (`after_request`)
         self._last_admitted: int | None = -1  # the last miss's position; None: caller known
         self.switches = 0
+        self._lead = (-1, 0)  # a challenger ahead by the margin, and for how many requests
 
     @property
     def leader(self) -> str:
@@ -210,6 +217,11 @@ class AutoPolicy(EvictionPolicy):
         if len(declined) > self.capacity_blocks + 64:
             del declined[next(iter(declined))]
         return False
+
+    @property
+    def admits_now(self) -> bool:
+        """Where misses are noted (then `admit` keeps none), as the leader admits."""
+        return self._noted and self._live.admits_everything
 
     def _per_block_caller(self, position: int) -> None:
         """A second request begins (its first miss is no deeper than the last one) and no end
@@ -287,27 +299,19 @@ class AutoPolicy(EvictionPolicy):
             live.insert(key, aside.pop(key))
         live.after_request(stored, reused)
         pending, self._pending = self._pending, []
-        request = self._request(pending, reused)
-        if request and self.capacity_blocks:
-            self._score(request)
-
-    def _request(self, misses: list[tuple[Key, BlockMeta]], hits: Sequence[Key]):
-        """The request's `(key, meta)` pairs in prefix order."""
+        if not self.capacity_blocks:
+            return
         metas, declined = self._metas, self._declined
-        pairs = dict(misses)
-        for key in hits:
-            meta = metas.get(key) or declined.get(key)
-            if meta is not None and key not in pairs:
-                pairs[key] = meta
-        return sorted(pairs.items(), key=_position)
+        found = [(k, m) for k in reused if (m := metas.get(k) or declined.get(k)) is not None]
+        if self._sampled:  # the whole request kept as it came (`_merged` at a rebuild only)
+            if pending or found:
+                self._remember((pending, found, len(pending) + len(found)))
+            threshold = self._threshold
+            pending, found = sampled(pending, threshold), sampled(found, threshold)
+        if pending or found:
+            self._score(_merged(pending, found))
 
     def _score(self, request: list[tuple[Key, BlockMeta]]) -> None:
-        if self._sampled:
-            self._remember(request)
-            threshold = self._threshold
-            request = _sample(request, threshold)
-            if not request:
-                return
         refs = len(request)
         decay = 0.5 ** (refs / (self.half_life * self._shadow_blocks))
         scores, present = self._scores, self._shadows.present
@@ -316,7 +320,13 @@ class AutoPolicy(EvictionPolicy):
                 scores[i] = scores[i] * decay + hits
         self._refs = self._refs * decay + refs
         best = max(range(len(scores)), key=scores.__getitem__)
-        if scores[best] - scores[self._leader] > self.margin * self._refs:
+        if scores[best] - scores[self._leader] <= self.margin * self._refs:
+            self._lead = (-1, 0)
+            return
+        streak = self._lead[1] + 1 if self._lead[0] == best else 1
+        self._lead = (best, streak)
+        if streak >= self.confirm:
+            self._lead = (-1, 0)
             self._switch(best)
 
     def _switch(self, best: int) -> None:
@@ -351,32 +361,33 @@ class AutoPolicy(EvictionPolicy):
             policy = make_expert(self.experts[best], self.capacity_blocks, **context)
             requests = iter(history)
         tier = VllmTier(policy, refuses=False)
-        for request in requests:
-            tier.store(request)
+        for misses, found, _ in requests:
+            tier.store(_merged(misses, found))
         for label, (_, since) in list(self._retired.items()):  # beyond reach: freed
             if since < oldest:
                 del self._retired[label]
         return tier.policy
 
-    def _remember(self, request: list[tuple[Key, BlockMeta]]) -> None:
-        """Keep `request` among the last requests, `HISTORY_TIERS` tier-sizes of references."""
+    def _remember(self, request: tuple[list, list, int]) -> None:
+        """Keep `request` (its misses, its hits found, their count) among the last requests,
+        `HISTORY_TIERS` tier-sizes of references."""
         history = self._history
         history.append(request)
         self._remembered += 1
-        self._history_refs += len(request)
+        self._history_refs += request[2]
         limit = HISTORY_TIERS * self.capacity_blocks
-        while self._history_refs - len(history[0]) >= limit:
-            self._history_refs -= len(history.popleft())
+        while self._history_refs - history[0][2] >= limit:
+            self._history_refs -= history.popleft()[2]
 
 
-def _sample(request: list[tuple[Key, BlockMeta]], threshold: int) -> list:
-    """The pairs of `request` whose key's bits fall below `threshold`."""
-    if isinstance(request[0][0], bytes):  # vLLM's digests: `key_bits` inlined
-        try:
-            return [p for p in request if int.from_bytes(p[0][:8], "little") < threshold]
-        except TypeError:
-            pass  # keys of several types
-    return [pair for pair in request if key_bits(pair[0]) < threshold]
+def _merged(misses: list[tuple[Key, BlockMeta]], hits: list[tuple[Key, BlockMeta]]) -> list:
+    """A request's `(key, meta)` pairs in prefix order, once each: its misses (the last meta
+    noted for a key), then the hits that are not among them."""
+    pairs = dict(misses)
+    for key, meta in hits:
+        if key not in pairs:
+            pairs[key] = meta
+    return sorted(pairs.items(), key=_position)
 
 
 def _position(pair: tuple[Key, BlockMeta]) -> int:

@@ -143,6 +143,13 @@ class EvictionPolicy(ABC):
         may skip calling it (the default `admit`; `dip`/`bip` pinned to one mode)."""
         return type(self).admit is EvictionPolicy.admit
 
+    @property
+    def admits_now(self) -> bool:
+        """True when `admit` would say yes to any block now and record nothing: a caller may
+        then skip asking it for the blocks at hand (`admits_everything`, unless the policy's
+        admission changes as it runs: `auto` admits as its leader does)."""
+        return self.admits_everything
+
     @abstractmethod
     def remove(self, key: Key) -> None:
         """Forget `key` without counting an eviction (ignored if absent)."""

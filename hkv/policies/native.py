@@ -42,6 +42,14 @@ def key_bits(key: Key) -> int:
     return (hash(key) * GOLDEN) & MASK
 
 
+def sampled(pairs: list, threshold: int) -> list:
+    """The `(key, meta)` pairs of `pairs` whose key's bits (`key_bits`) are below `threshold`,
+    in order: `auto`'s sample of a request (in C where built)."""
+    if _shadows is not None:
+        return _shadows.sampled(pairs, threshold)
+    return [pair for pair in pairs if key_bits(pair[0]) < threshold]
+
+
 def shadows(labels, capacity_blocks: int):
     """A native `Shadows` of `labels` (all in `LABELS`), each a tier of `capacity_blocks`."""
     return _shadows.Shadows(tuple(labels), capacity_blocks)

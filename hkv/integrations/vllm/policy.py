@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache
 from itertools import compress, groupby, islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
@@ -242,10 +242,14 @@ class HkvCachePolicy(CachePolicy):
         policy = self.policy
         if policy.notes_misses:
             policy.note_misses(misses)
-        if not self.admits_all:
-            admit, decided = policy.admit, self.decided
-            for key, meta in misses:  # a key again: a later request's offer, asked afresh
-                decided[key] = admit(key, meta)
+        if self.admits_all:
+            return
+        admit, decided = policy.admit, self.decided
+        if policy.admits_now:  # `auto` led by a policy that admits everything: no call a key
+            decided.update(dict.fromkeys(map(_KEY, misses), True))
+            return
+        for key, meta in misses:  # a key again: a later request's offer, asked afresh
+            decided[key] = admit(key, meta)
 
     def on_request_access(self, keys: Iterable[Any], req_context) -> None:
         """vLLM 0.33: keys a running request shows for the first time. The resident ones join
@@ -357,6 +361,7 @@ class HkvCachePolicy(CachePolicy):
 
 
 _REF_CNT = attrgetter("ref_cnt")
+_KEY = itemgetter(0)
 
 
 @cache

@@ -153,6 +153,63 @@ static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
     return PyBool_FromLong(held);
 }
 
+/* `native.key_bits` of one key: the first 8 bytes of a bytes key (little-endian), an int
+ * times the golden ratio, any other key's hash times it; -1 with an exception set on error
+ * (`*bits` untouched). */
+static int key_bits(PyObject *key, uint64_t *bits) {
+    if (PyBytes_Check(key)) {
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t n = PyBytes_GET_SIZE(key);
+        uint64_t v = 0;
+        for (Py_ssize_t i = (n < 8 ? n : 8) - 1; i >= 0; i--) v = (v << 8) | data[i];
+        *bits = v;
+        return 0;
+    }
+    uint64_t v;
+    if (PyLong_Check(key)) {
+        v = (uint64_t)PyLong_AsUnsignedLongLongMask(key);
+    } else {
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1 && PyErr_Occurred()) return -1;
+        v = (uint64_t)h;
+    }
+    if (PyErr_Occurred()) return -1;
+    *bits = v * 0x9E3779B97F4A7C15ULL;
+    return 0;
+}
+
+/* sampled(pairs, threshold): the `(key, meta)` pairs of a list whose key's bits are below
+ * `threshold` (`auto._sample`), in order */
+static PyObject *sampled(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *pairs;
+    unsigned long long threshold;
+    if (!PyArg_ParseTuple(args, "O!K", &PyList_Type, &pairs, &threshold)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs); i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) < 1) {
+            PyErr_SetString(PyExc_TypeError, "sampled: expected a list of (key, meta) tuples");
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint64_t bits;
+        if (key_bits(PyTuple_GET_ITEM(pair, 0), &bits) < 0 ||
+            (bits < threshold && PyList_Append(out, pair) < 0)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"sampled", sampled, METH_VARARGS,
+     "sampled(pairs, threshold): the (key, meta) pairs whose key's bits are below threshold"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef Shadows_methods[] = {
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
      "replay(keys, positions, tokens, worths): store one request in every shadow tier; "
@@ -178,6 +235,7 @@ static struct PyModuleDef shadows_module = {
     .m_name = "_shadows",
     .m_doc = "auto's shadow tiers in C (see hkv/policies/native.py)",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__shadows(void) {
