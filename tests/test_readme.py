@@ -1277,18 +1277,92 @@ def h200_native() -> dict[str, Any]:
     return result("vllm_h200_time_native.json")
 
 
-def h200_native_switch_s() -> tuple[float, float]:
-    """The lowest and highest seconds auto's switches took in one run of that engine."""
-    runs = [r for r in h200_native()["runs"] if r["policy"] == "hkv_auto"]
+def h200_native_switch_s(gib: float = 8.0, popularity: float = 0.0) -> tuple[Any, ...]:
+    """The switches of each auto run of one engine (all alike) and the lowest and highest
+    seconds they took in a run."""
+    runs = [
+        r
+        for r in h200_native()["runs"]
+        if (r["policy"], r["cpu_gib"], r["popularity"]) == ("hkv_auto", gib, popularity)
+    ]
     seconds = [r["policy_inner"]["_switch"]["s"] for r in runs]
-    assert all(r["policy_inner"]["_switch"]["calls"] == 2 for r in runs)
-    return min(seconds), max(seconds)
+    (calls,) = {r["policy_inner"]["_switch"]["calls"] for r in runs}
+    return calls, min(seconds), max(seconds)
+
+
+def h200_native_vs_lru() -> tuple[float, ...]:
+    """Median wall time against lru's (%) with auto's shadows in C: auto, then bip, on the
+    anchor at 8, 12, 16 GiB, the skewed variant at 12, then 8 GiB."""
+    rows = {
+        (r["workload"], r["cpu_gib"], r["policy"]): r
+        for r in bench_vllm_auto.time_rows(h200_native())
+    }
+    cells = [("anchor", 8.0), ("anchor", 12.0), ("anchor", 16.0)]
+    cells += [("skewed (Zipf 1)", 12.0), ("skewed (Zipf 1)", 8.0)]
+    return tuple(
+        100 * rows[(*cell, policy)]["wall_vs_lru"]
+        for policy in ("hkv_auto", "hkv_bip")
+        for cell in cells
+    )
+
+
+def h200_skewed_trace() -> tuple[Any, ...]:
+    """The traced skewed engine at 8 GiB (`vllm_h200_steps_skewed.json`): auto's and lru's
+    cached shares, CPU-hit tokens, prefill-step seconds, policy seconds (ranges over the
+    repeats), auto's switches and its worst step's policy seconds."""
+    runs = result("vllm_h200_steps_skewed.json")["runs"]
+
+    def of(policy: str, key: str, source: str = "diagnosis") -> list:
+        return [r[source][key] if source else r[key] for r in runs if r["policy"] == policy]
+
+    (auto_cached,), (lru_cached,) = (
+        set(of("hkv_auto", "cached_frac", "")),
+        set(of("lru", "cached_frac", "")),
+    )
+    (auto_cpu,), (lru_cpu,) = (
+        set(of("hkv_auto", "cpu_hit_tokens")),
+        set(of("lru", "cpu_hit_tokens")),
+    )
+    (switches,) = set(of("hkv_auto", "policy_switches", ""))
+    spans = [
+        (min(v), max(v))
+        for v in (
+            of("hkv_auto", "prefill_s"),
+            of("lru", "prefill_s"),
+            of("hkv_auto", "policy_s", ""),
+            of("lru", "policy_s", ""),
+            of("hkv_auto", "policy_s_max_step"),
+        )
+    ]
+    head = (100 * auto_cached, 100 * lru_cached, auto_cpu, lru_cpu)
+    return (*head, *spans[0], *spans[1], *spans[2], *spans[3], switches, *spans[4])
 
 
 CLAIMS += [
     ("{}", lambda: (bench_vllm_auto.time_table(h200_native()),)),
-    ("{}", lambda: (bench_vllm_auto.time_findings(h200_native(), {"runs": []})[0],)),
-    ("{:.2f}-{:.2f} s for the run's two switches", h200_native_switch_s),
+    (
+        "{}",
+        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_native(), {"runs": []})),),
+    ),
+    ("{} switches a run, {:.2f}-{:.2f} s of rebuilds", h200_native_switch_s),
+    (
+        "{} switches a run on the skewed variant at 8 GiB, {:.2f}-{:.2f} s",
+        lambda: h200_native_switch_s(8.0, 1.0),
+    ),
+    (
+        "`hkv_auto`'s median wall time against vLLM's lru is {:+.1f} % and {:+.1f} % on the "
+        "anchor at 8 and 12 GiB, {:+.1f} % at 16 GiB and {:+.1f} % on the skewed variant at "
+        "12 GiB, but {:+.1f} % on the skewed variant at 8 GiB; `hkv_bip`'s is {:+.1f}, {:+.1f}, "
+        "{:+.1f}, {:+.1f} and {:+.1f} %",
+        h200_native_vs_lru,
+    ),
+    (
+        "hkv_auto caches {:.1f} % of prompt tokens against lru's {:.1f} % and finds more of them "
+        "in the CPU tier ({:,} tokens against {:,}), yet its prefill steps take {:.2f}-{:.2f} s "
+        "against {:.2f}-{:.2f} s: its policy time is {:.2f}-{:.2f} s against {:.2f}-{:.2f} s, "
+        "{} switches a run, the worst step holding {:.2f}-{:.2f} s of it",
+        h200_skewed_trace,
+    ),
 ]
 
 

@@ -354,7 +354,9 @@ def test_a_store_after_its_request_finished_kills_vllms_manager_and_runs_behind_
     guarded = make_manager(tiering_config(hkv_tier(tmp_path / "guarded")))
     compat026.guard_late_stores(guarded)
     compat026.guard_late_stores(guarded)  # get_manager may hand it out twice: one guard
+    assert guarded.hkv_late_stores == 0
     finished_then_stored(guarded)
+    assert guarded.hkv_late_stores == 1  # counted, so an engine run can show it fired
     assert guarded._req_state == {}
     assert tier_of(guarded).stats()["written"] == 1
     assert np.array_equal(fetch(guarded, 1), payload(1))

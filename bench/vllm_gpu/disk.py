@@ -75,11 +75,13 @@ def kwargs_for(args) -> dict:
 def tier_stats(llm, args) -> dict:
     _, manager = offloading_manager(llm)
     tiers = getattr(manager, "secondary_tiers", [])
+    # stores the 0.26 guard let through after their request's end (None: no guard)
+    late = {"late_stores_guarded": getattr(manager, "hkv_late_stores", None)}
     if args.tier == "hkv" and tiers:
-        return tiers[0].stats()
+        return tiers[0].stats() | late
     if args.tier == "fs":
         files = [p for p in Path(args.disk_dir).rglob("*") if p.is_file()]
-        return {"files": len(files), "file_bytes": sum(p.stat().st_size for p in files)}
+        return {"files": len(files), "file_bytes": sum(p.stat().st_size for p in files)} | late
     return {}
 
 

@@ -91,12 +91,14 @@ def guard_late_stores(manager: Any) -> None:
     the manager already dropped gives it a finished state back first, so the store runs and its
     completion finalizes the request again (secondary tiers hear `on_request_finished` twice for
     it; vLLM's `fs` and hkv's tier treat that as once). A store that stores nothing drops the
-    state again. Delete with this module when 0.26 is no longer served."""
+    state again. `manager.hkv_late_stores` counts the stores it let through. Delete with this
+    module when 0.26 is no longer served."""
     from vllm.v1.kv_offload.tiering.manager import RequestState
 
     if getattr(manager, "_hkv_late_store_guard", False):
         return  # `get_manager` hands out one manager, maybe more than once
     manager._hkv_late_store_guard = True
+    manager.hkv_late_stores = 0
     store = manager.prepare_store
     states = manager._req_state
 
@@ -105,6 +107,7 @@ def guard_late_stores(manager: Any) -> None:
         if req_id in states:
             return store(keys, req_context)
         states[req_id] = RequestState(req_context=req_context, is_finished=True)
+        manager.hkv_late_stores += 1
         try:
             result = store(keys, req_context)
         finally:
