@@ -170,3 +170,45 @@ def test_native_sample_of_a_request_is_the_python_one():
     assert 0 < len(native.sampled(pairs, 1 << 63)) < len(pairs)
     with pytest.raises(TypeError, match="tuples"):
         native.sampled([b"not a pair"], 1 << 63)
+
+
+def prefix_fields(policy) -> dict:
+    """What a prefix-value policy decides by, keys as they are (heap: its live items)."""
+    entries = policy._entries
+    live = sorted(
+        item for item in [*policy._heap, *policy._parked] if entries.get(item[2]) is not None
+        and entries[item[2]].seq == item[1]
+    )  # fmt: skip
+    fields = {
+        "entries": {k: (e.seq, e.priority, e.meta) for k, e in entries.items()},
+        "heap": live,
+        "counts": policy._counts,
+        "pending": {k: priority for k, (_, priority) in policy._pending.items()},
+    }
+    names = ("_seq", "inflation", "_epoch_inflation", "_chain_cap", "_refs_until_halving")
+    fields |= {name: getattr(policy, name) for name in (*names, "_last_position", "_one_request")}
+    if policy.bypass:  # only `_lowest_evictable` reads the epoch's keys
+        fields["epoch"] = policy._epoch_keys
+    return fields
+
+
+@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static"])
+@pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17), (2, 150, 512)])
+def test_a_prefix_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
+    """`auto`'s switch to a prefix-value expert replays its history in C (`rebuilt_in_c`) and
+    hands the state to the Python policy: every field a decision reads is what the Python
+    replay leaves, and the two go on deciding alike."""
+    from hkv.policies.shadow import rebuilt_in_c
+
+    requests = sessions(seed, n)
+    cut = 2 * n // 3
+    python = VllmTier(make_expert(label, capacity), refuses=False)
+    for request in requests[:cut]:
+        python.store(request)
+    rebuilt = rebuilt_in_c(label, capacity, requests[:cut], {})
+    assert prefix_fields(rebuilt) == prefix_fields(python.policy)
+    native = VllmTier(rebuilt, refuses=False)
+    for i, request in enumerate(requests[cut:]):
+        assert replay_request(native, request) == replay_request(python, request), i
+        assert set(native) == set(python), i
+    assert rebuilt_in_c("lru", capacity, requests[:cut], {}) is None  # not handed over

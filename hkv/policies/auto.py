@@ -14,7 +14,14 @@ from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
 from hkv.policies.native import sampled
-from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert
+from hkv.policies.shadow import (
+    EXPERTS,
+    ShadowSet,
+    make_expert,
+    merged,
+    paused_gc,
+    rebuilt_in_c,
+)
 from hkv.policies.tier import VllmTier
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
@@ -309,7 +316,7 @@ class AutoPolicy(EvictionPolicy):
             threshold = self._threshold
             pending, found = sampled(pending, threshold), sampled(found, threshold)
         if pending or found:
-            self._score(_merged(pending, found))
+            self._score(merged(pending, found))
 
     def _score(self, request: list[tuple[Key, BlockMeta]]) -> None:
         refs = len(request)
@@ -332,15 +339,17 @@ class AutoPolicy(EvictionPolicy):
     def _switch(self, best: int) -> None:
         """The tier is run from now on by a copy of expert `best`'s shadow (sampled shadows: by
         the expert replayed over the last requests), fitted to the tier."""
-        if self._sampled:
-            live = self._rebuild(best)
-        else:
-            memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-            live = copy.deepcopy(self._shadows.policy(best), memo)
-        held = self._metas
-        for key in [key for key in live if key not in held]:
-            live.remove(key)
-        self._aside = {key: meta for key, meta in held.items() if key not in live}
+        with paused_gc():  # thousands of new objects, no cycle among them
+            if self._sampled:
+                live = self._rebuild(best)
+            else:
+                memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
+                live = copy.deepcopy(self._shadows.policy(best), memo)
+            held, resident = self._metas, list(live)
+            for key in [key for key in resident if key not in held]:
+                live.remove(key)
+            kept = held.keys() & resident  # what `live` holds now, as a set
+            self._aside = {key: meta for key, meta in held.items() if key not in kept}
         self._live, self._leader = live, best
         self.switches += 1
 
@@ -348,7 +357,8 @@ class AutoPolicy(EvictionPolicy):
         """Expert `best` as it would run the tier now: its last live instance, if it led
         within the history kept, caught up on the requests since (a flip back after a few
         requests then costs those requests, not a replay of the whole history), otherwise a new
-        one replayed over the history."""
+        one replayed over the history (in C for the prefix-value experts, where the shadows
+        run there: `shadow.rebuilt_in_c`, the same state as the Python replay's)."""
         history, remembered = self._history, self._remembered
         self._retired[self._leader] = (self._live, remembered)
         oldest = remembered - len(history)  # the index of history[0]
@@ -356,13 +366,17 @@ class AutoPolicy(EvictionPolicy):
         if retired is not None and retired[1] >= oldest:
             policy, since = retired
             requests = islice(history, since - oldest, None)
-        else:
+        else:  # replayed in C where the shadows run there and the expert can be handed over
             context = {"cost_model": self.cost_model, "config": self.config}
-            policy = make_expert(self.experts[best], self.capacity_blocks, **context)
-            requests = iter(history)
+            label, capacity = self.experts[best], self.capacity_blocks
+            whole = (merged(misses, found) for misses, found, _ in history)
+            policy = rebuilt_in_c(label, capacity, whole, context) if self._shadows.native else None
+            requests = iter(() if policy is not None else history)
+            if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
+                policy = make_expert(label, capacity, **context)
         tier = VllmTier(policy, refuses=False)
         for misses, found, _ in requests:
-            tier.store(_merged(misses, found))
+            tier.store(merged(misses, found))
         for label, (_, since) in list(self._retired.items()):  # beyond reach: freed
             if since < oldest:
                 del self._retired[label]
@@ -378,17 +392,3 @@ class AutoPolicy(EvictionPolicy):
         limit = HISTORY_TIERS * self.capacity_blocks
         while self._history_refs - history[0][2] >= limit:
             self._history_refs -= history.popleft()[2]
-
-
-def _merged(misses: list[tuple[Key, BlockMeta]], hits: list[tuple[Key, BlockMeta]]) -> list:
-    """A request's `(key, meta)` pairs in prefix order, once each: its misses (the last meta
-    noted for a key), then the hits that are not among them."""
-    pairs = dict(misses)
-    for key, meta in hits:
-        if key not in pairs:
-            pairs[key] = meta
-    return sorted(pairs.items(), key=_position)
-
-
-def _position(pair: tuple[Key, BlockMeta]) -> int:
-    return pair[1].position

@@ -50,6 +50,13 @@ def sampled(pairs: list, threshold: int) -> list:
     return [pair for pair in pairs if key_bits(pair[0]) < threshold]
 
 
+def key_ids(keys: list) -> list[int]:
+    """`key_bits` of each key (in C where built)."""
+    if _shadows is not None:
+        return _shadows.key_ids(keys)
+    return list(map(key_bits, keys))
+
+
 def shadows(labels, capacity_blocks: int):
     """A native `Shadows` of `labels` (all in `LABELS`), each a tier of `capacity_blocks`."""
     return _shadows.Shadows(tuple(labels), capacity_blocks)

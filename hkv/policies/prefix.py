@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
+from itertools import repeat
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -244,6 +245,32 @@ class PrefixValuePolicy(PriorityPolicy):
                 heappush(heap, (entry.priority, seq, key))
         if len(heap) > self._heap_limit:
             self._compact()
+
+    def restore(self, state: dict[str, Any], keys: dict[int, Key], metas: dict[int, BlockMeta]):
+        """Take the state this policy reached in C (`Shadows.prefix_state`: keys as 64-bit
+        ids; `keys` and `metas` give each id's key and meta): what `auto` does with a leader
+        rebuilt there. Every field a decision reads is set as the Python policy would have it;
+        the heap holds one item a resident key, nothing parked (neither changes a decision),
+        and an entry's `hits` is its key's count now (no decision of these policies reads it)."""
+        counts = dict(zip(state["count_keys"], state["count_values"], strict=True))
+        ids, seqs = state["entry_keys"], state["entry_seqs"]
+        priorities = state["entry_priorities"]
+        resident = list(map(keys.__getitem__, ids))
+        hits = map(counts.get, ids, repeat(0))
+        made = map(PriorityEntry, map(metas.__getitem__, ids), hits, seqs, priorities)
+        self._entries.clear()  # `_resident` is the same dict
+        self._entries.update(zip(resident, made, strict=True))
+        self._heap = list(zip(priorities, seqs, resident, strict=True))
+        heapify(self._heap)
+        self._counts = dict(zip(map(keys.__getitem__, counts), counts.values(), strict=True))
+        self._epoch_keys = set(map(keys.__getitem__, state["epoch_keys"]))
+        pending = zip(state["pending_keys"], state["pending_priorities"], strict=True)
+        self._pending = {keys[i]: (counts.get(i, 0), priority) for i, priority in pending}
+        self._parked, self._parked_keys = [], set()
+        self._seq, self.inflation = state["seq"], state["inflation"]
+        self._epoch_inflation, self._chain_cap = state["epoch_inflation"], state["chain_cap"]
+        self._refs_until_halving = state["refs_until_halving"]
+        self._last_position, self._one_request = state["last_position"], False
 
     def _on_evicted(self, entries: list[PriorityEntry]) -> None:
         self.inflation = inflated(self.inflation, entries)

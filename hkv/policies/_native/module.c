@@ -204,11 +204,143 @@ static PyObject *sampled(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* key_ids(keys): `native.key_bits` of each key of a list */
+static PyObject *key_ids(PyObject *module, PyObject *keys) {
+    (void)module;
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "key_ids: expected a list of keys");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t bits;
+        PyObject *id = NULL;
+        if (key_bits(PyList_GET_ITEM(keys, i), &bits) < 0 ||
+            !(id = PyLong_FromUnsignedLongLong(bits))) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, id);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"key_ids", key_ids, METH_O, "key_ids(keys): the 64-bit id of each key (native.key_bits)"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(pairs, threshold): the (key, meta) pairs whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
 };
+
+/* put `name` -> value into dict `d` (stealing the value's reference): 0, or -1 */
+static int set_item(PyObject *d, const char *name, PyObject *value) {
+    if (!value) return -1;
+    int r = PyDict_SetItemString(d, name, value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* a map's keys into d[keys_name] and its values into d[vals_name] (None: not kept), the values
+ * as ints, or as floats from their bits (`as_double`) */
+static int map_lists(PyObject *d, const hkv_map *m, const char *keys_name, const char *vals_name,
+                     int as_double) {
+    PyObject *keys = PyList_New((Py_ssize_t)m->len), *vals = NULL;
+    if (!keys) return -1;
+    if (vals_name && !(vals = PyList_New((Py_ssize_t)m->len))) {
+        Py_DECREF(keys);
+        return -1;
+    }
+    Py_ssize_t n = 0;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->used[i]) continue;
+        PyObject *key = PyLong_FromUnsignedLongLong(m->keys[i]), *val = NULL;
+        if (key && vals) {
+            double x;
+            memcpy(&x, &m->vals[i], sizeof x);
+            val = as_double ? PyFloat_FromDouble(x) : PyLong_FromLongLong(m->vals[i]);
+        }
+        if (!key || (vals && !val)) {
+            Py_XDECREF(key);
+            Py_XDECREF(val);
+            Py_DECREF(keys);
+            Py_XDECREF(vals);
+            return -1;
+        }
+        PyList_SET_ITEM(keys, n, key);
+        if (vals) PyList_SET_ITEM(vals, n, val);
+        n++;
+    }
+    if (set_item(d, keys_name, keys) < 0) {
+        Py_XDECREF(vals);
+        return -1;
+    }
+    return vals ? set_item(d, vals_name, vals) : 0;
+}
+
+/* the resident entries as three lists: key ids, seqs, priorities */
+static int entry_lists(PyObject *d, hkv_expert *e, int64_t size) {
+    uint64_t *keys = PyMem_Malloc((size_t)(size ? size : 1) * sizeof *keys);
+    int64_t *seqs = PyMem_Malloc((size_t)(size ? size : 1) * sizeof *seqs);
+    double *priorities = PyMem_Malloc((size_t)(size ? size : 1) * sizeof *priorities);
+    PyObject *lists[3] = {PyList_New(size), PyList_New(size), PyList_New(size)};
+    int r = -1;
+    if (!keys || !seqs || !priorities || !lists[0] || !lists[1] || !lists[2]) goto done;
+    hkv_prefix_entries(e, keys, seqs, priorities);
+    for (int64_t i = 0; i < size; i++) {
+        PyObject *items[3] = {PyLong_FromUnsignedLongLong(keys[i]), PyLong_FromLongLong(seqs[i]),
+                              PyFloat_FromDouble(priorities[i])};
+        for (int j = 0; j < 3; j++) {
+            if (!items[j]) {
+                for (int k = 0; k < 3; k++) Py_XDECREF(items[k]);
+                goto done;
+            }
+        }
+        for (int j = 0; j < 3; j++) PyList_SET_ITEM(lists[j], i, items[j]);
+    }
+    r = set_item(d, "entry_keys", lists[0]);
+    lists[0] = NULL;
+    if (r == 0) r = set_item(d, "entry_seqs", lists[1]);
+    lists[1] = NULL;
+    if (r == 0) r = set_item(d, "entry_priorities", lists[2]);
+    lists[2] = NULL;
+done:
+    for (int j = 0; j < 3; j++) Py_XDECREF(lists[j]);
+    PyMem_Free(keys);
+    PyMem_Free(seqs);
+    PyMem_Free(priorities);
+    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    return r;
+}
+
+static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    hkv_prefix_state st;
+    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.prefix_state: no such expert");
+        return NULL;
+    }
+    hkv_expert *e = self->tiers[i].expert;
+    if (!hkv_prefix_state_of(e, &st)) Py_RETURN_NONE;
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    if (set_item(d, "seq", PyLong_FromLongLong(st.seq)) < 0 ||
+        set_item(d, "refs_until_halving", PyLong_FromLongLong(st.refs_until_halving)) < 0 ||
+        set_item(d, "last_position", PyLong_FromLongLong(st.last_position)) < 0 ||
+        set_item(d, "inflation", PyFloat_FromDouble(st.inflation)) < 0 ||
+        set_item(d, "epoch_inflation", PyFloat_FromDouble(st.epoch_inflation)) < 0 ||
+        set_item(d, "chain_cap", PyFloat_FromDouble(st.chain_cap)) < 0 ||
+        entry_lists(d, e, st.size) < 0 ||
+        map_lists(d, st.counts, "count_keys", "count_values", 0) < 0 ||
+        map_lists(d, st.epoch, "epoch_keys", NULL, 0) < 0 ||
+        map_lists(d, st.pending, "pending_keys", "pending_priorities", 1) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
 
 static PyMethodDef Shadows_methods[] = {
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
@@ -216,6 +348,9 @@ static PyMethodDef Shadows_methods[] = {
      "each expert's prefix hits before the store"},
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
+    {"prefix_state", (PyCFunction)Shadows_prefix_state, METH_VARARGS,
+     "prefix_state(i): expert i's state as a dict of lists (key ids), if it is a prefix-value "
+     "expert (depth_lfu, depth_lfu_static, cost_aware), else None"},
     {NULL, NULL, 0, NULL},
 };
 

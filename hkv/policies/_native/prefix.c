@@ -268,6 +268,36 @@ static void pv_destroy(hkv_expert *e) {
 static const hkv_ops PREFIX_OPS = {pv_contains, pv_size, pv_admit, pv_insert,
                                    pv_evict, pv_after, pv_destroy};
 
+int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state) {
+    if (e->ops != &PREFIX_OPS) return 0;
+    const prefix_t *p = (const prefix_t *)e;
+    *state = (hkv_prefix_state){
+        .seq = p->seq,
+        .refs_until_halving = p->refs_until_halving,
+        .last_position = p->last_position,
+        .size = (int64_t)p->index.len,
+        .inflation = p->inflation,
+        .epoch_inflation = p->epoch_inflation,
+        .chain_cap = p->chain_cap,
+        .counts = &p->counts,
+        .epoch = &p->epoch,
+        .pending = &p->pending,
+    };
+    return 1;
+}
+
+void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *priorities) {
+    const prefix_t *p = (const prefix_t *)e;
+    int64_t n = 0;
+    for (int64_t i = 0; i < e->capacity; i++) {
+        const pentry *entry = &p->pool[i];
+        if (!entry->seq) continue;
+        keys[n] = entry->key;
+        seqs[n] = entry->seq;
+        priorities[n++] = entry->priority;
+    }
+}
+
 /* `PrefixValuePolicy.reset` with its fields: see shadow.h for the three labels' arguments */
 hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_worth,
                            double history_factor) {

@@ -130,6 +130,19 @@ hkv_expert *hkv_s3fifo_new(int64_t capacity);        /* "s3fifo", default fields
 hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_worth,
                            double history_factor);
 
+/* A prefix-value expert's state, read where `auto` hands a leader rebuilt in C to Python
+ * (`PrefixValuePolicy` fields: `_seq`, `inflation`, ...); the maps stay the expert's. */
+typedef struct {
+    int64_t seq, refs_until_halving, last_position, size;
+    double inflation, epoch_inflation, chain_cap;
+    const hkv_map *counts, *epoch, *pending; /* pending: key -> the priority's bits */
+} hkv_prefix_state;
+
+/* 1 with *state filled where `e` is a prefix-value expert (hkv_prefix_new), else 0 */
+int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state);
+/* its resident entries into arrays of state.size: keys, seqs, priorities */
+void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *priorities);
+
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
     hkv_expert *expert;
