@@ -622,6 +622,11 @@ def check_predictive(r: dict[str, Any]) -> None:
     assert all(row["repeats"] == 3 for row in r["h200_time_rows"])
     assert {row["policy"] for row in r["h200_time_rows"]} >= {"lru", "hkv_bip", "hkv_auto"}
     assert r["h200_time_findings"] == bench_vllm_auto.time_findings(timed, traced)
+    native = r["h200_native_time_rows"]  # the same engines, auto's shadows in C
+    assert native == bench_vllm_auto.time_rows(load_result("vllm_h200_time_native"))
+    assert {(row["workload"], row["cpu_gib"]) for row in native} == {
+        (row["workload"], row["cpu_gib"]) for row in r["h200_time_rows"]
+    }
     from hkv.report.prose import heldout_sentence  # section 5's prose, from the two files
 
     assert r["prose"]["heldout"] == heldout_sentence(suite, heldout)
