@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.sim.two_tier import blocks_for_gib
 from bench.vllm026 import STORE_BLOCKS, Manager026, OrderedDictLRU, Prompt, prompts
+from bench.vllm_gpu.engine import time_inner_parts
 from bench.vllm_gpu.timers import PolicyTimer
 from hkv.report import save_results
 from hkv.sim.anchor import Workload, workload_summary
@@ -100,6 +101,7 @@ def replay(
     """One pass of `requests` through a fresh policy; wall time, timer totals, outcome."""
     policy = make_cache_policy(name, capacity)
     timer = PolicyTimer(policy) if timed else None
+    inner = time_inner_parts(getattr(policy, "policy", None)) if timed else {}
     manager = Manager026(policy, capacity, store_blocks)
     start = time.perf_counter()
     for prompt in requests:
@@ -116,6 +118,7 @@ def replay(
     if timer is not None:
         out |= {"policy_s": timer.seconds, "policy_calls": timer.calls}
         out["by_method"] = {m: {"s": s, "calls": c} for m, (s, c) in timer.per_method.items()}
+        out["inner"] = {m: {"s": s, "calls": c} for m, (s, c) in inner.items() if c}
     return out
 
 
@@ -152,6 +155,10 @@ def measure(
         },
         "calls_by_method_per_request": {
             m: round(v["calls"] / n, 2) for m, v in timed["by_method"].items() if v["calls"]
+        },
+        # the hkv policy's own parts, inside those calls (`auto`: its switches, `_switch`)
+        "inner_ms": {
+            m: {"ms": 1e3 * v["s"], "calls": v["calls"]} for m, v in timed["inner"].items()
         },
         **{k: timed[k] for k in ("loaded_blocks", "stored_blocks", "evicted_blocks")},
         **{k: timed[k] for k in ("refused_stores", "evictions_sha256")},

@@ -806,9 +806,10 @@ BULK_PARAMS = {"dip": {"bip_every": 5}, "bip": {"bip_every": 5}}
 
 @pytest.mark.parametrize("name", [n for n in policy_names() if not get_policy_class(n).offline])
 def test_bulk_calls_leave_a_policy_as_one_call_per_key_would(name):
-    """`insert_all` and `touch_all` (vLLM's adapter hands a policy its inserts and a request's
-    touches in one call each) decide exactly as `insert` and `touch` key by key: touch lists
-    with absent and repeated keys, pinned blocks, protected keys, one-in-`bip_every` inserts."""
+    """`insert_all`, `insert_each` and `touch_all` (vLLM's adapter hands a policy its inserts
+    and a request's touches in one call each) decide exactly as `insert` and `touch` key by
+    key: one meta for a batch or one a key, touch lists with absent and repeated keys, pinned
+    blocks, protected keys, one-in-`bip_every` inserts."""
     rng = random.Random(11)
     params = BULK_PARAMS.get(name, {})
     one, bulk = (make_policy(name, 48, **params) for _ in range(2))
@@ -825,9 +826,14 @@ def test_bulk_calls_leave_a_policy_as_one_call_per_key_would(name):
             if victims is None:
                 continue
             resident = [k for k in resident if k not in set(victims)]
-        for key in keys:
-            one.insert(key, batch_meta)
-        bulk.insert_all(keys, batch_meta)
+        if step % 2:  # a meta each (`auto`'s leader behind the adapter)
+            metas = [meta((step + i) % 7, pinned=rng.random() < 0.1) for i in range(len(keys))]
+            bulk.insert_each(keys, metas)
+        else:
+            metas = [batch_meta] * len(keys)
+            bulk.insert_all(keys, batch_meta)
+        for key, key_meta in zip(keys, metas, strict=True):
+            one.insert(key, key_meta)
         resident += keys
         touched = [*rng.sample(resident, min(len(resident), 9)), next_key + 100]  # one absent
         touched += touched[:2]  # repeated keys

@@ -814,6 +814,17 @@ def auto_cpu_policy_time() -> tuple[float, float]:
     return rows["hkv_auto"]["ratio_to_lru026_net"], rows["hkv_auto_python"]["ratio_to_lru026_net"]
 
 
+def auto_cpu_switch_ms() -> tuple[Any, ...]:
+    """auto's switches in that CPU replay: how many, and their milliseconds with the new
+    leader rebuilt in C and in Python (`hkv_auto_python`), and auto's whole policy time."""
+    rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
+    native, python = (rows[p]["inner_ms"]["_switch"] for p in ("hkv_auto", "hkv_auto_python"))
+    assert native["calls"] == python["calls"]
+    requests = result("adapter_overhead_cpu.json")["requests"]
+    whole = rows["hkv_auto"]["us_per_request"] * requests / 1e3
+    return native["calls"], native["ms"], whole, python["ms"]
+
+
 def hkv_lru_cpu_ratio() -> tuple[float]:
     rows = {row["policy"]: row for row in result("adapter_overhead_cpu.json")["policies"]}
     return (rows["hkv_lru"]["ratio_to_lru026_net"],)
@@ -1246,6 +1257,11 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         auto_cpu_policy_time,
     ),
     ("hkv's own lru came out at {:.2f} times lru's time", hkv_lru_cpu_ratio),
+    (
+        "its {} switches take {:.1f} ms of its {:.0f} ms ({:.1f} ms with the new leader rebuilt "
+        "in Python)",
+        auto_cpu_switch_ms,
+    ),
     (
         "lru took {:.2f} and {:.2f} s of policy time. hkv's lru behind the adapter took {:.2f} and "
         "{:.2f} s, and `hkv_bip` {:.2f} and {:.2f} s while caching {:.1f} % (lru: {:.1f} %). "

@@ -157,7 +157,6 @@ class AutoPolicy(EvictionPolicy):
     def reset(self) -> None:
         capacity = self.capacity_blocks
         context = {"cost_model": self.cost_model, "config": self.config}
-        # refuses=False: run by `auto` behind vLLM's adapter, even `lru+st2` can only decline
         self._sampled = capacity > self.sample_above
         rate = self.sample_blocks / capacity if self._sampled else 1.0
         self._threshold = round(rate * (1 << 64))  # a key is sampled when its bits are below
@@ -168,7 +167,7 @@ class AutoPolicy(EvictionPolicy):
         native = self.native and self._sampled
         self._shadows = ShadowSet(
             self.experts, self._shadow_blocks, context, native=native, skip=skip
-        )
+        )  # refuses=False (`VllmTier`): behind vLLM's adapter even `lru+st2` only declines
         self._history: deque[tuple[list, list, int]] = deque()  # sampled: last requests
         self._history_refs = 0
         self._remembered = 0  # requests ever put in `_history`
@@ -264,6 +263,13 @@ class AutoPolicy(EvictionPolicy):
             self._check_insert(key, len(self), key in self)  # raises
         live.insert(key, meta)  # the live policy has room: the keys aside hold it
         self._metas[key] = meta
+
+    def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
+        if self._aside:  # the tier's checks, key by key
+            super().insert_each(keys, metas)
+            return
+        self._live.insert_each(keys, metas)
+        self._metas.update(zip(keys, metas, strict=True))
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)

@@ -131,10 +131,14 @@ class EvictionPolicy(ABC):
 
     def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
         """`insert` each key in order, all with `meta`: vLLM's adapter hands a policy the
-        chunks stored since its last decision in one call. Policies on vLLM's hot path
-        override it with the containers' bulk operations."""
+        chunks stored since its last decision in one call."""
+        self.insert_each(keys, [meta] * len(keys))
+
+    def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
+        """`insert` each key in order with its meta (`insert_all` with one meta each).
+        Policies on vLLM's hot path override it with the containers' bulk operations."""
         insert = self.insert
-        for key in keys:
+        for key, meta in zip(keys, metas, strict=True):
             insert(key, meta)
 
     @property

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
@@ -138,12 +137,12 @@ class DIPPolicy(QueuePolicy):
         else:
             warm_queue[key] = meta
 
-    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+    def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         """Same placement as `insert` key by key; for a pinned mode, in runs of the containers'
         bulk `update` between the one-in-`bip_every` inserts that go to the recent end."""
         cold, warm = self._cold, self._warm
         if self.mode == "adaptive" or not self._bulk_fits(keys):  # adaptive: each asks the duel
-            super().insert_all(keys, meta)  # raises at the first key that does not fit
+            super().insert_each(keys, metas)  # raises at the first key that does not fit
             return
         every, done, size = self.bip_every, self._inserts, len(cold) + len(warm)
         self._inserts = done + len(keys)
@@ -151,10 +150,10 @@ class DIPPolicy(QueuePolicy):
         start = 0
         if every:
             for recent in range(-(done + 1) % every, len(keys), every):  # insert count % every == 0
-                main.update(zip(keys[start:recent], repeat(meta)))
-                warm[keys[recent]] = meta
+                main.update(zip(keys[start:recent], metas[start:recent], strict=True))
+                warm[keys[recent]] = metas[recent]
                 start = recent + 1
-        main.update(zip(keys[start:], repeat(meta)))
+        main.update(zip(keys[start:], metas[start:], strict=True))
         self._check_bulk(size, keys)
 
     def _uses_bip(self) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import Key
@@ -36,12 +35,12 @@ class LRUPolicy(QueuePolicy):
             self._check_insert(key, len(order), key in order)  # raises
         order[key] = meta
 
-    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+    def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         if not self._bulk_fits(keys):
-            super().insert_all(keys, meta)  # raises at the first key that does not fit
+            super().insert_each(keys, metas)  # raises at the first key that does not fit
             return
         size = len(self._order)
-        self._order.update(zip(keys, repeat(meta)))
+        self._order.update(zip(keys, metas, strict=True))
         self._check_bulk(size, keys)
 
     def touch(self, key: Key) -> None:

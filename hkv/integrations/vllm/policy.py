@@ -13,7 +13,8 @@ What the adapter adds to the policy (the package docstring says how vLLM finds i
   storing request to `insert`: the adapter's own `insert` then hands each chunk over at once,
   with the position and modality the request gives it.
 - Admission control: vLLM has already allocated a chunk when it calls `insert`, so a block the
-  policy declines is still stored, but outside the policy, and is the first to be evicted.
+  policy declines is still stored, but outside the policy, and is the first to be evicted. A
+  policy that admits everything for now (`auto`, as its leader does) is asked nothing.
 - Block metadata (`request`): the position from vLLM's per-request key positions, the modality
   from the request's `kv_transfer_params`, the token count from the config.
 - One access per request: 0.32+ reports it when the request finishes (`on_request_finished`);
@@ -168,6 +169,8 @@ class HkvCachePolicy(CachePolicy):
             return
         policy, pending, decided = self.policy, self.pending_meta, self.decided
         admits_all, insert = self.admits_all, policy.insert
+        bulk = not admits_all and policy.admits_now  # then one `insert_each`: no call between
+        taken, metas = [], []
         for key in keys:
             meta = shared
             if meta is None:
@@ -176,11 +179,16 @@ class HkvCachePolicy(CachePolicy):
                     meta = self.meta(key, req_context)
             admitted = admits_all or decided.pop(key, None)
             if admitted is None:
-                admitted = policy.admit(key, meta)
-            if admitted:
-                insert(key, meta)
-            else:
+                admitted = bulk or policy.admit(key, meta)
+            if not admitted:
                 self.bypassed[key] = None
+            elif bulk:
+                taken.append(key)
+                metas.append(meta)
+            else:
+                insert(key, meta)
+        if taken:
+            policy.insert_each(taken, metas)
 
     def remove(self, key) -> None:
         self.sync()
@@ -244,12 +252,10 @@ class HkvCachePolicy(CachePolicy):
             policy.note_misses(misses)
         if self.admits_all:
             return
-        admit, decided = policy.admit, self.decided
         if policy.admits_now:  # `auto` led by a policy that admits everything: no call a key
-            decided.update(dict.fromkeys(map(_KEY, misses), True))
-            return
-        for key, meta in misses:  # a key again: a later request's offer, asked afresh
-            decided[key] = admit(key, meta)
+            self.decided.update(dict.fromkeys(map(itemgetter(0), misses), True))
+        else:  # a key again: a later request's offer, asked afresh
+            self.decided.update((key, policy.admit(key, meta)) for key, meta in misses)
 
     def on_request_access(self, keys: Iterable[Any], req_context) -> None:
         """vLLM 0.33: keys a running request shows for the first time. The resident ones join
@@ -361,7 +367,6 @@ class HkvCachePolicy(CachePolicy):
 
 
 _REF_CNT = attrgetter("ref_cnt")
-_KEY = itemgetter(0)
 
 
 @cache
