@@ -192,12 +192,19 @@ def prefix_fields(policy) -> dict:
     return fields
 
 
-@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static"])
+def queue_fields(policy) -> dict:
+    """What a recency expert decides by: its queues (and `lru+st2`'s tracker) in order."""
+    if hasattr(policy, "inner"):  # lru+st2
+        return {"counts": list(policy._counts.items()), **queue_fields(policy.inner)}
+    return {f"queue {i}": list(queue.items()) for i, queue in enumerate(policy._queues)}
+
+
+@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"])
 @pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17), (2, 150, 512)])
-def test_a_prefix_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
-    """`auto`'s switch to a prefix-value expert replays its history in C (`rebuilt_in_c`) and
-    hands the state to the Python policy: every field a decision reads is what the Python
-    replay leaves, and the two go on deciding alike."""
+def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
+    """`auto`'s switch to a prefix-value or recency expert replays its history in C
+    (`rebuilt_in_c`) and hands the state to the Python policy: every field a decision reads is
+    what the Python replay leaves, and the two go on deciding alike."""
     from hkv.policies.shadow import rebuilt_in_c
 
     requests = sessions(seed, n)
@@ -206,9 +213,53 @@ def test_a_prefix_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity
     for request in requests[:cut]:
         python.store(request)
     rebuilt = rebuilt_in_c(label, capacity, requests[:cut], {})
-    assert prefix_fields(rebuilt) == prefix_fields(python.policy)
-    native = VllmTier(rebuilt, refuses=False)
+    fields = queue_fields if label in ("lip", "lru+st2") else prefix_fields
+    assert fields(rebuilt) == fields(python.policy)
+    # each as `auto` takes it: the policy alone (the replay tier's blocks aside stay behind)
+    python, native = VllmTier(python.policy, refuses=False), VllmTier(rebuilt, refuses=False)
     for i, request in enumerate(requests[cut:]):
         assert replay_request(native, request) == replay_request(python, request), i
         assert set(native) == set(python), i
-    assert rebuilt_in_c("lru", capacity, requests[:cut], {}) is None  # not handed over
+    for other in ("lru", "arc", "s3fifo"):  # replayed in Python
+        assert rebuilt_in_c(other, capacity, requests[:cut], {}) is None
+
+
+def test_a_switch_holds_the_garbage_collector_off_and_gives_it_back():
+    """`paused_gc` (around `auto`'s switches) restores the collector as it found it, also when
+    the body raises; it never turns on a collector the caller had turned off."""
+    import gc
+
+    from hkv.policies.shadow import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), paused_gc():
+        raise ValueError("a failed rebuild")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
+    """`bench.auto_rebuild` times an expert's rebuild from a history in Python and, for the
+    experts handed over from C, in C; the results file has a row per sampled expert."""
+    from bench import auto_rebuild
+    from hkv.policies.shadow import HANDED_OVER
+
+    history = sessions(3, 120)
+    for label in ("lip", "arc", "cost_aware"):
+        python_ms = auto_rebuild.rebuild_ms(label, history, 64, native=False)
+        c_ms = auto_rebuild.rebuild_ms(label, history, 64, native=True)
+        assert python_ms > 0 and ((c_ms is not None) == (label in HANDED_OVER))
+    from hkv.report.bench_results import load_results
+
+    rows = load_results(["auto_rebuild_cpu.json"])["auto_rebuild_cpu.json"]["rows"]
+    assert {r["expert"] for r in rows if r["c_ms"] is not None} == set(HANDED_OVER)
+    assert {r["expert"] for r in rows} == set(native.LABELS)

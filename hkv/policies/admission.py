@@ -64,6 +64,13 @@ class StoreThreshold(EvictionPolicy):
             counts.popitem(last=False)
         return count
 
+    def restore_queues(self, state: dict, keys: dict, metas: dict) -> None:
+        """Take the state `lru+st2` reached in C (`Shadows.queues_state`: the tracker's
+        "counts", ids least recent first with their offers; the inner policy's queues)."""
+        tracked, counts = state["counts"]
+        self._counts = OrderedDict(zip(map(keys.__getitem__, tracked), counts, strict=True))
+        self.inner.restore_queues(state, keys, metas)
+
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         inner_ok = self.inner.admit(key, meta)
         return self._count(key) >= self.threshold and inner_ok

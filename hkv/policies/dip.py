@@ -101,6 +101,18 @@ class DIPPolicy(QueuePolicy):
         self._last_position = -1
         self._psel = _PSEL_MAX // 2  # above the middle: LRU's leaders miss more -> BIP
 
+    def restore_queues(self, state: dict, keys: dict, metas: dict) -> None:
+        """Take the queues `lip` (bip, `bip_every` 0) reached in C (`Shadows.queues_state`:
+        "cold" and "warm", key ids front first; `keys` and `metas` give each id's key and
+        meta). The insert counter stays as it is: with `bip_every` 0 no decision reads it."""
+        if self.mode != "bip" or self.bip_every:
+            raise HkvError(f"{self.name}: only bip with bip_every 0 is rebuilt in C")
+        cold, warm = state["cold"][0], state["warm"][0]
+        key, meta = keys.__getitem__, metas.__getitem__
+        self._cold = dict(zip(map(key, cold), map(meta, cold), strict=True))
+        self._warm = OrderedDict(zip(map(key, warm), map(meta, warm), strict=True))
+        self._queues = (self._cold, self._warm)
+
     def admit(self, key, meta) -> bool:
         """Every admit is a miss: it moves the duel's counter when a leader request misses."""
         if self.mode != "adaptive":

@@ -55,6 +55,14 @@ class LRUPolicy(QueuePolicy):
         order = self._order  # the resident keys, each moved to the end in order (in C)
         deque(map(order.move_to_end, filter(order.__contains__, keys)), maxlen=0)
 
+    def restore_queues(self, state: dict, keys: dict, metas: dict) -> None:
+        """Take the queue this policy reached in C (`Shadows.queues_state`: "order", key ids
+        least recent first; `keys` and `metas` give each id's key and meta)."""
+        ids = state["order"][0]
+        key, meta = keys.__getitem__, metas.__getitem__
+        self._order = OrderedDict(zip(map(key, ids), map(meta, ids), strict=True))
+        self._queues = (self._order,)
+
     # One queue: length and membership without the base's loop (both on the replay's hot path).
     def __len__(self) -> int:
         return len(self._order)

@@ -110,13 +110,19 @@ class ShadowSet:
         return out
 
 
+HANDED_OVER = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"})
+"""The experts a switch rebuilds in C and hands to Python (`rebuilt_in_c`): those for which
+that beats replaying them in Python (`python -m bench.auto_rebuild`,
+data/results/auto_rebuild_cpu.json). `lru`'s Python replay is about as fast; `arc` and `s3fifo`
+have no hand-over."""
+
+
 def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
     """Expert `label` after storing `requests` (each `(key, meta)` pairs in prefix order) in a
     tier of its own, as `VllmTier(expert, refuses=False)` would leave it, replayed in C and
-    handed to its Python policy; None where the extension is not built or cannot hand this
-    expert over (only the prefix-value experts can: `cost_aware`, `depth_lfu`,
-    `depth_lfu_static`, the ones whose Python replay costs the most)."""
-    if label not in ext.LABELS or EXPERTS[label][0] not in ("cost_aware", "depth_lfu"):
+    handed to its Python policy; None where the extension is not built or the expert is not
+    one of `HANDED_OVER`."""
+    if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
     keys: dict[int, Any] = {}
@@ -131,7 +137,10 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
         tokens = [meta.tokens for meta in request_metas]
         tier._native.replay(ids, positions, tokens, tier._worth_of(request))
     policy = make_expert(label, capacity_blocks, **context)
-    policy.restore(tier._native.prefix_state(0), keys, metas)
+    if EXPERTS[label][0] in ("cost_aware", "depth_lfu"):
+        policy.restore(tier._native.prefix_state(0), keys, metas)
+    else:
+        policy.restore_queues(tier._native.queues_state(0), keys, metas)
     return policy
 
 

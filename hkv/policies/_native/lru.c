@@ -202,3 +202,20 @@ hkv_expert *hkv_st2_new(int64_t capacity) {
     }
     return &p->lru.base;
 }
+
+int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names) {
+    if (e->ops == &LRU_OPS || e->ops == &ST2_OPS) {
+        sets[0] = &((lru_t *)e)->order;
+        names[0] = "order";
+        if (e->ops == &LRU_OPS) return 1;
+        sets[1] = &((st2_t *)e)->counts;
+        names[1] = "counts";
+        return 2;
+    }
+    if (e->ops != &LIP_OPS) return 0;
+    sets[0] = &((lip_t *)e)->cold;
+    sets[1] = &((lip_t *)e)->warm;
+    names[0] = "cold";
+    names[1] = "warm";
+    return 2;
+}

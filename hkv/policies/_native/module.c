@@ -342,12 +342,55 @@ static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
     return d;
 }
 
+/* an ordered set's keys (front first) and values, as two lists in a tuple */
+static PyObject *oset_lists(const hkv_oset *s) {
+    PyObject *keys = PyList_New(s->len), *vals = PyList_New(s->len);
+    Py_ssize_t n = 0;
+    if (!keys || !vals) goto fail;
+    for (int32_t i = s->head; i >= 0; i = s->nodes[i].next, n++) {
+        PyObject *key = PyLong_FromUnsignedLongLong(s->nodes[i].key);
+        PyObject *val = key ? PyLong_FromLongLong(s->nodes[i].val) : NULL;
+        if (!val) {
+            Py_XDECREF(key);
+            goto fail;
+        }
+        PyList_SET_ITEM(keys, n, key);
+        PyList_SET_ITEM(vals, n, val);
+    }
+    return Py_BuildValue("(NN)", keys, vals);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
+static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    const hkv_oset *sets[2];
+    const char *names[2];
+    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.queues_state: no such expert");
+        return NULL;
+    }
+    int n = hkv_queues_of(self->tiers[i].expert, sets, names);
+    if (!n) Py_RETURN_NONE;
+    PyObject *d = PyDict_New();
+    for (int j = 0; d && j < n; j++) {
+        if (set_item(d, names[j], oset_lists(sets[j])) < 0) Py_CLEAR(d);
+    }
+    return d;
+}
+
 static PyMethodDef Shadows_methods[] = {
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
      "replay(keys, positions, tokens, worths): store one request in every shadow tier; "
      "each expert's prefix hits before the store"},
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
+    {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
+     "queues_state(i): expert i's queues, name -> (key ids front first, values), if it is a "
+     "recency expert (lru, lip, lru+st2), else None"},
     {"prefix_state", (PyCFunction)Shadows_prefix_state, METH_VARARGS,
      "prefix_state(i): expert i's state as a dict of lists (key ids), if it is a prefix-value "
      "expert (depth_lfu, depth_lfu_static, cost_aware), else None"},

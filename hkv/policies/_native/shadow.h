@@ -143,6 +143,11 @@ int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state);
 /* its resident entries into arrays of state.size: keys, seqs, priorities */
 void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *priorities);
 
+/* A recency expert's queues (lru: "order"; lip: "cold", "warm"; lru+st2: "order" and its
+ * offer tracker "counts", key -> offers), front (oldest) first: up to 2 into `sets` and
+ * `names`; how many, 0 where `e` is not one of them */
+int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names);
+
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
     hkv_expert *expert;

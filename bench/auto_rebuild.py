@@ -1,0 +1,114 @@
+"""What a switch of `auto` costs: its new leader rebuilt from the history, in Python and in C.
+
+A sampled `auto` switching leader builds the new one by replaying the requests it kept (its
+history, two tier-sizes of block references) through a full tier of that expert. This bench
+takes the history `auto` holds at its first switch in the two-tier model of the H200 engine
+(`bench.sim.two_tier`: the anchor, or its skewed variant, at a CPU tier of `--cpu-gib`) and
+rebuilds every expert from it both ways: a Python `VllmTier` replay, and a replay in hkv's C
+extension whose state is handed to the Python policy (`hkv.policies.shadow.rebuilt_in_c`, for
+the experts of `HANDED_OVER`). Both run with the garbage collector held off, as `auto` runs
+them (`paused_gc`); each time is the best of `--repeats`, the two ways alternating.
+
+    python -m bench.auto_rebuild        # data/results/auto_rebuild_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from hkv.report import save_results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, int]:
+    """The requests `auto` keeps when it first switches (each merged, in prefix order), and
+    its tier's capacity in blocks."""
+    import hkv.policies.auto as auto
+    from bench.sim.two_tier import blocks_for_gib, predict
+    from hkv.cost import CostModel
+    from hkv.policies.shadow import merged
+    from hkv.sim.anchor import Workload, trace_requests
+
+    kept: list[tuple[list, int]] = []
+    switch = auto.AutoPolicy._switch
+
+    def spy(self, best):
+        if not kept:
+            kept.append(([merged(m, f) for m, f, _ in self._history], self.capacity_blocks))
+        switch(self, best)
+
+    auto.AutoPolicy._switch = spy
+    try:
+        requests, turns = trace_requests(workload=Workload(popularity=popularity))
+        gpu = blocks_for_gib(4.0)
+        predict("auto", blocks_for_gib(cpu_gib), gpu, requests, turns, CostModel.default())
+    finally:
+        auto.AutoPolicy._switch = switch
+    if not kept:
+        raise SystemExit(f"auto never switched at {cpu_gib:g} GiB (popularity {popularity:g})")
+    return kept[0]
+
+
+def rebuild_ms(label: str, history: list, capacity: int, native: bool) -> float | None:
+    """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C)."""
+    from hkv.policies.shadow import make_expert, paused_gc, rebuilt_in_c
+    from hkv.policies.tier import VllmTier
+
+    with paused_gc():
+        start = time.perf_counter()
+        if native:
+            if rebuilt_in_c(label, capacity, history, {}) is None:
+                return None
+        else:
+            tier = VllmTier(make_expert(label, capacity), refuses=False)
+            for request in history:
+                tier.store(request)
+        return 1e3 * (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.auto_rebuild", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--popularity", type=float, default=1.0, help="Zipf exponent")
+    parser.add_argument("--cpu-gib", type=float, default=8.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "data/results/auto_rebuild_cpu.json")
+    args = parser.parse_args(argv)
+    from hkv.policies import native
+    from hkv.policies.auto import UNSAMPLED_ONLY
+    from hkv.policies.shadow import EXPERTS
+
+    if not native.built():
+        raise SystemExit("hkv's C extension is not built here: `pip install -e .` builds it")
+    history, capacity = history_at_first_switch(args.popularity, args.cpu_gib)
+    rows: list[dict[str, Any]] = []
+    for label in [e for e in EXPERTS if e not in UNSAMPLED_ONLY]:
+        times: dict[str, list[float]] = {"python": [], "c": []}
+        for _ in range(args.repeats):
+            times["python"].append(rebuild_ms(label, history, capacity, False))
+            c_ms = rebuild_ms(label, history, capacity, True)
+            if c_ms is not None:
+                times["c"].append(c_ms)
+        row = {"expert": label, "python_ms": min(times["python"])}
+        row["c_ms"] = min(times["c"]) if times["c"] else None
+        rows.append(row)
+        c_ms = row["c_ms"] if row["c_ms"] is not None else float("nan")
+        print(f"{label:>18}: Python {row['python_ms']:6.1f} ms, C {c_ms:6.1f} ms")
+    results = {
+        "capacity_blocks": capacity,
+        "history_requests": len(history),
+        "history_refs": sum(map(len, history)),
+        "rows": rows,
+    }
+    save_results(args.out, results, generated_by="python -m bench.auto_rebuild",
+                 parameters={k: v for k, v in vars(args).items() if k != "out"})  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
