@@ -34,7 +34,7 @@ STATED: dict[str, dict[str, str]] = {
         **dict.fromkeys(["0", "1", "2", "5"], "the six-block example's block ids and steps"),
         "512": "BLOCK_TOKENS (parameters cell)",
         **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
-        **dict.fromkeys(["3", "4", "6", "05", "03"], SECTION),
+        **dict.fromkeys(["3", "4", "6", "7", "05", "03", "08"], SECTION),
     },
     "05_predictive": {
         **dict.fromkeys(["0", "1", "3"], "the learned table's feature values and bounds"),
@@ -51,7 +51,7 @@ STATED: dict[str, dict[str, str]] = {
         "8": "the codec's padding (test_notebooks: 5 x 8 x 62 bytes at most)",
     },
     "08_vllm_benchmarks": {
-        **dict.fromkeys(["1", "2", "3", "4", "09", "0"], SECTION + ", or zero"),
+        **dict.fromkeys(["1", "2", "3", "4", "7", "05", "09", "0"], SECTION + ", or zero"),
         **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
         **dict.fromkeys(["32", "4", "8K", "16K", "4 GiB"], "the anchor workload (checked below)"),
         "0.26": "the vLLM version the files record (checked below)",

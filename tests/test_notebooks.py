@@ -298,6 +298,13 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     _check_bench_live(r["live"])
     assert len(r["figures"]) == 4 and all(Path(figure).is_file() for figure in r["figures"])
     _check_vllm_bench_prose(r)
+    from hkv.report import bench_vllm_auto  # `hkv_auto` judged by time, engine by engine
+    from hkv.report.bench_results import load_result
+
+    timed = load_result("vllm_h200_time_native")
+    assert r["vllm_h200"]["auto_time_rows"] == bench_vllm_auto.time_rows(timed)
+    findings = bench_vllm_auto.time_findings(timed, {"runs": []})
+    assert r["vllm_h200"]["auto_time_findings"] == findings and len(findings) == 5
 
 
 def check_end_to_end_benchmarks(r: dict[str, Any]) -> None:

@@ -178,6 +178,9 @@ def run_config(args, result: dict) -> None:
     result |= provenance(command, parameters, packages=("hkv", "vllm", "torch"))
     result |= {k: v for k, v in parameters.items() if k != "repeats"}
     llm, sessions, waves = start_engine(args, policies, w, result)
+    import torch  # imported by vLLM already
+
+    result["machine"]["gpu_name"] = torch.cuda.get_device_name(0)  # for the provenance tables
     core, manager = offloading_manager(llm)
     result["cpu_blocks"] = manager._num_blocks if hasattr(manager, "_num_blocks") else None
     result["gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
