@@ -316,7 +316,7 @@ class AutoPolicy(EvictionPolicy):
             return
         metas, declined = self._metas, self._declined
         found = [(k, m) for k in reused if (m := metas.get(k) or declined.get(k)) is not None]
-        if self._sampled:  # the whole request kept as it came (`_merged` at a rebuild only)
+        if self._sampled:  # the whole request kept as it came (`merged` at a rebuild only)
             if pending or found:
                 self._remember((pending, found, len(pending) + len(found)))
             threshold = self._threshold
@@ -363,8 +363,8 @@ class AutoPolicy(EvictionPolicy):
         """Expert `best` as it would run the tier now: its last live instance, if it led
         within the history kept, caught up on the requests since (a flip back after a few
         requests then costs those requests, not a replay of the whole history), otherwise a new
-        one replayed over the history (in C for the prefix-value experts, where the shadows
-        run there: `shadow.rebuilt_in_c`, the same state as the Python replay's)."""
+        one replayed over the history (in C for the experts of `shadow.HANDED_OVER`, where
+        the shadows run there: `shadow.rebuilt_in_c`, the same state as the Python replay's)."""
         history, remembered = self._history, self._remembered
         self._retired[self._leader] = (self._live, remembered)
         oldest = remembered - len(history)  # the index of history[0]
