@@ -307,7 +307,7 @@ class AutoPolicy(EvictionPolicy):
         """The leader hears of the request; every shadow replays it; the lead may change."""
         self._ended = True
         aside, live = self._aside, self._live
-        back = [key for key in reused if key in aside]
+        back = [key for key in reused if key in aside] if aside else ()
         for key in back:  # held aside and wanted again: the leader takes it (it has room)
             live.insert(key, aside.pop(key))
         live.after_request(stored, reused)

@@ -67,7 +67,6 @@ class ShadowSet:
         ]
         self._fast = fast
         self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
-        self._key_bits = ext.key_bits
         cost = "cost_aware" in [labels[i] for i in fast]
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
@@ -87,7 +86,7 @@ class ShadowSet:
         expert's prefix hits there before the store (0 for an expert without a shadow)."""
         hits = [0 if tier is None else replay_request(tier, request) for tier in self.tiers]
         if self._native is not None:
-            ids = list(map(self._key_bits, [key for key, _ in request]))
+            ids = ext.key_ids([key for key, _ in request])
             positions = [meta.position for _, meta in request]
             tokens = [meta.tokens for _, meta in request]
             fast_hits = self._native.replay(ids, positions, tokens, self._worth_of(request))

@@ -13,7 +13,7 @@
 
 /* One block of a request, as a shadow sees it. */
 typedef struct {
-    uint64_t key;     /* 64 well-spread bits of the block's key (`auto._key_bits`) */
+    uint64_t key;     /* 64 well-spread bits of the block's key (`native.key_bits`) */
     int64_t position; /* BlockMeta.position */
     int64_t tokens;   /* BlockMeta.tokens */
     double worth;     /* the expert's `value(meta)` where Python computes it (cost_aware), else 0 */
