@@ -1,7 +1,9 @@
-"""hkv's one native module, `hkv.policies._shadows` (auto's shadow tiers in C).
+"""hkv's native modules: `hkv.policies._shadows` (auto's shadow tiers in C) and
+`hkv.storage._slots` (the disk tier's slot reads and writes without the GIL).
 
-Everything else is in pyproject.toml. The module is optional: where it cannot be built, hkv runs
-the same decisions in Python (hkv/policies/native.py; `hkv doctor` says which).
+Everything else is in pyproject.toml. Both are optional: where they cannot be built, hkv runs
+the same decisions in Python (hkv/policies/native.py, hkv/storage/slot_io.py; `hkv doctor` says
+which).
 """
 
 from pathlib import Path
@@ -20,6 +22,12 @@ setup(
             # no fused multiply-add: the prefix experts' float priorities must round as Python's
             extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11"],
             optional=True,
-        )
+        ),
+        Extension(
+            "hkv.storage._slots",
+            sources=["hkv/storage/_native/slots.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+            optional=True,
+        ),
     ]
 )

@@ -153,6 +153,7 @@ def environment_report() -> dict[str, Any]:
         "host_available_gib": round(snap.host_available_bytes / GIB, 2),
         "gpus": [asdict(g) for g in snap.gpus],
         "native_shadows": native_report(),
+        "native_disk_io": disk_io_report(),
     }
 
 
@@ -161,3 +162,10 @@ def native_report() -> dict[str, Any]:
     from hkv.policies import native
 
     return {"built": native.built(), "experts": sorted(native.LABELS)}
+
+
+def disk_io_report() -> dict[str, Any]:
+    """Whether the disk tier reads and writes its slots in C here (`hkv.storage.slot_io`)."""
+    from hkv.storage import disk, slot_io
+
+    return {"built": slot_io.built(), "checksum": disk.CHECKSUMS[disk.DEFAULT_CHECKSUM][0]}

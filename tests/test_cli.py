@@ -115,6 +115,10 @@ def test_doctor_reports_this_machine():
     assert out["native_shadows"] == {"built": native.built(), "experts": sorted(native.LABELS)}
     text = hkv("doctor").stdout
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
+    from hkv.storage import slot_io
+
+    assert out["native_disk_io"]["built"] == slot_io.built()
+    assert ("slot I/O: in C" if slot_io.built() else "slot I/O: in Python") in text
 
 
 @pytest.mark.parametrize(

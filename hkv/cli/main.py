@@ -190,6 +190,9 @@ def render_doctor(r: dict[str, Any]) -> str:
             "auto's shadows: in Python (hkv's C extension is not built here; "
             "`pip install -e .` with a C compiler builds it; same decisions, slower)"
         )
+    disk_io = r["native_disk_io"]
+    where = "in C, without the GIL" if disk_io["built"] else "in Python (C module not built)"
+    lines.append(f"disk tier slot I/O: {where}, {disk_io['checksum']} checksums")
     width = max(map(len, r["packages"]))
     lines += [f"{name:<{width}}  {v or 'not installed'}" for name, v in r["packages"].items()]
     return "\n".join(lines)

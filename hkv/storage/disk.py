@@ -11,7 +11,6 @@ a time (an exclusive `flock`, its pid in the superblock). The GPU and host tiers
 
 from __future__ import annotations
 
-import fcntl
 import os
 import struct
 import zlib
@@ -24,6 +23,17 @@ import numpy as np
 
 from hkv.errors import HkvError
 from hkv.formats import COLD_FORMATS
+from hkv.storage import slot_io
+from hkv.storage.disk_file import (
+    _ALIGN,
+    _FILE_MAGIC,
+    _SUPER,
+    FILE_VERSION,
+    HEADER_BYTES,
+    _round_up,
+    _superblock,
+    _take_ownership,
+)
 from hkv.storage.layout import SlotPool, SlotTier, check_count
 
 try:  # xxh3 checksums at memory speed where xxhash is installed; zlib's crc32 otherwise
@@ -36,29 +46,19 @@ except ImportError:  # pragma: no cover - depends on the environment
 CHECKSUMS = {1: ("crc32", zlib.crc32)}
 if _XXH3 is not None:
     CHECKSUMS[2] = ("xxh3_64", _XXH3)
-DEFAULT_CHECKSUM = max(CHECKSUMS)
+DEFAULT_CHECKSUM = 1 if slot_io.built() else max(CHECKSUMS)
+"""crc32 where the C slot I/O is built (it checks crc32 without the GIL), else the fastest."""
 
 SLOT_FORMATS = (*COLD_FORMATS, "raw")
 """What a slot header may name: hkv's cold formats, or `raw`, another engine's bytes kept as
 they came (vLLM's offloaded chunks, `hkv.storage.disk_store`). Codes are indices: append only."""
 
-_FILE_MAGIC = b"HKVD"
 _SLOT_MAGIC = b"HKVS"
-FILE_VERSION = 2
-"""Version of the file layout (2: the superblock names its owner's pid)."""
 _VERSION = 1  # of a slot header
 VALID = 0x5A
 """A slot's byte in the valid-flag table when its header and payload are durable."""
-_SUPER = struct.Struct("<4sHHQQQQQQ")  # magic, file version, header bytes, slots, slot bytes,
-#                                        stride, flag table offset, first slot's offset, owner pid
 _HEADER = struct.Struct("<4sHBBQQQ")  # magic, version, format, checksum kind, key, length, sum
-HEADER_BYTES = 64
-_ALIGN = 4096
 _KEY_MASK = 2**64 - 1
-
-
-def _round_up(n: int, to: int = _ALIGN) -> int:
-    return -(-n // to) * to
 
 
 @dataclass(frozen=True)
@@ -75,51 +75,6 @@ RUN_SLOTS = 64
 """Consecutive slots one `read_many` system call reads at most (32 MiB of 512 KiB slots)."""
 _MAX_IOV = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
 """Buffers one `pwritev` may take (the kernel's limit)."""
-
-
-def _take_ownership(fd: int, path: Path) -> None:
-    """Lock `fd` exclusively (non-blocking) or close it and say who holds the file."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        head = os.pread(fd, _SUPER.size, 0)
-        fields = _SUPER.unpack(head) if len(head) == _SUPER.size else None
-        owner = f"pid {fields[-1]}" if fields and fields[0] == _FILE_MAGIC else "unknown pid"
-        os.close(fd)
-        raise HkvError(
-            f"DiskTier: {str(path)!r} is in use by another disk tier ({owner}); give each "
-            "manager its own disk_path, or close the other one first"
-        ) from None
-
-
-def _superblock(fd: int, path: Path) -> tuple:
-    """The superblock of the tier file open at `fd`, checked against the file's size."""
-    head = os.pread(fd, _SUPER.size, 0)
-    if len(head) < _SUPER.size or _SUPER.unpack(head)[0] != _FILE_MAGIC:
-        raise HkvError(f"DiskTier.open: {str(path)!r} is not an hkv disk tier file")
-    fields = _SUPER.unpack(head)
-    _, version, header_bytes, num_slots, slot_bytes, stride, table_at, data_at, _ = fields
-    if (version, header_bytes) != (FILE_VERSION, HEADER_BYTES):
-        raise HkvError(
-            f"DiskTier.open: {str(path)!r} has file version {version}; this hkv reads version "
-            f"{FILE_VERSION}: create a new tier file"
-        )
-    size, expected = os.fstat(fd).st_size, data_at + num_slots * stride
-    if size != expected or stride < HEADER_BYTES + slot_bytes:
-        raise HkvError(
-            f"DiskTier.open: {str(path)!r} is {size} bytes; its superblock says {expected} "
-            "(truncated or damaged): create a new tier file"
-        )
-    # the one layout `DiskTier()` writes: offsets past it would be read as they are (a table
-    # at 2**63 is an OverflowError, not a refusal)
-    layout = (_ALIGN, _ALIGN + _round_up(num_slots), _round_up(HEADER_BYTES + slot_bytes))
-    if (table_at, data_at, stride) != layout:
-        raise HkvError(
-            f"DiskTier.open: {str(path)!r} has a damaged superblock (flag table at {table_at}, "
-            f"slots at {data_at}, stride {stride}; its geometry gives {layout[0]}, {layout[1]}, "
-            f"{layout[2]}): create a new tier file"
-        )
-    return fields
 
 
 class DiskTier(SlotTier):
@@ -223,6 +178,28 @@ class DiskTier(SlotTier):
         reused = [slot for slot, *_ in entries if self._flags[slot]]
         if reused:
             self._mark(reused, valid=False)
+        if slot_io.built() and self.checksum_kind == slot_io.CHECKSUM_KIND:
+            total = self._write_native(entries)
+        else:
+            total = self._write_python(entries)
+        os.fdatasync(self._fd)
+        self._mark([slot for slot, *_ in entries], valid=True)
+        return total
+
+    def _write_native(self, entries: Sequence[tuple[int, int, str, Any]]) -> int:
+        payloads = [memoryview(payload).cast("B") for *_, payload in entries]
+        for data in payloads:
+            if data.nbytes > self.slot_bytes:
+                self._too_long(data.nbytes)
+        slots = [slot for slot, *_ in entries]
+        codes = [SLOT_FORMATS.index(fmt) for _, _, fmt, _ in entries]
+        keys = [key for _, key, *_ in entries]
+        return slot_io.write(self._fd, self._data_at, self.stride, slots, keys, codes, payloads)
+
+    def _too_long(self, nbytes: int) -> None:
+        raise HkvError(f"DiskTier: payload of {nbytes} bytes exceeds slot_bytes={self.slot_bytes}")
+
+    def _write_python(self, entries: Sequence[tuple[int, int, str, Any]]) -> int:
         kind, total = self.checksum_kind, 0
         run: list[Any] = []  # buffers of consecutive slots, written with one pwritev
         run_start = previous = None
@@ -230,9 +207,7 @@ class DiskTier(SlotTier):
         for slot, key, fmt, payload in entries:
             data = memoryview(payload).cast("B")
             if data.nbytes > self.slot_bytes:
-                raise HkvError(
-                    f"DiskTier: payload of {data.nbytes} bytes exceeds slot_bytes={self.slot_bytes}"
-                )
+                self._too_long(data.nbytes)
             fields = (_SLOT_MAGIC, _VERSION, SLOT_FORMATS.index(fmt), kind, key & _KEY_MASK)
             header = _HEADER.pack(*fields, data.nbytes, CHECKSUMS[kind][1](data))
             if run and (slot != previous + 1 or len(run) >= _MAX_IOV - 3):
@@ -246,8 +221,6 @@ class DiskTier(SlotTier):
             previous, last_bytes = slot, data.nbytes
             total += data.nbytes
         os.pwritev(self._fd, run, self._offset(run_start))
-        os.fdatasync(self._fd)
-        self._mark([slot for slot, *_ in entries], valid=True)
         return total
 
     def write(self, slot: int, key: int, fmt: str, payload: Any) -> None:
@@ -269,6 +242,32 @@ class DiskTier(SlotTier):
         low = min(slots)
         flags = os.pread(self._fd, max(slots) + 1 - low, self._table_at + low)
         valid = [s - low < len(flags) and flags[s - low] == VALID for s in slots]
+        if not slot_io.built() or any(fmt not in SLOT_FORMATS for _, _, fmt in entries):
+            return self._read_python(entries, out, offsets, valid)
+        geometry = (self._data_at, self.stride, self.slot_bytes, RUN_SLOTS)
+        codes = slot_io.read(
+            self._fd, geometry, slots, [key for _, key, _ in entries], bytes(valid),
+            SLOT_FORMATS.index(entries[0][2]) if len({f for *_, f in entries}) == 1 else -1,
+            out, offsets,
+        )  # fmt: skip
+        if codes.count(slot_io.OK) == len(codes):
+            return [None] * len(codes)
+        # what C could not vouch for (mixed formats, another checksum kind, any problem):
+        # the Python path reads it again, decides and says why
+        again = [i for i, code in enumerate(codes) if code != slot_io.OK]
+        redo = self._read_python(
+            [entries[i] for i in again], out, [offsets[i] for i in again], [valid[i] for i in again]
+        )
+        problems: list[str | None] = [None] * len(codes)
+        for i, problem in zip(again, redo, strict=True):
+            problems[i] = problem
+        return problems
+
+    def _read_python(
+        self, entries: Sequence[tuple[int, int, str]], out: np.ndarray, offsets: Sequence[int],
+        valid: Sequence[bool],
+    ) -> list[str | None]:  # fmt: skip
+        slots = [slot for slot, *_ in entries]
         problems: list[str | None] = []
         start = 0
         while start < len(entries):  # runs of consecutive slots, each read in one call
@@ -362,6 +361,9 @@ class DiskTier(SlotTier):
         """Drop `slots` (durable after `write_many`) from the page cache, so that reading them
         back reads the disk, not a copy in RAM that the host tier should be holding instead."""
         if not slots or not hasattr(os, "posix_fadvise"):
+            return
+        if slot_io.built():
+            slot_io.drop_pages(self._fd, self._data_at, self.stride, sorted(slots))
             return
         for slot in sorted(slots):  # neighbours merge in the kernel; one call each is cheap
             os.posix_fadvise(self._fd, self._offset(slot), self.stride, os.POSIX_FADV_DONTNEED)
