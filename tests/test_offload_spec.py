@@ -210,7 +210,9 @@ def test_flags_with_a_disk_size_emit_vllms_tiering_config_with_hkvs_tier(tmp_pat
     assert any("restarted server would find none" in n for n in t.notes)
     lru = translate([*MODEL, "--hybrid-kv-cache-policy", "lru", SIZE, "8"], cpu_ram_gib=512,
                     disk=disk_tier("32", str(tmp_path)))  # fmt: skip
-    assert extra_of(lru.vllm_args)["spec_name"] == "TieringOffloadingSpec"  # nothing to hand
+    # hkv's spec behind vLLM's lru too: on vLLM 0.26 it carries the late-store guard
+    assert extra_of(lru.vllm_args)["spec_name"] == "HkvTieringOffloadingSpec"
+    assert extra_of(lru.vllm_args)["eviction_policy"] == "lru"
 
 
 def test_flags_cli_says_why_the_hash_seed_is_set(capsys, tmp_path):

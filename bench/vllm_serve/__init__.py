@@ -14,6 +14,15 @@ requests concurrently, streamed, with the multimodal variant's image spans in
     python -m bench.vllm_serve fold out/vllm_serve/serve.json \\
         --out data/results/vllm_serve_h200.json
 
+With hkv's disk tier behind the CPU tier (`bench/vllm_serve/disk.py`: the server's
+`--kv-transfer-config` is what `hkv flags --disk-size G --disk-dir D` prints), on the long-context
+sessions, then again on the directory the first server left:
+
+    python -m bench.vllm_serve run --policy lru --cpu-gib 8 --variant long --disk-gib 32 \\
+        --disk-dir /tmp/hkv_serve_disk --out out/vllm_serve/disk.json
+    python -m bench.vllm_serve run --policy lru --cpu-gib 8 --variant long --disk-gib 32 \\
+        --disk-dir /tmp/hkv_serve_disk --keep-dir --out out/vllm_serve/disk_restart.json
+
 One server per policy (the policy is fixed at start). Per policy: time to start, TTFT p50 / p90
 / p99 (first streamed token), cached share of prompt tokens (`usage.prompt_tokens_details.
 cached_tokens`: GPU prefix hits plus CPU-tier hits, as vLLM's `num_cached_tokens` offline),

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 from bench.vllm_gpu import ROOT, default_model
 from bench.vllm_gpu.summary import percentile
 from bench.vllm_serve import __doc__ as DOC
+from bench.vllm_serve import disk
 from bench.vllm_serve.client import metrics, probe_bad_input, reset_caches, run_waves, warm_up
 from bench.vllm_serve.server import MODEL_NAME, Server, serve_command, server_env
+from hkv.errors import HkvError
 from hkv.integrations.vllm import REGISTERED_LOG
 from hkv.integrations.vllm.request import IGNORED
 from hkv.report import provenance, write_json
@@ -24,6 +27,8 @@ REGISTERED_MARK = REGISTERED_LOG.split("%d")[0]
 REQUEST_FIELDS = (
     *("wave", "session", "turn", "prompt_len", "status", "ttft_s", "e2e_s", "cached_tokens"),
 )
+SERVED_BY = ("policy_class", "policy_module", "hkv_file", "cpu_blocks", "hkv_hyperparameters")
+"""What the engine hook says served the policy."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +39,13 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one server per policy, the anchor sessions over HTTP")
     run.add_argument("--policy", required=True, help="comma-separated: lru,arc,hkv_auto,...")
     run.add_argument("--cpu-gib", type=float, required=True)
-    run.add_argument("--variant", choices=("text", "mm"), default="mm")
+    run.add_argument(
+        "--variant",
+        choices=("text", "mm", "long"),
+        default="mm",
+        help="text/mm: the anchor sessions (mm: with image spans); long: 6 sessions x 2 turns "
+        "of 110-120K tokens, served with --max-model-len 131072",
+    )
     run.add_argument("--gpu-kv-gib", type=float, default=4.0)
     run.add_argument("--model", type=Path, default=default_model())
     run.add_argument(
@@ -49,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--min-policy-s", type=float, default=170.0)
     run.add_argument("--work-dir", type=Path, default=ROOT / "out" / "vllm_serve")
     run.add_argument("--out", type=Path, required=True, help="kept: finished policies skipped")
+    disk.add_arguments(run)
     fold = sub.add_parser("fold", help="run files as one small results file")
     fold.add_argument("files", type=Path, nargs="+")
     fold.add_argument("--out", type=Path, required=True)
@@ -70,8 +82,14 @@ def run_policy(args, policy: str, w: Workload, sessions, waves) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     stats_file, log = work / f"{policy}.stats.json", work / f"{policy}.log"
     stats_file.unlink(missing_ok=True)
-    server = Server(serve_command(args, policy, args.port), server_env(args, stats_file), log)
+    flags = disk.tier_flags(args, policy)
+    command = serve_command(args, policy, args.port, flags)
     one: dict = {"policy": policy}
+    one["kv_transfer_config"] = json.loads(command[command.index("--kv-transfer-config") + 1])
+    if flags is not None:
+        disk.prepare_dir(args)
+        one |= disk.tier_setup(args, policy, flags)
+    server = Server(command, server_env(args, stats_file, flags), log)
     try:
         one["start_s"] = round(server.wait_ready(args.port, args.start_timeout_s), 1)
         one["warm_up_status"] = [r["status"] for r in warm_up(args.port, MODEL_NAME, w)]
@@ -79,18 +97,11 @@ def run_policy(args, policy: str, w: Workload, sessions, waves) -> dict:
         before, metrics_before = stats(stats_file), metrics(args.port)
         rows, wall_s = run_waves(args.port, MODEL_NAME, w, sessions, waves)
         after, metrics_after = stats(stats_file), metrics(args.port)
+        if flags is not None:
+            disk.note_workload(one["disk_tier"], before, after)
         one["summary"] = summarize(rows, wall_s, before, after)
         one["metrics_delta"] = {k: v - metrics_before.get(k, 0.0) for k, v in metrics_after.items()}
-        one["served_by"] = {
-            k: after.get(k)
-            for k in (
-                "policy_class",
-                "policy_module",
-                "hkv_file",
-                "cpu_blocks",
-                "hkv_hyperparameters",
-            )
-        }
+        one["served_by"] = {k: after.get(k) for k in SERVED_BY}
         one["bad_input"] = probe_bad_input(args.port, MODEL_NAME, w)
         one["requests"] = [{k: r.get(k) for k in REQUEST_FIELDS} for r in rows]
         one["status"] = "done"
@@ -104,6 +115,8 @@ def run_policy(args, policy: str, w: Workload, sessions, waves) -> dict:
         one["plugin_lines"] = [  # hkv's entry point, once per vLLM process that loaded it
             line.strip()[-300:] for line in text.splitlines() if REGISTERED_MARK in line
         ][:6]
+        if flags is not None:
+            disk.note_stopped(one["disk_tier"], text)
     return one
 
 
@@ -145,22 +158,42 @@ def summarize(rows: list[dict], wall_s: float, before: dict, after: dict) -> dic
     }
 
 
-def run(args) -> dict:
-    deadline = time.time() + args.deadline_s
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    w = Workload(images=args.variant == "mm")
-    sessions, waves = build_sessions(w)
-    parameters = {
+def parameters_of(args, policies: list[str], w: Workload) -> dict:
+    disk_tier = None
+    if args.disk_gib is not None:
+        disk_tier = {
+            "gib": args.disk_gib,
+            "dir": str(args.disk_dir),
+            "admission": args.disk_admission,
+            "keep_dir": args.keep_dir,
+            "profile": str(disk.PROFILE.relative_to(ROOT)),
+        }
+    return {
         "policies": policies,
         "cpu_gib": args.cpu_gib,
         "variant": args.variant,
+        "max_model_len": disk.max_model_len(args.variant),
         "gpu_kv_gib": args.gpu_kv_gib,
         "wave_concurrency": w.wave,
+        "disk_tier": disk_tier,
     }
+
+
+def run(args) -> dict:
+    deadline = time.time() + args.deadline_s
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    disk.check_options(args)
+    for policy in policies:  # refused before any server starts
+        disk.tier_flags(args, policy)
+    w = disk.workload(args.variant)
+    sessions, waves = build_sessions(w)
+    parameters = parameters_of(args, policies, w)
     result: dict = {}
     if args.out.exists():
         result = json.loads(args.out.read_text())
-    if not result or result.get("parameters", {}).get("variant") != args.variant:
+    same = ("variant", "disk_tier")  # another workload or tier: the file starts again
+    old = result.get("parameters", {})
+    if not result or any(old.get(k) != parameters[k] for k in same):
         import torch
         import vllm
 
@@ -239,7 +272,11 @@ def fold(files: list[Path], out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mode == "run":
-        result = run(args)
+        try:
+            result = run(args)
+        except HkvError as exc:
+            print(f"python -m bench.vllm_serve run: error: {exc}", file=sys.stderr)
+            return 2
         return 0 if all(r.get("status") == "done" for r in result["runs"]) else 3
     fold(args.files, args.out)
     return 0

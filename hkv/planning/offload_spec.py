@@ -54,7 +54,6 @@ SPEC_MODULE = "hkv.integrations.vllm.spec"
 the hkv policy of the CPU tier read the connector's extra config."""
 
 HKV_TIERING_SPEC = "HkvTieringOffloadingSpec"
-VLLM_TIERING_SPEC = "TieringOffloadingSpec"
 
 DISK_TIER_TYPE = "HkvDiskTier"
 DISK_TIER_MODULE = "hkv.integrations.vllm.tier"
@@ -258,10 +257,9 @@ class OffloadSpec:
             if self.policy_params:
                 extra["hkv_policy_params"] = dict(self.policy_params)
         if self.disk is not None:
-            if self.is_hkv_policy:
-                extra.update(spec_name=HKV_TIERING_SPEC, spec_module_path=SPEC_MODULE)
-            else:
-                extra["spec_name"] = VLLM_TIERING_SPEC
+            # hkv's spec whatever the CPU tier's policy: it is vLLM's, plus the 0.26 guard
+            # of a store made after its request finished (a `KeyError` in vLLM's manager)
+            extra.update(spec_name=HKV_TIERING_SPEC, spec_module_path=SPEC_MODULE)
             extra["secondary_tiers"] = [self.disk.tier_config()]
         return extra
 
