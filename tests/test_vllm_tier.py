@@ -174,6 +174,29 @@ def test_a_restart_finds_the_chunks_and_serves_the_same_bytes(tmp_path):
         second.shutdown()
 
 
+def test_after_a_restart_new_chunks_never_land_on_the_restored_ones(tmp_path):
+    """The restarted tier writes and evicts around what it found: new chunks take free slots,
+    and a restored chunk evicted when the file is full frees its slot once (found on the H200:
+    a reopened file's slots were handed out again, and a restored chunk read as lost)."""
+    config = tiering_config(hkv_tier(tmp_path / "t"))  # 16 chunks on disk
+    first = make_manager(config)
+    for r in range(3):
+        store(first, list(range(4 * r, 4 * r + 4)), f"req{r}")
+    first.shutdown()
+    second = make_manager(config)
+    try:
+        store(second, list(range(100, 104)), "new")  # 4 free slots: no restored chunk moves
+        assert all(np.array_equal(fetch(second, i), payload(i)) for i in range(12))
+        assert tier_of(second).stats()["lost"] == 0
+        for r in range(3):  # past the bound: the policy evicts restored chunks too
+            store(second, list(range(200 + 4 * r, 204 + 4 * r)), f"more{r}")
+        stats = tier_of(second).stats()
+        assert stats["lost"] == 0 and stats["evicted"] >= 12 and stats["resident_chunks"] <= 16
+        assert np.array_equal(fetch(second, 211), payload(211))
+    finally:
+        second.shutdown()
+
+
 def test_a_second_server_on_the_directory_is_refused_in_one_line(tmp_path):
     config = tiering_config(hkv_tier(tmp_path / "t"))
     first = make_manager(config)

@@ -225,6 +225,7 @@ def open_store(
     if why is None:
         tier = DiskTier.open(path)
         restored = {h.key: s for s, h in tier.scan().items() if _usable(h, slot_bytes)}
+        tier.claim(restored.values())  # else new chunks would be written over them
         log.info("hkv disk tier: reopened %s with %d blocks", path, len(restored))
     else:
         if path.exists():

@@ -95,6 +95,15 @@ class SlotPool:
             self._used[slot] = False
             heapq.heappush(self._free, slot)
 
+    def claim(self, slots: Iterable[int]) -> None:
+        """Mark `slots` in use without allocating them (what a reopened file already holds)."""
+        taken = set(slots)
+        if not taken:
+            return
+        self._used[list(taken)] = True
+        self._free = [slot for slot in self._free if slot not in taken]
+        heapq.heapify(self._free)
+
     @property
     def num_free(self) -> int:
         return len(self._free)
@@ -120,3 +129,7 @@ class SlotTier:
 
     def free(self, slots: Iterable[int]) -> None:
         self._slots.free(slots)
+
+    def claim(self, slots: Iterable[int]) -> None:
+        """Hold `slots` as in use (a reopened file's blocks): never allocated until freed."""
+        self._slots.claim(slots)
