@@ -27,6 +27,7 @@ setup(
             "hkv.storage._slots",
             sources=["hkv/storage/_native/slots.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
+            libraries=["dl"],  # dlopen of the system's zlib for crc32 (in libc since glibc 2.34)
             optional=True,
         ),
     ]

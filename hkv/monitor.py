@@ -168,4 +168,8 @@ def disk_io_report() -> dict[str, Any]:
     """Whether the disk tier reads and writes its slots in C here (`hkv.storage.slot_io`)."""
     from hkv.storage import disk, slot_io
 
-    return {"built": slot_io.built(), "checksum": disk.CHECKSUMS[disk.DEFAULT_CHECKSUM][0]}
+    return {
+        "built": slot_io.built(),
+        "checksum": disk.CHECKSUMS[disk.DEFAULT_CHECKSUM][0],
+        "crc32_from": slot_io.crc32_source(),
+    }

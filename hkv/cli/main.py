@@ -191,7 +191,11 @@ def render_doctor(r: dict[str, Any]) -> str:
             "`pip install -e .` with a C compiler builds it; same decisions, slower)"
         )
     disk_io = r["native_disk_io"]
-    where = "in C, without the GIL" if disk_io["built"] else "in Python (C module not built)"
+    where = (
+        f"in C, without the GIL (crc32 from {disk_io['crc32_from']})"
+        if disk_io["built"]
+        else "in Python (C module not built)"
+    )
     lines.append(f"disk tier slot I/O: {where}, {disk_io['checksum']} checksums")
     width = max(map(len, r["packages"]))
     lines += [f"{name:<{width}}  {v or 'not installed'}" for name, v in r["packages"].items()]

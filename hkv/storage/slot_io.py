@@ -33,6 +33,12 @@ def built() -> bool:
     return _slots is not None
 
 
+def crc32_source() -> str | None:
+    """Where the C path's crc32 comes from: "zlib" (the system's libz, found at import) or
+    "tables" (the module's own); None where the module is not built."""
+    return None if _slots is None else _slots.CRC32
+
+
 def crc32(data: Any) -> int:
     """zlib's crc32 of `data`, from the C module (tests compare the two)."""
     if _slots is None:
