@@ -1375,7 +1375,14 @@ def h200_skewed_trace() -> tuple[Any, ...]:
     return (*head, *spans[0], *spans[1], *spans[2], *spans[3], switches, *spans[4])
 
 
+def h200_head() -> dict[str, Any]:
+    """The engines with auto's switches rebuilt in C (`vllm_h200_time_head.json`)."""
+    return result("vllm_h200_time_head.json")
+
+
 CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_head()),)),
+    ("{}", lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_head(), {"runs": []})),)),
     ("{}", lambda: (bench_vllm_auto.time_table(h200_native()),)),
     (
         "{}",
