@@ -76,7 +76,7 @@ def test_vllms_own_tiering_spec_hands_the_policy_nothing():
 
 def test_vllms_own_cpu_spec_needs_the_plugins_wrapper():
     """The wrapper `register` puts on vLLM's `CPUOffloadingSpec.get_manager` (for commands that
-    name vLLM's CPU spec, as `hkv flags` writes a CPU tier alone) is still needed: unwrapped,
+    name vLLM's CPU spec or none, written by hand) is still needed: unwrapped,
     vLLM hands the policy nothing. Fails when vLLM passes the config itself."""
     adapter.register()
     wrapped = CPUOffloadingSpec.get_manager
@@ -108,3 +108,26 @@ def test_a_script_gives_the_block_size_in_a_connector_config_not_the_environment
     assert policy_class("hkv_lru")(cache_capacity=4).block_tokens == 48
     monkeypatch.delenv("HKV_BLOCK_TOKENS")
     assert policy_class("hkv_lru")(cache_capacity=4).block_tokens == 16
+
+
+def test_hkv_flags_names_hkvs_cpu_spec_and_vllm_resolves_it():
+    """A CPU tier alone behind an hkv policy: `hkv flags` names `HkvOffloadingSpec` by
+    `spec_name` and `spec_module_path` (vLLM's extension point for specs), vLLM's factory finds
+    it, and the manager it builds hands the policy its settings, with no wrapper needed."""
+    import json
+
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    from hkv.planning.flags import translate
+
+    args = translate(["--model", "minimax-m2.5", "--hybrid-kv-cache-cpu-offload-size", "8",
+                      "--hybrid-kv-cache-policy", "bip"], cpu_ram_gib=512).vllm_args  # fmt: skip
+    extra = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
+    assert (extra["spec_name"], extra["spec_module_path"]) == (
+        "HkvOffloadingSpec", "hkv.integrations.vllm.spec"
+    )  # fmt: skip
+    assert OffloadingSpecFactory.get_spec_cls(extra) is HkvOffloadingSpec
+    adapter.register()
+    params = {"cpu_bytes_to_use": 1 << 20, "hkv_policy_params": {"tail_first": False}}
+    policy = cpu_policy(bare_spec(HkvOffloadingSpec, extra | params))
+    assert policy.policy.hyperparameters()["tail_first"] is False

@@ -54,6 +54,9 @@ SPEC_MODULE = "hkv.integrations.vllm.spec"
 the hkv policy of the CPU tier read the connector's extra config."""
 
 HKV_TIERING_SPEC = "HkvTieringOffloadingSpec"
+HKV_CPU_SPEC = "HkvOffloadingSpec"
+"""vLLM's `CPUOffloadingSpec` whose manager lets an hkv policy read the extra config: what a CPU
+tier alone with an hkv policy names, so that no vLLM class needs wrapping for it."""
 
 DISK_TIER_TYPE = "HkvDiskTier"
 DISK_TIER_MODULE = "hkv.integrations.vllm.tier"
@@ -256,6 +259,8 @@ class OffloadSpec:
             extra["hkv_config"] = self.hkv_config()
             if self.policy_params:
                 extra["hkv_policy_params"] = dict(self.policy_params)
+        if self.disk is None and self.is_hkv_policy:
+            extra.update(spec_name=HKV_CPU_SPEC, spec_module_path=SPEC_MODULE)
         if self.disk is not None:
             # hkv's spec whatever the CPU tier's policy: it is vLLM's, plus the 0.26 guard
             # of a store made after its request finished (a `KeyError` in vLLM's manager)

@@ -17,11 +17,12 @@ How a spec hands its extra config over: vLLM builds the CPU tier's policy with i
 alone, and no current vLLM config is set in the scheduler then. hkv's specs
 (`hkv.integrations.vllm.spec`, which vLLM loads by `spec_name` and `spec_module_path`, its
 extension point for specs in 0.26, 0.32 and 0.33) build their manager inside `spec_settings`.
-A config that names vLLM's own `CPUOffloadingSpec` (what `hkv flags` emits for a CPU tier alone,
-and every command it printed before) is served by `follow_offloading_spec`, which the
-`vllm.general_plugins` entry point calls: it wraps that spec's `get_manager` the same way.
-vLLM's `TieringOffloadingSpec` overrides `get_manager` and is not wrapped: a tiering config whose
-CPU tier runs an hkv policy names `HkvTieringOffloadingSpec`, as `hkv flags` writes it.
+`hkv flags` names hkv's specs for every hkv policy (`HkvOffloadingSpec` for a CPU tier alone,
+`HkvTieringOffloadingSpec` with a disk tier). A config written by hand that names vLLM's own
+`CPUOffloadingSpec` (or no spec, as commands `hkv flags` printed before did) is served by
+`follow_offloading_spec`, which the `vllm.general_plugins` entry point calls: it wraps that
+spec's `get_manager` the same way. vLLM's `TieringOffloadingSpec` overrides `get_manager` and is
+not wrapped: its CPU tier's hkv policy reads nothing but the environment.
 """
 
 from __future__ import annotations
