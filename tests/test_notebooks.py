@@ -305,6 +305,10 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     assert r["vllm_h200"]["auto_time_rows"] == bench_vllm_auto.time_rows(timed)
     findings = bench_vllm_auto.time_findings(timed, {"runs": []})
     assert r["vllm_h200"]["auto_time_findings"] == findings and len(findings) == 5
+    later = load_result("vllm_h200_time_head")  # the later engines, auto's switches in C
+    assert r["vllm_h200"]["auto_later_rows"] == bench_vllm_auto.time_rows(later)
+    findings = bench_vllm_auto.time_findings(later, {"runs": []})
+    assert r["vllm_h200"]["auto_later_findings"] == findings and len(findings) == 3
 
 
 def check_end_to_end_benchmarks(r: dict[str, Any]) -> None:
