@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -312,6 +313,35 @@ def test_loads_measured_slow_stop_admission_and_are_remembered(tmp_path):
         assert tier_of(second).crossover_tokens == tier.crossover_tokens
     finally:
         second.shutdown()
+
+
+def test_load_speed_is_the_readers_time_not_the_wait_for_the_schedulers_poll(tmp_path, monkeypatch):
+    """A load's chunks are timed in the reader threads: the engine polling for finished jobs
+    only once its step ends (seconds, on a long prefill) does not make the drive look slow, and
+    one load counts by its chunks, so a small slow one cannot swing the crossover."""
+    import hkv.integrations.vllm.tier as tier_module
+
+    monkeypatch.setattr(tier_module, "MEASURED_CHUNKS", 4)
+    manager = make_manager(tiering_config(hkv_tier(tmp_path / "t")))
+    try:
+        store(manager, list(range(8)), "req")  # 8 chunks on disk (admission "all")
+        tier = tier_of(manager)
+        job = SimpleNamespace(job_id=10**6, keys=[key(i) for i in range(8)],
+                              chunk_ids=list(range(8)), req_context=ReqContext("x"))  # fmt: skip
+        tier.submit_load(job)
+        time.sleep(0.4)  # a scheduler step: nothing asks for finished jobs meanwhile
+        for _ in range(100):
+            if any(r.job_id == job.job_id for r in tier.get_finished_jobs()):
+                break
+            time.sleep(0.01)
+        stats = tier.stats()
+        assert stats["load_s"] >= 0.4 and stats["load_io_s"] < 0.2
+        assert stats["measured_chunk_s"] == pytest.approx(stats["load_io_s"] / 8)
+        fast = stats["measured_chunk_s"]
+        tier._note_speed(0.1, 4)  # a small slow load moves the estimate by its weight only
+        assert tier.stats()["measured_chunk_s"] == pytest.approx((8 * fast + 0.4) / 12)
+    finally:
+        manager.shutdown()
 
 
 def test_without_a_known_prompt_the_longest_seen_decides(tmp_path):

@@ -66,6 +66,10 @@ log = logging.getLogger("vllm.hkv.tier")
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(JobResult)}
 READERS = 8
 """Threads reading chunks back (writes keep one thread: `DiskTier` orders a batch's flags)."""
+PRIOR_CHUNKS = 1024
+"""The weight of the speed an earlier run measured, in chunks of this run's loads."""
+TIMED_CHUNKS = 1 << 16
+"""The most chunks the measured speed averages over (older loads fade past it)."""
 
 
 class HkvDiskTier(SecondaryTierManager):
@@ -103,9 +107,11 @@ class HkvDiskTier(SecondaryTierManager):
         self.counts = dict.fromkeys(
             ("refused_admission", "declined_hits", "loads", "load_chunks"), 0
         )
-        self.load_s = 0.0
+        self.load_s = self.load_io_s = 0.0
         self.model_crossover_tokens = self.crossover_tokens
         self.per_chunk_s = read_speed(self.settings.path)  # measured by an earlier run
+        prior = PRIOR_CHUNKS if self.per_chunk_s is not None else 0
+        self._measured = ((self.per_chunk_s or 0.0) * prior, prior)  # seconds, chunks
         self._follow_measured_speed()
         _warn_unstable_hashes()
         log.info(
@@ -171,7 +177,7 @@ class HkvDiskTier(SecondaryTierManager):
         parts = _parts(found)
         futures = [
             self._reader.submit(
-                self.store.read, [p for p, _, _ in part], self._kv, [o for _, o, _ in part]
+                _timed, self.store.read, [p for p, _, _ in part], self._kv, [o for _, o, _ in part]
             )
             for part in parts
         ]
@@ -200,17 +206,25 @@ class HkvDiskTier(SecondaryTierManager):
 
     def _finish_load(self, job_id: int, futures: list[Future], payload: Any, seconds: float):
         found, asked = payload
-        problems = []
+        problems, spans = [], []
         for future, part in zip(futures, _parts(found), strict=True):
             error = future.exception()
-            problems += [f"read failed: {error}"] * len(part) if error else future.result()
+            if error is not None:
+                problems += [f"read failed: {error}"] * len(part)
+                continue
+            got, start, end = future.result()
+            problems += got
+            spans.append((start, end))
         self.store.finish_read([p for p, _, _ in found], problems)
         ok = [k for (_, _, k), problem in zip(found, problems, strict=True) if problem is None]
         self.counts["loads"] += 1
         self.counts["load_chunks"] += len(ok)
         self.load_s += seconds
+        # the readers' own seconds (they run in parallel), not the wait for the scheduler's poll
+        io_s = max(e for _, e in spans) - min(b for b, _ in spans) if spans else 0.0
+        self.load_io_s += io_s
         if len(ok) >= MEASURED_CHUNKS:
-            self._note_speed(seconds / len(ok))
+            self._note_speed(io_s / len(ok), len(ok))
         nbytes = len(ok) * self.chunk_bytes
         if len(ok) == asked:
             return _result(job_id, True, transfer_time=seconds, transfer_bytes=nbytes)
@@ -261,6 +275,7 @@ class HkvDiskTier(SecondaryTierManager):
             "model_crossover_tokens": self.model_crossover_tokens,
             "measured_chunk_s": self.per_chunk_s,
             "load_s": self.load_s,
+            "load_io_s": self.load_io_s,
             "model_load_s": per_chunk * self.counts["load_chunks"],
         }
 
@@ -304,11 +319,16 @@ class HkvDiskTier(SecondaryTierManager):
             self._longest_prompt = max(self._longest_prompt, known)
         return known
 
-    def _note_speed(self, per_chunk_s: float) -> None:
-        """Fold a load's seconds per chunk into the measured speed (half-life one load) and
-        persist it beside the tier file for the next start."""
-        old = self.per_chunk_s
-        self.per_chunk_s = per_chunk_s if old is None else 0.5 * (old + per_chunk_s)
+    def _note_speed(self, per_chunk_s: float, chunks: int = MEASURED_CHUNKS) -> None:
+        """Fold a load's seconds per chunk into the measured speed, weighted by its chunks (an
+        earlier run's speed counts as `PRIOR_CHUNKS`, all of it as `TIMED_CHUNKS` at most, so
+        the speed follows a drive that changes), and persist it beside the tier file."""
+        seconds, count = self._measured
+        seconds, count = seconds + per_chunk_s * chunks, count + chunks
+        if count > TIMED_CHUNKS:
+            seconds, count = seconds * TIMED_CHUNKS / count, TIMED_CHUNKS
+        self._measured = (seconds, count)
+        self.per_chunk_s = seconds / count
         self._follow_measured_speed()
         write_speed(self.settings.path, self.per_chunk_s)
 
@@ -329,6 +349,12 @@ class HkvDiskTier(SecondaryTierManager):
                 "%s tokens (the profile said %s)", 1e3 * self.per_chunk_s,
                 self.crossover_tokens, self.model_crossover_tokens,
             )  # fmt: skip
+
+
+def _timed(read: Any, *args: Any) -> tuple[Any, float, float]:
+    """`read(*args)` in a reader thread, with when it started and ended (monotonic)."""
+    start = time.monotonic()
+    return read(*args), start, time.monotonic()
 
 
 def _parts(found: list) -> list[list]:

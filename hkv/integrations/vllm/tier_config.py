@@ -138,7 +138,7 @@ def measured_crossover(
     cost: CostModel, chunk_bytes: int, chunk_tokens: int, per_chunk_s: float
 ) -> int | None:
     """The disk crossover (`CostModel.disk_crossover_tokens`) with disk loads taking what they
-    took in this engine, `per_chunk_s` a chunk (queueing included: what a request waits), in
+    took in this engine, `per_chunk_s` a chunk (the reader threads' seconds), in
     steps of at least 1,024 tokens (a scheduler-side call must stay short)."""
     gbps = chunk_bytes / max(per_chunk_s, 1e-9) / 1e9
     measured = dataclasses.replace(cost, profile=cost.profile.with_disk(gbps, latency_s=0.0))
