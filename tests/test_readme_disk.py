@@ -215,6 +215,10 @@ NATIVE_CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
      "That build (32b606f) still handed a reopened file's slots out again: {:,} restored",
      native_restart),
     ("{:,} chunks found, {} lost, {} of {} outputs equal", fixed_restart),
+    ("its loads took {:.3f} ms a chunk over all their chunks, but its estimate, which weighed "
+     "loads rather than chunks, came to {:.3f} ms", lambda: (
+         1e3 * (t := native_runs()["long_hkv_b_restart.json"]["tier"])["load_s"]
+         / t["load_chunks"], 1e3 * t["measured_chunk_s"])),
     ("counted {} late stores",
      lambda: (native_runs()["d4_hkv.json"]["tier"]["late_stores_guarded"],)),
     ("one Python reader took {:.2f} ms a chunk beside the busy thread, against {:.2f} ms idle; "
