@@ -267,6 +267,8 @@ class DiskTier(SlotTier):
         self, entries: Sequence[tuple[int, int, str]], out: np.ndarray, offsets: Sequence[int],
         valid: Sequence[bool],
     ) -> list[str | None]:  # fmt: skip
+        """`read_many` in Python: the reference the C path agrees with, and the one that says
+        why a slot is lost."""
         slots = [slot for slot, *_ in entries]
         problems: list[str | None] = []
         start = 0
