@@ -1380,7 +1380,28 @@ def h200_head() -> dict[str, Any]:
     return result("vllm_h200_time_head.json")
 
 
+def h200_head_vs_lru() -> tuple[float, ...]:
+    """Against lru's, in %: auto's and bip's wall on the anchor at 8 GiB; auto's wall, then
+    TTFT, on the skewed variant at 8 and 12 GiB (`vllm_h200_time_head.json`)."""
+    rows = {
+        (r["workload"], r["cpu_gib"], r["policy"]): r
+        for r in bench_vllm_auto.time_rows(h200_head())
+    }
+    skewed = [("skewed (Zipf 1)", gib, "hkv_auto") for gib in (8.0, 12.0)]
+    return (
+        100 * rows[("anchor", 8.0, "hkv_auto")]["wall_vs_lru"],
+        100 * rows[("anchor", 8.0, "hkv_bip")]["wall_vs_lru"],
+        *(100 * rows[cell][field] for field in ("wall_vs_lru", "ttft_vs_lru") for cell in skewed),
+    )
+
+
 CLAIMS += [
+    (
+        "median wall time on the anchor at 8 GiB is {:+.1f} % against lru's, `hkv_bip`'s "
+        "{:+.1f} %; on the skewed variant at 8 and 12 GiB it is {:+.1f} % and {:+.1f} %, and its "
+        "mean TTFT {:+.1f} % and {:+.1f} %",
+        h200_head_vs_lru,
+    ),
     ("{}", lambda: (bench_vllm_auto.time_table(h200_head()),)),
     ("{}", lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_head(), {"runs": []})),)),
     ("{}", lambda: (bench_vllm_auto.time_table(h200_native()),)),
