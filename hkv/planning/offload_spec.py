@@ -259,13 +259,13 @@ class OffloadSpec:
             extra["hkv_config"] = self.hkv_config()
             if self.policy_params:
                 extra["hkv_policy_params"] = dict(self.policy_params)
-        if self.disk is None and self.is_hkv_policy:
-            extra.update(spec_name=HKV_CPU_SPEC, spec_module_path=SPEC_MODULE)
         if self.disk is not None:
             # hkv's spec whatever the CPU tier's policy: it is vLLM's, plus the 0.26 guard
             # of a store made after its request finished (a `KeyError` in vLLM's manager)
             extra.update(spec_name=HKV_TIERING_SPEC, spec_module_path=SPEC_MODULE)
             extra["secondary_tiers"] = [self.disk.tier_config()]
+        elif self.is_hkv_policy:
+            extra.update(spec_name=HKV_CPU_SPEC, spec_module_path=SPEC_MODULE)
         return extra
 
     def transfer_config(self) -> dict[str, Any]:

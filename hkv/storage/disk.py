@@ -242,25 +242,30 @@ class DiskTier(SlotTier):
         low = min(slots)
         flags = os.pread(self._fd, max(slots) + 1 - low, self._table_at + low)
         valid = [s - low < len(flags) and flags[s - low] == VALID for s in slots]
-        if not slot_io.built() or any(fmt not in SLOT_FORMATS for _, _, fmt in entries):
+        if not slot_io.built() or any(fmt not in SLOT_FORMATS for *_, fmt in entries):
             return self._read_python(entries, out, offsets, valid)
+        codes = bytearray(len(entries))
         geometry = (self._data_at, self.stride, self.slot_bytes, RUN_SLOTS)
-        codes = slot_io.read(
-            self._fd, geometry, slots, [key for _, key, _ in entries], bytes(valid),
-            SLOT_FORMATS.index(entries[0][2]) if len({f for *_, f in entries}) == 1 else -1,
-            out, offsets,
-        )  # fmt: skip
-        if codes.count(slot_io.OK) == len(codes):
-            return [None] * len(codes)
-        # what C could not vouch for (mixed formats, another checksum kind, any problem):
-        # the Python path reads it again, decides and says why
-        again = [i for i, code in enumerate(codes) if code != slot_io.OK]
-        redo = self._read_python(
-            [entries[i] for i in again], out, [offsets[i] for i in again], [valid[i] for i in again]
-        )
+        for fmt in {fmt for *_, fmt in entries}:  # the C path checks one format a call
+            part = [i for i, (*_, f) in enumerate(entries) if f == fmt]
+            got = slot_io.read(
+                self._fd, geometry, [slots[i] for i in part], [entries[i][1] for i in part],
+                bytes(valid[i] for i in part), SLOT_FORMATS.index(fmt), out,
+                [offsets[i] for i in part],
+            )  # fmt: skip
+            for i, code in zip(part, got, strict=True):
+                codes[i] = code
         problems: list[str | None] = [None] * len(codes)
-        for i, problem in zip(again, redo, strict=True):
-            problems[i] = problem
+        # what C could not vouch for (another checksum kind, any problem): the Python path
+        # reads it again, decides and says why
+        again = [i for i, code in enumerate(codes) if code != slot_io.OK]
+        if again:
+            redo = self._read_python(
+                [entries[i] for i in again], out, [offsets[i] for i in again],
+                [valid[i] for i in again],
+            )  # fmt: skip
+            for i, problem in zip(again, redo, strict=True):
+                problems[i] = problem
         return problems
 
     def _read_python(
