@@ -99,6 +99,24 @@ def test_native_shadow_with_repeated_keys_and_equal_positions(label):
     compare(label, requests, 40)
 
 
+@pytest.mark.parametrize("label", sorted(native.LABELS))
+def test_native_shadow_with_ids_whose_low_bits_are_all_zero(label):
+    """vLLM keys made of small block numbers as 8 big-endian bytes (the Mooncake replay's:
+    `int.to_bytes(8, "big")`) give ids whose low 48 bits are zero. Every one of them used to land
+    in one slot of the shadows' hash maps, which then probed through all the keys (a 4x slower
+    replay of Mooncake's trace at 439 blocks); the decisions are the Python ones either way."""
+    requests = [
+        [(int(k).to_bytes(8, "big"), m) for k, m in request] for request in sessions(10, 300)
+    ]
+    numbered: dict = {}
+    for request in requests:  # small block numbers, as a trace numbers its blocks
+        for key, _ in request:
+            numbered.setdefault(key, len(numbered).to_bytes(8, "big"))
+    requests = [[(numbered[k], m) for k, m in request] for request in requests]
+    assert all(native.key_bits(k) & 0xFFFFFFFFFFFF == 0 for k in numbered.values())
+    compare(label, requests, 128)
+
+
 def auto_log(native_shadows: bool, requests: list, capacity: int) -> list:
     """A sampled `auto` replayed per request: each request's hits, leader and switches."""
     from hkv.policies import make_policy

@@ -4,9 +4,18 @@
 
 #include "shadow.h"
 
+/* Every bit of the key moves every bit of the slot (MurmurHash3's 64-bit finalizer): ids are
+ * spread in the engine (a digest's first bytes), but not always (8-byte big-endian block numbers,
+ * as a replay makes them, leave the low bits of an id zero), and a map whose keys share a slot
+ * probes linearly through all of them. */
 static inline size_t slot_of(uint64_t key, size_t mask) {
-    uint64_t h = key * 0x9E3779B97F4A7C15ull; /* keys are spread already; mix once more */
-    return (size_t)(h >> 17) & mask;
+    uint64_t h = key;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (size_t)h & mask;
 }
 
 int hkv_map_init(hkv_map *m, size_t hint) {
