@@ -211,10 +211,51 @@ def prefix_fields(policy) -> dict:
 
 
 def queue_fields(policy) -> dict:
-    """What a recency expert decides by: its queues (and `lru+st2`'s tracker) in order."""
+    """What a queue expert decides by: its queues in order (`lru+st2`'s tracker, `arc`'s
+    ghosts and target, `s3fifo`'s deques, ghosts and hit counters)."""
     if hasattr(policy, "inner"):  # lru+st2
         return {"counts": list(policy._counts.items()), **queue_fields(policy.inner)}
-    return {f"queue {i}": list(queue.items()) for i, queue in enumerate(policy._queues)}
+    if policy.name == "s3fifo":
+        names = ("_small", "_main", "_ghost")
+        return {n: list(getattr(policy, n)) for n in names} | {"state": policy._state}
+    fields = {f"queue {i}": list(queue.items()) for i, queue in enumerate(policy._queues)}
+    if policy.name == "arc":
+        fields |= {"b1": list(policy._b1), "b2": list(policy._b2)}
+        fields["target"] = policy.target_t1_blocks
+    return fields
+
+
+@pytest.mark.parametrize("label", sorted(native.LABELS))
+@pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17)])
+def test_a_native_shadow_handed_to_python_is_its_python_shadow(label, seed, n, capacity):
+    """A native shadow's state handed to a fresh Python policy (`shadow.handed_over`, what a
+    full tier's switch takes) is the Python shadow's after the same requests, field by field,
+    and the two go on deciding alike."""
+    from hkv.policies.shadow import handed_over
+
+    requests = sessions(seed, n)
+    cut = 2 * n // 3
+    python = VllmTier(make_expert(label, capacity), refuses=False)
+    shadow = native.shadows([label], capacity)
+    value = make_expert("cost_aware", 1).value if label == "cost_aware" else None
+    keys, metas = {}, {}
+    for request in requests[:cut]:
+        ids = [native.key_bits(k) for k, _ in request]
+        keys.update(zip(ids, [k for k, _ in request], strict=True))
+        metas.update(zip(ids, [m for _, m in request], strict=True))
+        worths = [value(m) for _, m in request] if value else None
+        shadow.replay(ids, [m.position for _, m in request], [m.tokens for _, m in request], worths)
+        python.store(request)
+    policy = make_expert(label, capacity)
+    handed_over(policy, shadow, 0, keys, metas)
+    fields = (
+        prefix_fields if label in ("cost_aware", "depth_lfu", "depth_lfu_static") else queue_fields
+    )
+    assert fields(policy) == fields(python.policy)
+    python, native_tier = VllmTier(python.policy, refuses=False), VllmTier(policy, refuses=False)
+    for i, request in enumerate(requests[cut:]):
+        assert replay_request(native_tier, request) == replay_request(python, request), i
+        assert set(native_tier) == set(python), i
 
 
 @pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"])

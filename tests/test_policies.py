@@ -10,7 +10,7 @@ import pytest
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
-from hkv.policies import get_policy_class, make_policy, policy_names, register_policy
+from hkv.policies import get_policy_class, make_policy, native, policy_names, register_policy
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.shadow import make_expert
 from hkv.sim.replay import replay
@@ -53,9 +53,9 @@ def random_prefix_trace(seed: int, num_requests: int = 60) -> Trace:
     return trace_of(*requests)
 
 
-def build(name: str, capacity: int, trace: Trace | None = None):
+def build(name: str, capacity: int, trace: Trace | None = None, **params):
     future = trace.reference_stream() if trace is not None else [[0]]
-    return make_policy(name, capacity, future=future)
+    return make_policy(name, capacity, future=future, **params)
 
 
 # --- registry ---------------------------------------------------------------------------
@@ -700,14 +700,16 @@ def test_dip_follows_lru_on_a_recency_friendly_stream():
 # --- decisions stay as recorded -----------------------------------------------------------
 
 
-def decision_log(name: str, trace: Trace, capacity: int, seed: int, per_request: bool) -> list:
+def decision_log(
+    name: str, trace: Trace, capacity: int, seed: int, per_request: bool, **params
+) -> list:
     """Every decision `name` makes on `trace`: victims (or None) and declined keys, in order.
 
     The replay protocol, per block or vLLM's per request (a request's misses stored at once,
     after one eviction that makes room for all), with what vLLM and the manager add: the
     request's blocks protected, blocks pinned and unpinned, multi-block evictions, removals.
     """
-    policy = build(name, capacity, trace)
+    policy = build(name, capacity, trace, **params)
     online = not type(policy).offline
     rng = random.Random(seed)
     metas: dict[int, BlockMeta] = {}
@@ -772,7 +774,7 @@ RECORDED_DECISIONS = {
     "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "693477407a4e2292a556084eafac1d2a62bf4ae0cacff580235cd808fd03bd50",
+    "auto": "84af27b1fc35925aaec553adf5ce87cfce31980ef52e982955117251b1c09f6e",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -786,9 +788,23 @@ request's stored blocks tail first. That moved every online policy but `random` 
 ignore order); the per-block runs and `belady` are unchanged. `predictive` and `auto` were
 recorded when they were added; `auto` again each time it was rebuilt, when it became the leader
 of shadowed experts, when `predictive` joined its experts and `depth_lfu_static` became its
-first, and last when `lip` joined them and became its first (its per-block runs, where no
-request's end is reported and `depth_lfu_static` still runs the tier, decide as before);
+first, when `lip` joined them and became its first (its per-block runs, where no
+request's end is reported and `depth_lfu_static` still runs the tier, decide as before), and
+last when its full-tier shadows moved to C, which never see a pin: its Python shadows now hold
+unpinned metas too (main's code with only that change gives the new digest);
 `depth_lfu` when it was added."""
+
+
+@pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
+def test_auto_decides_alike_with_native_or_python_shadows_in_the_recorded_runs():
+    """The recorded runs pin and unpin blocks, remove some and evict others out of turn: `auto`
+    with its shadows in C (the recorded digest) and in Python makes every decision alike."""
+    for _, trace, capacity, per_request in decision_runs():
+        logs = [
+            decision_log("auto", trace, capacity, 5, per_request, native=native_shadows)
+            for native_shadows in (True, False)
+        ]
+        assert logs[0] == logs[1]
 
 
 @pytest.mark.parametrize("name", policy_names())

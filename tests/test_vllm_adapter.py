@@ -576,3 +576,30 @@ def test_a_hybrid_models_chains_go_tail_first_across_kv_cache_groups(policy, reu
     native = CPUOffloadingManager(num_chunks=4, cache_policy="lru")
     assert two_group_victims(native, reuse) == tails
     assert two_group_victims(manager(policy, chunks=4), reuse) == tails
+
+
+@pytest.mark.parametrize(
+    "ends,params,shared_ones",
+    [
+        ([16, 32, 48, 64], None, 4),  # whole blocks
+        ([16, 32, 48, 57], None, 3),  # a short last block
+        ([16, 32, 48, 16, 32, 48], None, 6),  # two KV groups at the same positions
+        ([16, 24, 40, 56], None, 0),  # a short block inside: worked out block by block
+        ([16, 32, 48], {"hkv_modalities": [[20, 30, "vision"]]}, 0),  # a marked span
+        ([16, 32, 48], {"hkv_modalities": "nonsense"}, 3),  # ignored: text
+    ],
+)
+def test_a_requests_metas_at_once_are_each_blocks_own(ends, params, shared_ones):
+    """`block_metas` (the store misses' metas in one pass, shared text metas for whole blocks)
+    gives what `block_meta` gives block by block, fields and all."""
+    from hkv.integrations.vllm.request import block_meta, block_metas
+
+    ctx = ReqContext(req_id="metas", kv_transfer_params=params)
+    keys = [make_offload_key(i.to_bytes(8, "big"), i // 10) for i in range(len(ends))]
+    for k, end in zip(keys, ends, strict=True):
+        ctx.set_offload_key_position(k, end)
+    shared: list = []
+    got = block_metas(keys + [key(99)], ctx, 16, shared)  # key(99): no position in the request
+    expected = [block_meta(k, ctx, 16) for k in keys + [key(99)]]
+    assert got == expected
+    assert sum(any(m is one for one in shared) for m in got) == shared_ones

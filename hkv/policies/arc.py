@@ -43,6 +43,17 @@ class ARCPolicy(QueuePolicy):
         self._b2: OrderedDict[Key, None] = OrderedDict()
         self._queues = (self._t1, self._t2)
 
+    def restore_queues(self, state: dict, keys: dict, metas: dict) -> None:
+        """Take the state this policy reached in C (`Shadows.queues_state`: "t1", "t2", "b1",
+        "b2", key ids LRU first, and the T1 "target"; `keys` and `metas` map the ids)."""
+        key, meta = keys.__getitem__, metas.__getitem__
+        t1, t2, b1, b2 = (state[name][0] for name in ("t1", "t2", "b1", "b2"))
+        self._t1 = OrderedDict(zip(map(key, t1), map(meta, t1), strict=True))
+        self._t2 = OrderedDict(zip(map(key, t2), map(meta, t2), strict=True))
+        self._b1, self._b2 = OrderedDict.fromkeys(map(key, b1)), OrderedDict.fromkeys(map(key, b2))
+        self._queues = (self._t1, self._t2)
+        self.target_t1_blocks = state["target"]
+
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """Adapt the T1 target on a ghost hit; always admit."""
         self._adapt_to_ghost_hit(key)

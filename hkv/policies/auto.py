@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
@@ -78,8 +77,9 @@ class AutoPolicy(EvictionPolicy):
     and the tier is its leader's whole policy, not a blend.
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request
-    is replayed once per expert (nine by default), so `auto` spends several times a single
-    policy's time; vLLM's tier calls it once per request and per eviction. A tier larger than
+    is replayed once per expert (nine by default), in C for all but `predictive` where hkv's
+    extension is built (a full tier's switch hands the C shadow's state to a Python policy);
+    vLLM's tier calls `auto` once per request and per eviction. A tier larger than
     `sample_above` blocks has its shadows sampled, as miniature simulations do (Waldspurger et
     al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017): each
     shadow holds `sample_blocks` blocks and sees only the keys whose hash falls in the same
@@ -162,12 +162,12 @@ class AutoPolicy(EvictionPolicy):
         self._threshold = round(rate * (1 << 64))  # a key is sampled when its bits are below
         self._shadow_blocks = max(1, round(rate * capacity)) if self._sampled else capacity
         skip = UNSAMPLED_ONLY if self._sampled else frozenset()
-        # in C where built, for sampled tiers (a switch there rebuilds the leader; a full tier's
-        # switch copies its Python shadow)
-        native = self.native and self._sampled
+        # in C where built (a sampled tier's switch rebuilds the leader; a full tier's copies
+        # the shadow, ids mapped back to keys); `VllmTier(refuses=False)` each
+        full = not self._sampled
         self._shadows = ShadowSet(
-            self.experts, self._shadow_blocks, context, native=native, skip=skip
-        )  # refuses=False (`VllmTier`): behind vLLM's adapter even `lru+st2` only declines
+            self.experts, self._shadow_blocks, context, native=self.native, skip=skip, keys=full
+        )
         self._history: deque[tuple[list, list, int]] = deque()  # sampled: last requests
         self._history_refs = 0
         self._remembered = 0  # requests ever put in `_history`
@@ -350,7 +350,7 @@ class AutoPolicy(EvictionPolicy):
                 live = self._rebuild(best)
             else:
                 memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-                live = copy.deepcopy(self._shadows.policy(best), memo)
+                live = self._shadows.copied(best, memo)
             held, resident = self._metas, list(live)
             for key in [key for key in resident if key not in held]:
                 live.remove(key)

@@ -43,6 +43,20 @@ class S3FIFOPolicy(EvictionPolicy):
         self._small_target = max(1, round(self.small_fraction * self.capacity_blocks))
         self._ghost_blocks = max(1, self.capacity_blocks - self._small_target)
 
+    def restore_queues(self, state: dict, keys: dict, metas: dict) -> None:
+        """Take the state this policy reached in C (`Shadows.queues_state`: "small" and "main",
+        key ids oldest first with their hits, and "ghost"; `keys` and `metas` map the ids)."""
+        key = keys.__getitem__
+        self._ghost = OrderedDict.fromkeys(map(key, state["ghost"][0]))
+        self._state.clear()  # `_resident` is the same dict
+        for name, in_main in (("small", False), ("main", True)):
+            ids, hits = state[name]
+            resident = list(map(key, ids))
+            setattr(self, f"_{name}", deque(resident))
+            self._state.update(
+                (k, [metas[i], h, in_main]) for k, i, h in zip(resident, ids, hits, strict=True)
+            )
+
     def insert(self, key: Key, meta: BlockMeta) -> None:
         self._check_insert(key, len(self._state), key in self._state)
         if key in self._ghost:

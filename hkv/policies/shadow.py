@@ -7,6 +7,7 @@ expert's shadow hits exactly what the expert alone would hit on the same request
 
 from __future__ import annotations
 
+import copy
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,7 +55,10 @@ class ShadowSet:
     extension has, where `native` and it is built; a Python `VllmTier` for the others. Both
     make the same decisions (tests/test_native_shadows.py). Labels in `skip` get no shadow."""
 
-    def __init__(self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset()):
+    def __init__(
+        self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset(), keys=False
+    ):
+        native = native and blocks >= 1  # (a tier too small for a block: no native shadow)
         fast = [i for i, label in enumerate(labels) if native and label in ext.LABELS]
         fast = [i for i in fast if labels[i] not in skip]
         self.blocks = blocks  # each shadow tier's capacity
@@ -66,10 +70,17 @@ class ShadowSet:
             for i, label in enumerate(labels)
         ]
         self._fast = fast
+        self._python = any(tier is not None for tier in self.tiers)
+        self._own: dict[tuple, BlockMeta] = {}  # the Python shadows' metas, by shape
         self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
         cost = "cost_aware" in [labels[i] for i in fast]
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
+        # with `keys`: each id the native shadows may name -> its key and meta (`copied`)
+        self._labels, self._context = list(labels), context
+        self._keys: dict[int, Any] | None = {} if keys and fast else None
+        self._metas: dict[int, Any] = {}
+        self._prune_at = 8 * blocks + 1024
 
     @property
     def native(self) -> bool:
@@ -81,18 +92,85 @@ class ShadowSet:
         tier = self.tiers[i]
         return None if tier is None else tier.policy
 
+    def copied(self, i: int, memo: dict) -> EvictionPolicy:
+        """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow
+        deep-copied (`memo`: objects shared, not copied), a native one handed to a fresh Python
+        policy (the ids it names mapped back by the keys kept: `keys` at construction)."""
+        tier = self.tiers[i]
+        if tier is not None:
+            return copy.deepcopy(tier.policy, memo)
+        if self._keys is None:
+            raise HkvError("ShadowSet.copied: a native shadow needs its keys kept (keys=True)")
+        policy = make_expert(self._labels[i], self.blocks, **self._context)
+        metas = _UnpinnedMetas(self._metas)  # as a Python shadow holds them
+        handed_over(policy, self._native, self._fast.index(i), self._keys, metas)
+        return policy
+
+    def __deepcopy__(self, memo: dict) -> ShadowSet:
+        """A copy that decides alike: Python shadows copied, native ones handed to Python
+        policies in `VllmTier`s holding what they hold aside (C state cannot be copied)."""
+        twin = copy.copy(self)
+        memo[id(self)] = twin
+        twin.tiers = [copy.deepcopy(tier, memo) for tier in self.tiers]
+        if self._native is not None:
+            for j, i in enumerate(self._fast):
+                tier = twin.tiers[i] = VllmTier(self.copied(i, memo), refuses=False)
+                tier.aside = {self._keys[k]: self._metas[k] for k in self._native.aside(j)}
+            twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
+        twin._worths = dict(self._worths)
+        return twin
+
     def replay(self, request: list) -> list[int]:
         """Store one request (`(key, meta)` pairs in prefix order) in every shadow tier: each
         expert's prefix hits there before the store (0 for an expert without a shadow)."""
-        hits = [0 if tier is None else replay_request(tier, request) for tier in self.tiers]
+        if self._python:  # a shadow never sees the tier's pins (the native ones cannot)
+            unpinned = [(key, self._unpinned(meta)) for key, meta in request]
+            hits = [0 if tier is None else replay_request(tier, unpinned) for tier in self.tiers]
+        else:
+            hits = [0] * len(self.tiers)
         if self._native is not None:
-            ids = ext.key_ids([key for key, _ in request])
-            positions = [meta.position for _, meta in request]
-            tokens = [meta.tokens for _, meta in request]
+            request_keys = [key for key, _ in request]
+            ids = ext.key_ids(request_keys)
+            metas = [meta for _, meta in request]
+            if self._keys is not None:
+                self._keep(ids, request_keys, metas)
+            positions = [meta.position for meta in metas]
+            tokens = [meta.tokens for meta in metas]
             fast_hits = self._native.replay(ids, positions, tokens, self._worth_of(request))
             for i, h in zip(self._fast, fast_hits, strict=True):
                 hits[i] = h
         return hits
+
+    def _keep(self, ids: list[int], keys: list, metas: list) -> None:
+        """Remember each id's key and meta; past a bound, forget those no native shadow names
+        any longer (resident, ghost, counted or tracked), so the map stays a few tiers large."""
+        self._keys.update(zip(ids, keys, strict=True))
+        self._metas.update(zip(ids, metas, strict=True))
+
+        if len(self._keys) <= self._prune_at:
+            return
+        named: set[int] = set(ids)  # this request's: the shadows store them next
+        for j in range(len(self._fast)):
+            named.update(self._native.aside(j))  # held aside (declined, in flight)
+            state = self._native.prefix_state(j)
+            if state is None:
+                state = self._native.queues_state(j)
+                named.update(*(value[0] for name, value in state.items() if name != "target"))
+            else:
+                named.update(*(state[f"{n}_keys"] for n in ("entry", "count", "epoch", "pending")))
+        self._keys = {i: self._keys[i] for i in named}
+        self._metas = {i: self._metas[i] for i in named}
+        self._prune_at = 2 * len(self._keys) + 8 * self.blocks + 1024
+
+    def _unpinned(self, meta: BlockMeta) -> BlockMeta:
+        """The shadows' own meta of `meta`'s shape: one never-pinned instance per shape."""
+        shape = (meta.tokens, meta.position, meta.modality, meta.tier)
+        own = self._own.get(shape)
+        if own is None:
+            if len(self._own) > 1 << 16:
+                self._own.clear()
+            own = self._own[shape] = _unpinned(meta)
+        return own
 
     def _worth_of(self, request: list) -> list[float] | None:
         """cost_aware's value of each block, remembered by shape as its `_observe` does."""
@@ -136,11 +214,36 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
         tokens = [meta.tokens for meta in request_metas]
         tier._native.replay(ids, positions, tokens, tier._worth_of(request))
     policy = make_expert(label, capacity_blocks, **context)
-    if EXPERTS[label][0] in ("cost_aware", "depth_lfu"):
-        policy.restore(tier._native.prefix_state(0), keys, metas)
-    else:
-        policy.restore_queues(tier._native.queues_state(0), keys, metas)
+    handed_over(policy, tier._native, 0, keys, metas)
     return policy
+
+
+def handed_over(policy: EvictionPolicy, shadows, i: int, keys: dict, metas: dict) -> None:
+    """`policy` (fresh, of shadow `i`'s expert) takes the state of native shadow `i`: `keys`
+    and `metas` give the key and meta of each id that state names."""
+    state = shadows.prefix_state(i)
+    if state is not None:
+        policy.restore(state, keys, metas)
+    else:
+        policy.restore_queues(shadows.queues_state(i), keys, metas)
+
+
+def _unpinned(meta: BlockMeta) -> BlockMeta:
+    """A shadow's own copy of a block's meta, never pinned: pins are the real tier's I/O
+    state (hkv's block manager's), which no expert's shadow tier shares."""
+    return BlockMeta(meta.tokens, meta.position, meta.modality, meta.tier)
+
+
+class _UnpinnedMetas:
+    """`metas` (id -> meta) read as a Python shadow holds them: never pinned."""
+
+    __slots__ = ("metas",)
+
+    def __init__(self, metas: dict[int, BlockMeta]) -> None:
+        self.metas = metas
+
+    def __getitem__(self, i: int) -> BlockMeta:
+        return _unpinned(self.metas[i])
 
 
 def merged(misses: list[tuple[Key, BlockMeta]], hits: list[tuple[Key, BlockMeta]]) -> list:

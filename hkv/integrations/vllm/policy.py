@@ -51,7 +51,7 @@ from hkv.blocks import BlockMeta, Tier
 from hkv.errors import HkvError
 from hkv.integrations.vllm.chains import Chains
 from hkv.integrations.vllm.compat026 import touch_request
-from hkv.integrations.vllm.request import block_meta, in_prefix_order
+from hkv.integrations.vllm.request import block_meta, block_metas, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
 from hkv.policies import make_policy, online_policy_class, policy_names
 
@@ -235,9 +235,8 @@ class HkvCachePolicy(CachePolicy):
             pending.clear()  # stores that never happened (a refused prepare_store)
             self.decided.clear()
         if self.shared_meta is None:
-            meta = self.meta
-            for key in keys:
-                pending[key] = meta(key, req_context)
+            metas = block_metas(keys, req_context, self.block_tokens, self.text_metas)
+            pending.update(zip(keys, metas, strict=True))
             misses = [(key, pending[key]) for key in keys]
         else:
             misses = [(key, self.shared_meta) for key in keys]

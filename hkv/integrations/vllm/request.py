@@ -138,6 +138,43 @@ def block_meta(key: Any, req_context: Any, block_tokens: int) -> BlockMeta:
     )
 
 
+def block_metas(
+    keys: Sequence[Any], req_context: Any, block_tokens: int, text_metas: list[BlockMeta]
+) -> list[BlockMeta]:
+    """`block_meta` of each key, a request's at once: a whole text block (its end a multiple of
+    `block_tokens`, with every shorter block of the request whole too) takes the shared meta of
+    its position from `text_metas` (`extend_text_metas`), so a request's store misses cost a
+    position lookup each instead of a new meta; any other block is worked out by `block_meta`."""
+    get = getattr(req_context, "get_offload_key_position", None)
+    regular = get is not None and _whole(req_context, block_tokens)
+    if not regular or request_spans(req_context) is not None:
+        return [block_meta(key, req_context, block_tokens) for key in keys]
+    out = []
+    for key in keys:
+        end = get(key)
+        if end is None or end <= 0 or end % block_tokens:
+            out.append(block_meta(key, req_context, block_tokens))
+            continue
+        index = end // block_tokens - 1
+        if index >= len(text_metas):
+            extend_text_metas(text_metas, index + 1, block_tokens)
+        out.append(text_metas[index])
+    return out
+
+
+def _whole(req_context: Any, block_tokens: int) -> bool:
+    """Whether each of the request's blocks but its last ends at a multiple of `block_tokens`
+    (then a block so ending starts `block_tokens` before: `_previous_end` is no later)."""
+    if not hasattr(req_context, "get_state") or not hasattr(req_context, "_offload_key_positions"):
+        return False
+    ends = _ends(req_context)
+    whole = ends.whole.get(block_tokens)
+    if whole is None:
+        last = ends[-1] if ends else 0
+        whole = ends.whole[block_tokens] = all(e % block_tokens == 0 for e in ends if e != last)
+    return whole
+
+
 def span_meta(spans: Spans, block_tokens: int) -> Callable[[int], BlockMeta]:
     """`index -> BlockMeta` for the full blocks of a prompt with marked modality spans."""
 
@@ -170,7 +207,12 @@ def in_prefix_order(keys: Sequence[Any], req_context: Any) -> list[Any]:
 
 
 class _EndPositions(list):
-    """A request's sorted block end positions, kept in its `ReqContext` state."""
+    """A request's sorted block end positions, kept in its `ReqContext` state, and by block
+    size whether they are whole blocks (`_whole`)."""
+
+    def __init__(self, ends) -> None:
+        super().__init__(ends)
+        self.whole: dict[int, bool] = {}
 
 
 def _previous_end(req_context: Any, end: int) -> int:
@@ -179,9 +221,17 @@ def _previous_end(req_context: Any, end: int) -> int:
     positions = getattr(req_context, "_offload_key_positions", None)
     if positions is None or not hasattr(req_context, "get_state"):
         return 0
+    ends = _ends(req_context)
+    at = bisect.bisect_left(ends, end)
+    return ends[at - 1] if at > 0 else 0
+
+
+def _ends(req_context: Any) -> _EndPositions:
+    """The request's sorted block end positions, worked out once per request (kept in its
+    state; again when its keys change)."""
+    positions = req_context._offload_key_positions
     ends = req_context.get_state(_EndPositions)
     if ends is None or len(ends) != len(positions):
         ends = _EndPositions(sorted(positions.values()))
         req_context.set_state(ends)
-    at = bisect.bisect_left(ends, end)
-    return ends[at - 1] if at > 0 else 0
+    return ends

@@ -159,3 +159,16 @@ hkv_expert *hkv_arc_new(int64_t capacity) {
     }
     return &p->base;
 }
+
+int hkv_arc_queues(hkv_expert *e, const hkv_oset **sets, const char **names, double *target) {
+    if (e->ops != &ARC_OPS) return 0;
+    arc_t *p = (arc_t *)e;
+    const hkv_oset *mine[4] = {&p->t1, &p->t2, &p->b1, &p->b2};
+    static const char *const labels[4] = {"t1", "t2", "b1", "b2"};
+    for (int i = 0; i < 4; i++) {
+        sets[i] = mine[i];
+        names[i] = labels[i];
+    }
+    *target = p->target;
+    return 4;
+}

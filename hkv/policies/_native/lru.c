@@ -203,7 +203,10 @@ hkv_expert *hkv_st2_new(int64_t capacity) {
     return &p->lru.base;
 }
 
-int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names) {
+int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, double *target) {
+    int n = hkv_arc_queues(e, sets, names, target);
+    if (!n) n = hkv_s3fifo_queues(e, sets, names);
+    if (n) return n;
     if (e->ops == &LRU_OPS || e->ops == &ST2_OPS) {
         sets[0] = &((lru_t *)e)->order;
         names[0] = "order";

@@ -7,6 +7,7 @@
  * of floats (cost_aware's value of each block) or None. See hkv/policies/native.py. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <string.h>
 
 #include "shadow.h"
@@ -366,31 +367,50 @@ fail:
 
 static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
     Py_ssize_t i;
-    const hkv_oset *sets[2];
-    const char *names[2];
+    const hkv_oset *sets[HKV_QUEUES];
+    const char *names[HKV_QUEUES];
+    double target = NAN;
     if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
     if (i < 0 || i >= self->n) {
         PyErr_SetString(PyExc_IndexError, "Shadows.queues_state: no such expert");
         return NULL;
     }
-    int n = hkv_queues_of(self->tiers[i].expert, sets, names);
+    int n = hkv_queues_of(self->tiers[i].expert, sets, names, &target);
     if (!n) Py_RETURN_NONE;
     PyObject *d = PyDict_New();
     for (int j = 0; d && j < n; j++) {
         if (set_item(d, names[j], oset_lists(sets[j])) < 0) Py_CLEAR(d);
     }
+    if (d && !isnan(target) && set_item(d, "target", PyFloat_FromDouble(target)) < 0) Py_CLEAR(d);
     return d;
 }
 
+static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.aside: no such expert");
+        return NULL;
+    }
+    PyObject *lists = oset_lists(&self->tiers[i].aside);
+    if (!lists) return NULL;
+    PyObject *ids = PyTuple_GET_ITEM(lists, 0);
+    Py_INCREF(ids);
+    Py_DECREF(lists);
+    return ids;
+}
+
 static PyMethodDef Shadows_methods[] = {
+    {"aside", (PyCFunction)Shadows_aside, METH_VARARGS,
+     "aside(i): the ids shadow tier i stored outside its expert (declined), oldest first"},
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
      "replay(keys, positions, tokens, worths): store one request in every shadow tier; "
      "each expert's prefix hits before the store"},
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
     {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
-     "queues_state(i): expert i's queues, name -> (key ids front first, values), if it is a "
-     "recency expert (lru, lip, lru+st2), else None"},
+     "queues_state(i): expert i's queues, name -> (key ids front first, values), and arc's "
+     "target, if it is a queue expert (lru, lip, lru+st2, arc, s3fifo), else None"},
     {"prefix_state", (PyCFunction)Shadows_prefix_state, METH_VARARGS,
      "prefix_state(i): expert i's state as a dict of lists (key ids), if it is a prefix-value "
      "expert (depth_lfu, depth_lfu_static, cost_aware), else None"},

@@ -203,3 +203,15 @@ hkv_expert *hkv_s3fifo_new(int64_t capacity) {
     }
     return &p->base;
 }
+
+int hkv_s3fifo_queues(hkv_expert *e, const hkv_oset **sets, const char **names) {
+    if (e->ops != &S3_OPS) return 0;
+    s3_t *p = (s3_t *)e;
+    const hkv_oset *mine[3] = {&p->small, &p->main, &p->ghost};
+    static const char *const labels[3] = {"small", "main", "ghost"};
+    for (int i = 0; i < 3; i++) {
+        sets[i] = mine[i];
+        names[i] = labels[i];
+    }
+    return 3;
+}

@@ -143,10 +143,14 @@ int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state);
 /* its resident entries into arrays of state.size: keys, seqs, priorities */
 void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *priorities);
 
-/* A recency expert's queues (lru: "order"; lip: "cold", "warm"; lru+st2: "order" and its
- * offer tracker "counts", key -> offers), front (oldest) first: up to 2 into `sets` and
- * `names`; how many, 0 where `e` is not one of them */
-int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names);
+/* A queue expert's ordered sets, front (oldest) first, with their payloads: lru "order";
+ * lip "cold", "warm"; lru+st2 "order" and its offer tracker "counts" (key -> offers); arc "t1",
+ * "t2", "b1", "b2" and its T1 target in *target; s3fifo "small", "main" (key -> hits),
+ * "ghost". Up to HKV_QUEUES into `sets` and `names`; how many, 0 where `e` is none of them. */
+#define HKV_QUEUES 4
+int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, double *target);
+int hkv_arc_queues(hkv_expert *e, const hkv_oset **sets, const char **names, double *target);
+int hkv_s3fifo_queues(hkv_expert *e, const hkv_oset **sets, const char **names);
 
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
