@@ -5,7 +5,14 @@
 
 What is timed: hkv's simulator replaying a whole workload through one policy, per block
 (docs/design.md §2: lookup, then each block touched or offered, one eviction at a time), costs
-accounted, as `hkv simulate` runs it. Workloads: Mooncake's synthetic trace (`--trace`, read where
+accounted, as `hkv simulate` runs it; or, with `--through vllm`, vLLM's own
+`CPUOffloadingManager` driven request by request as its connector's scheduler drives it
+(`hkv.integrations.vllm.replay.drive`), each hkv policy behind hkv's adapter against vLLM's
+built-in `lru` (the baseline there) in the same rounds:
+
+    python -m bench.replay_speed --through vllm --only mooncake --policies auto lru \
+        --capacities 0.01 0.02 0.05 0.1 --out data/results/replay_speed_vllm_cpu.json
+ Workloads: Mooncake's synthetic trace (`--trace`, read where
 it lies) and the policy suite's generated ones (`hkv.sim.suite_workloads`, explicit seeds), each at
 1 % and 5 % of its distinct blocks. The process is pinned to one core where the OS allows it.
 
@@ -34,6 +41,8 @@ from hkv.sim import Trace, replay
 from hkv.sim.suite import capacity_for
 
 BASELINE = "lru"
+VLLM_BASELINE = "vllm:lru"
+"""The baseline `--through vllm`: vLLM's own `lru`, every other name an hkv policy there."""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -46,6 +55,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capacities", type=float, nargs="+", default=[0.01, 0.05])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", choices=("full", "ci"), default="full")
+    parser.add_argument("--through", choices=("sim", "vllm"), default="sim")
+    parser.add_argument("--only", nargs="+", default=None, help="these workloads alone")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/replay_speed_cpu.json")
     return parser.parse_args(argv)
 
@@ -76,32 +87,50 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def workloads(trace: Path | None, size: str) -> dict[str, Trace]:
+def workloads(trace: Path | None, size: str, only=None) -> dict[str, Trace]:
     """The policy suite's workloads (`bench.policy_suite.workloads`, seed 0); a trace asked
     for and absent ends the run."""
-    wanted = argparse.Namespace(trace=trace, size=size, seed=0, extra_trace=[], only=None)
+    wanted = argparse.Namespace(trace=trace, size=size, seed=0, extra_trace=[], only=only)
     traces, missing = suite_workloads(wanted)
     if missing:
         sys.exit(f"--trace {trace}: no such file; give the Mooncake trace or --no-trace")
     return traces
 
 
-def passes(trace: Trace, names: list[str], capacity: int, repeats: int, cost) -> dict[str, list]:
-    """`repeats` rounds; each round replays every policy once (lru first), fresh policies."""
+def passes(trace: Trace, names: list[str], capacity: int, repeats: int, through: str):
+    """`repeats` rounds; each round replays every policy once (the baseline first), fresh
+    policies (and, through vLLM, a fresh manager)."""
     rates: dict[str, list[float]] = {name: [] for name in names}
+    cost = CostModel.default()
     for _ in range(repeats):
         for name in names:
+            if through == "vllm":
+                rates[name].append(through_vllm(trace, name, capacity))
+                continue
             policy = make_policy(name, capacity, cost_model=cost)
             rates[name].append(replay(trace, policy, cost_model=cost).refs_per_s)
     return rates
 
 
-def measure(trace: Trace, policies: list[str], capacity: int, repeats: int) -> dict[str, Any]:
-    names = [BASELINE, *[p for p in policies if p != BASELINE]]
-    rates = passes(trace, names, capacity, repeats, CostModel.default())
+def through_vllm(trace: Trace, name: str, capacity: int) -> int:
+    """Block references a second of `trace` through vLLM's manager run by `name`."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager, native_manager
+
+    if name == VLLM_BASELINE:
+        manager = native_manager("lru", capacity)
+    else:
+        manager = hkv_manager(name, trace, capacity)
+    return drive(trace, manager)["refs_per_s"]
+
+
+def measure(trace: Trace, args: argparse.Namespace, capacity: int) -> dict[str, Any]:
+    baseline = VLLM_BASELINE if args.through == "vllm" else BASELINE
+    names = [baseline, *[p for p in args.policies if p != baseline]]
+    rates = passes(trace, names, capacity, args.repeats, args.through)
     rows = {}
     for name in names:
-        ratios = [mine / base for mine, base in zip(rates[name], rates[BASELINE], strict=True)]
+        pairs = zip(rates[name], rates[baseline], strict=True)
+        ratios = [mine / base for mine, base in pairs]
         rows[name] = {
             "refs_per_s_best": round(max(rates[name])),
             "refs_per_s_median": round(statistics.median(rates[name])),
@@ -113,7 +142,7 @@ def measure(trace: Trace, policies: list[str], capacity: int, repeats: int) -> d
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    traces = workloads(args.trace, args.size)
+    traces = workloads(args.trace, args.size, args.only)
     with one_core() as core:
         cells = run_cells(traces, args)
     worst = {
@@ -131,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             "capacities_frac_of_distinct_blocks": args.capacities,
             "repeats": args.repeats,
             "size": args.size,
-            "store": "per_block",
+            "store": "per_block" if args.through == "sim" else "vllm_manager",
+            "through": args.through,
+            "only": args.only,
             "pinned_core": core,
         },
-        packages=("hkv", "numpy"),
+        packages=("hkv", "numpy") if args.through == "sim" else ("hkv", "numpy", "vllm"),
         machine={"cpu_model": cpu_model()},
     )
     return 0
@@ -145,7 +176,7 @@ def run_cells(traces: dict[str, Trace], args: argparse.Namespace) -> list[dict[s
     for label, trace in traces.items():
         for fraction in args.capacities:
             capacity = capacity_for(trace, fraction)
-            rows = measure(trace, args.policies, capacity, args.repeats)
+            rows = measure(trace, args, capacity)
             cells.append(
                 {
                     "workload": label,

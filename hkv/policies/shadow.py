@@ -76,6 +76,7 @@ class ShadowSet:
         cost = "cost_aware" in [labels[i] for i in fast]
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
+        self._seen: dict[int, tuple[BlockMeta, float]] = {}  # id(meta) -> (meta, its value())
         # with `keys`: each id the native shadows may name -> its key and meta (`copied`)
         self._labels, self._context = list(labels), context
         self._keys: dict[int, Any] | None = {} if keys and fast else None
@@ -117,7 +118,7 @@ class ShadowSet:
                 tier = twin.tiers[i] = VllmTier(self.copied(i, memo), refuses=False)
                 tier.aside = {self._keys[k]: self._metas[k] for k in self._native.aside(j)}
             twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
-        twin._worths = dict(self._worths)
+        twin._worths, twin._seen = dict(self._worths), {}
         return twin
 
     def replay(self, request: list) -> list[int]:
@@ -177,12 +178,21 @@ class ShadowSet:
         value = self._value
         if value is None:
             return None
-        worths, out = self._worths, []
+        worths, seen, out = self._worths, self._seen, []
         for _, meta in request:
+            # a meta met before (vLLM's adapter shares one a position): its worth by identity,
+            # the meta kept alive beside it so that its id is not reused meanwhile
+            known = seen.get(id(meta))
+            if known is not None and known[0] is meta:
+                out.append(known[1])
+                continue
             shape = (meta.tokens, meta.position, meta.modality, meta.tier)
             worth = worths.get(shape)
             if worth is None:
                 worth = worths[shape] = value(meta)
+            if len(seen) > 1 << 16:
+                seen.clear()
+            seen[id(meta)] = (meta, worth)
             out.append(worth)
         return out
 
