@@ -1557,6 +1557,27 @@ def tp2_check() -> dict[str, Any]:
     return check
 
 
+def through_vllm_ratios(policy: str) -> tuple[float, ...]:
+    """`policy`'s median speed as a share of vLLM lru's, Mooncake through vLLM's manager, at
+    each capacity of `replay_speed_vllm_cpu.json`."""
+    cells = result("replay_speed_vllm_cpu.json")["cells"]
+    assert [c["capacity_frac"] for c in cells] == [0.01, 0.02, 0.05, 0.1]
+    return tuple(c["policies"][policy]["vs_lru_median"] for c in cells)
+
+
+SPEED_ROW = " | {:.2f}x | {:.2f}x | {:.2f}x | {:.2f}x |"
+CLAIMS += [
+    *(
+        ("| " + label + SPEED_ROW, functools.partial(through_vllm_ratios, name))
+        for label, name in (("hkv_auto", "auto"), ("hkv_lru", "lru"), ("hkv_bip", "bip"))
+    ),
+    (
+        "`hkv_auto` replays Mooncake's trace at {:.2f}x to {:.2f}x of vLLM lru's speed",
+        lambda: (min(through_vllm_ratios("auto")), max(through_vllm_ratios("auto"))),
+    ),
+]
+
+
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
     text = " ".join(snippet.format(*values()).split())
