@@ -116,9 +116,10 @@ class ShadowSet:
         if self._native is not None:
             for j, i in enumerate(self._fast):
                 tier = twin.tiers[i] = VllmTier(self.copied(i, memo), refuses=False)
-                tier.aside = {self._keys[k]: self._metas[k] for k in self._native.aside(j)}
+                aside = self._native.aside(j)
+                tier.aside = {self._keys[k]: _unpinned(self._metas[k]) for k in aside}
             twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
-        twin._worths, twin._seen = dict(self._worths), {}
+        twin._worths, twin._seen, twin._own = dict(self._worths), {}, {}
         return twin
 
     def replay(self, request: list) -> list[int]:
