@@ -10,7 +10,7 @@ import pytest
 
 from hkv.blocks import BlockMeta
 from hkv.policies import native
-from hkv.policies.shadow import make_expert
+from hkv.policies.shadow import HANDED_OVER, make_expert
 from hkv.policies.tier import VllmTier, replay_request
 
 pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
@@ -258,7 +258,7 @@ def test_a_native_shadow_handed_to_python_is_its_python_shadow(label, seed, n, c
         assert set(native_tier) == set(python), i
 
 
-@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"])
+@pytest.mark.parametrize("label", sorted(HANDED_OVER))
 @pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17), (2, 150, 512)])
 def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
     """`auto`'s switch to a prefix-value or recency expert replays its history in C
@@ -272,15 +272,15 @@ def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
     for request in requests[:cut]:
         python.store(request)
     rebuilt = rebuilt_in_c(label, capacity, requests[:cut], {})
-    fields = queue_fields if label in ("lip", "lru+st2") else prefix_fields
+    prefix = ("cost_aware", "depth_lfu", "depth_lfu_static")
+    fields = prefix_fields if label in prefix else queue_fields
     assert fields(rebuilt) == fields(python.policy)
     # each as `auto` takes it: the policy alone (the replay tier's blocks aside stay behind)
     python, native = VllmTier(python.policy, refuses=False), VllmTier(rebuilt, refuses=False)
     for i, request in enumerate(requests[cut:]):
         assert replay_request(native, request) == replay_request(python, request), i
         assert set(native) == set(python), i
-    for other in ("lru", "arc", "s3fifo"):  # replayed in Python
-        assert rebuilt_in_c(other, capacity, requests[:cut], {}) is None
+    assert rebuilt_in_c("lru", capacity, requests[:cut], {}) is None  # replayed in Python
 
 
 def test_a_switch_holds_the_garbage_collector_off_and_gives_it_back():
@@ -313,7 +313,7 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
     from hkv.policies.shadow import HANDED_OVER
 
     history = sessions(3, 120)
-    for label in ("lip", "arc", "cost_aware"):
+    for label in ("lip", "lru", "arc", "cost_aware"):
         python_ms = auto_rebuild.rebuild_ms(label, history, 64, native=False)
         c_ms = auto_rebuild.rebuild_ms(label, history, 64, native=True)
         assert python_ms > 0 and ((c_ms is not None) == (label in HANDED_OVER))
@@ -322,3 +322,16 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
     rows = load_results(["auto_rebuild_cpu.json"])["auto_rebuild_cpu.json"]["rows"]
     assert {r["expert"] for r in rows if r["c_ms"] is not None} == set(HANDED_OVER)
     assert {r["expert"] for r in rows} == set(native.LABELS)
+
+
+def test_known_pairs_in_c_are_the_python_ones(monkeypatch):
+    """`native.known` (the blocks of a request `auto` holds or declined) in C and in Python:
+    the same pairs in the same order, the first dict's meta before the second's."""
+    first = {k: BlockMeta(tokens=TOKENS, position=k) for k in range(0, 40, 2)}
+    second = {k: BlockMeta(tokens=TOKENS, position=-k) for k in range(0, 60, 3)}
+    keys = [5, 4, 3, 60, 6, 6, 0, 57, 1]
+    in_c = native.known(keys, first, second)
+    monkeypatch.setattr(native, "_shadows", None)
+    assert in_c == native.known(keys, first, second)
+    assert [k for k, _ in in_c] == [4, 3, 6, 6, 0, 57]
+    assert in_c[2][1] is first[6] and in_c[1][1] is second[3]

@@ -827,10 +827,10 @@ def auto_cpu_switch_ms() -> tuple[Any, ...]:
 
 def auto_rebuild_ms() -> tuple[Any, ...]:
     """The rebuild bench: the history's references, then (C, Python) ms for cost_aware,
-    depth_lfu_static and lip."""
+    depth_lfu_static, lip and arc."""
     data = result("auto_rebuild_cpu.json")
     rows = {row["expert"]: row for row in data["rows"]}
-    picks = ("cost_aware", "depth_lfu_static", "lip")
+    picks = ("cost_aware", "depth_lfu_static", "lip", "arc")
     times = (ms for e in picks for ms in (rows[e]["c_ms"], rows[e]["python_ms"]))
     return data["history_refs"], *times
 
@@ -1271,7 +1271,8 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
         "({:,} block references; `python -m bench.auto_rebuild`, "
         "`data/results/auto_rebuild_cpu.json`, both ways with the collector held off) `cost_aware` "
         "took {:.1f} ms against {:.1f} ms replayed in Python, `depth_lfu_static` {:.1f} ms "
-        "against {:.1f} ms and `lip` {:.1f} ms against {:.1f} ms",
+        "against {:.1f} ms and `lip` {:.1f} ms against {:.1f} ms, `arc` {:.1f} ms against "
+        "{:.1f} ms",
         auto_rebuild_ms,
     ),
     (

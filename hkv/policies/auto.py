@@ -12,7 +12,7 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
-from hkv.policies.native import sampled
+from hkv.policies.native import known, sampled
 from hkv.policies.shadow import (
     EXPERTS,
     ShadowSet,
@@ -315,7 +315,7 @@ class AutoPolicy(EvictionPolicy):
         if not self.capacity_blocks:
             return
         metas, declined = self._metas, self._declined
-        found = [(k, m) for k in reused if (m := metas.get(k) or declined.get(k)) is not None]
+        found = known(reused if isinstance(reused, list) else list(reused), metas, declined)
         if self._sampled:  # the whole request kept as it came (`merged` at a rebuild only)
             if pending or found:
                 self._remember((pending, found, len(pending) + len(found)))

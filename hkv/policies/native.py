@@ -50,6 +50,14 @@ def sampled(pairs: list, threshold: int) -> list:
     return [pair for pair in pairs if key_bits(pair[0]) < threshold]
 
 
+def known(keys: list, first: dict, second: dict) -> list:
+    """`(key, meta)` of each of `keys` whose meta is in `first`, else in `second`, in order (in
+    C where built): the blocks of a request `auto` holds or declined."""
+    if _shadows is not None:
+        return _shadows.known(keys, first, second)
+    return [(k, m) for k in keys if (m := first.get(k) or second.get(k)) is not None]
+
+
 def key_ids(keys: list) -> list[int]:
     """`key_bits` of each key (in C where built)."""
     if _shadows is not None:

@@ -11,6 +11,8 @@ import copy
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -20,6 +22,10 @@ from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
+
+_KEY, _META = itemgetter(0), itemgetter(1)
+_POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
+
 
 EXPERTS: dict[str, tuple[str, dict[str, Any], int]] = {
     "lru": ("lru", {}, 1),
@@ -76,7 +82,6 @@ class ShadowSet:
         cost = "cost_aware" in [labels[i] for i in fast]
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
-        self._seen: dict[int, tuple[BlockMeta, float]] = {}  # id(meta) -> (meta, its value())
         # with `keys`: each id the native shadows may name -> its key and meta (`copied`)
         self._labels, self._context = list(labels), context
         self._keys: dict[int, Any] | None = {} if keys and fast else None
@@ -119,7 +124,7 @@ class ShadowSet:
                 aside = self._native.aside(j)
                 tier.aside = {self._keys[k]: _unpinned(self._metas[k]) for k in aside}
             twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
-        twin._worths, twin._seen, twin._own = dict(self._worths), {}, {}
+        twin._worths, twin._own = dict(self._worths), {}
         return twin
 
     def replay(self, request: list) -> list[int]:
@@ -131,17 +136,19 @@ class ShadowSet:
         else:
             hits = [0] * len(self.tiers)
         if self._native is not None:
-            request_keys = [key for key, _ in request]
+            request_keys, metas = list(map(_KEY, request)), list(map(_META, request))
             ids = ext.key_ids(request_keys)
-            metas = [meta for _, meta in request]
             if self._keys is not None:
                 self._keep(ids, request_keys, metas)
-            positions = [meta.position for meta in metas]
-            tokens = [meta.tokens for meta in metas]
-            fast_hits = self._native.replay(ids, positions, tokens, self._worth_of(request))
+            fast_hits = self._native.replay(ids, *self._columns(metas))
             for i, h in zip(self._fast, fast_hits, strict=True):
                 hits[i] = h
         return hits
+
+    def _columns(self, metas: list[BlockMeta]) -> tuple[list, list, list | None]:
+        """What the native shadows read of each block: its position, its token count and
+        cost_aware's value of it (None without cost_aware)."""
+        return list(map(_POSITION, metas)), list(map(_TOKENS, metas)), self._worth_of(metas)
 
     def _keep(self, ids: list[int], keys: list, metas: list) -> None:
         """Remember each id's key and meta; past a bound, forget those no native shadow names
@@ -174,35 +181,28 @@ class ShadowSet:
             own = self._own[shape] = _unpinned(meta)
         return own
 
-    def _worth_of(self, request: list) -> list[float] | None:
-        """cost_aware's value of each block, remembered by shape as its `_observe` does."""
+    def _worth_of(self, metas: list[BlockMeta]) -> list[float] | None:
+        """cost_aware's value of each meta, worked out once per meta object (vLLM's adapter
+        shares one a position) and remembered by shape as its `_observe` does."""
         value = self._value
         if value is None:
             return None
-        worths, seen, out = self._worths, self._seen, []
-        for _, meta in request:
-            # a meta met before (vLLM's adapter shares one a position): its worth by identity,
-            # the meta kept alive beside it so that its id is not reused meanwhile
-            known = seen.get(id(meta))
-            if known is not None and known[0] is meta:
-                out.append(known[1])
-                continue
+        ids = list(map(id, metas))  # (`metas` keeps every one alive: no id is reused)
+        worths, of_id = self._worths, {}
+        for i, meta in dict(zip(ids, metas, strict=True)).items():
             shape = (meta.tokens, meta.position, meta.modality, meta.tier)
             worth = worths.get(shape)
             if worth is None:
                 worth = worths[shape] = value(meta)
-            if len(seen) > 1 << 16:
-                seen.clear()
-            seen[id(meta)] = (meta, worth)
-            out.append(worth)
-        return out
+            of_id[i] = worth
+        return list(map(of_id.__getitem__, ids))
 
 
-HANDED_OVER = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"})
+HANDED_OVER = frozenset({"arc", "cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"})
 """The experts a switch rebuilds in C and hands to Python (`rebuilt_in_c`): those for which
 that beats replaying them in Python (`python -m bench.auto_rebuild`,
-data/results/auto_rebuild_cpu.json). `lru`'s Python replay is about as fast; `arc` and `s3fifo`
-have no hand-over."""
+data/results/auto_rebuild_cpu.json). `lru`'s and `s3fifo`'s Python replays are about as fast.
+A full tier's switch hands over every expert's C shadow (`ShadowSet.copied`)."""
 
 
 def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
@@ -213,18 +213,20 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
-    keys: dict[int, Any] = {}
-    metas: dict[int, Any] = {}
+    requests = list(requests)
+    pairs = list(chain.from_iterable(requests))  # every request's columns worked out at once
+    all_keys, all_metas = list(map(_KEY, pairs)), list(map(_META, pairs))
+    ids = ext.key_ids(all_keys)
+    positions, tokens, worths = tier._columns(all_metas)
+    start = 0
     for request in requests:
-        request_keys = [key for key, _ in request]
-        request_metas = [meta for _, meta in request]
-        ids = ext.key_ids(request_keys)
-        keys.update(zip(ids, request_keys, strict=True))
-        metas.update(zip(ids, request_metas, strict=True))
-        positions = [meta.position for meta in request_metas]
-        tokens = [meta.tokens for meta in request_metas]
-        tier._native.replay(ids, positions, tokens, tier._worth_of(request))
+        end = start + len(request)
+        part = None if worths is None else worths[start:end]
+        tier._native.replay(ids[start:end], positions[start:end], tokens[start:end], part)
+        start = end
     policy = make_expert(label, capacity_blocks, **context)
+    keys = dict(zip(ids, all_keys, strict=True))
+    metas = dict(zip(ids, all_metas, strict=True))  # an id's last meta
     handed_over(policy, tier._native, 0, keys, metas)
     return policy
 

@@ -205,6 +205,36 @@ static PyObject *sampled(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* known(keys, first, second): `(key, meta)` for each key of a list found in dict `first`, else
+ * in dict `second` (its meta from there), in order; keys in neither are left out */
+static PyObject *known(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *keys, *first, *second;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &keys, &PyDict_Type, &first,
+                          &PyDict_Type, &second))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        PyObject *meta = PyDict_GetItemWithError(first, key);
+        if (!meta && !PyErr_Occurred()) meta = PyDict_GetItemWithError(second, key);
+        if (!meta) {
+            if (PyErr_Occurred()) goto fail;
+            continue;
+        }
+        PyObject *pair = PyTuple_Pack(2, key, meta);
+        if (!pair) goto fail;
+        int r = PyList_Append(out, pair);
+        Py_DECREF(pair);
+        if (r < 0) goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* key_ids(keys): `native.key_bits` of each key of a list */
 static PyObject *key_ids(PyObject *module, PyObject *keys) {
     (void)module;
@@ -230,6 +260,8 @@ static PyObject *key_ids(PyObject *module, PyObject *keys) {
 
 static PyMethodDef module_methods[] = {
     {"key_ids", key_ids, METH_O, "key_ids(keys): the 64-bit id of each key (native.key_bits)"},
+    {"known", known, METH_VARARGS,
+     "known(keys, first, second): (key, meta) of each key found in dict first, else second"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(pairs, threshold): the (key, meta) pairs whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
