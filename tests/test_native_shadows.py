@@ -335,3 +335,22 @@ def test_known_pairs_in_c_are_the_python_ones(monkeypatch):
     assert in_c == native.known(keys, first, second)
     assert [k for k, _ in in_c] == [4, 3, 6, 6, 0, 57]
     assert in_c[2][1] is first[6] and in_c[1][1] is second[3]
+
+
+@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static"])
+def test_a_rebuild_that_keeps_only_the_held_blocks_is_one_that_removes_the_others(label):
+    """`rebuilt_in_c(held=...)` (a switch of a sampled `auto`) makes no entry for a block the
+    tier does not hold: the same policy as the Python replay with those blocks removed after."""
+    from hkv.policies.shadow import rebuilt_in_c
+
+    requests = sessions(4, 240)
+    capacity = 96
+    python = VllmTier(make_expert(label, capacity), refuses=False)
+    for request in requests:
+        python.store(request)
+    held = {key for key in list(python.policy)[::3]}  # a third of what the expert holds
+    for key in [key for key in python.policy if key not in held]:
+        python.policy.remove(key)
+    rebuilt = rebuilt_in_c(label, capacity, requests, {}, held=held)
+    assert set(rebuilt) == held
+    assert prefix_fields(rebuilt) == prefix_fields(python.policy)

@@ -19,7 +19,6 @@ from hkv.policies.shadow import (
     make_expert,
     merged,
     paused_gc,
-    rebuilt_in_c,
 )
 from hkv.policies.tier import VllmTier
 
@@ -376,7 +375,7 @@ class AutoPolicy(EvictionPolicy):
             context = {"cost_model": self.cost_model, "config": self.config}
             label, capacity = self.experts[best], self.capacity_blocks
             whole = (merged(misses, found) for misses, found, _ in history)
-            policy = rebuilt_in_c(label, capacity, whole, context) if self._shadows.native else None
+            policy = self._shadows.rebuilt(label, capacity, whole, held=self._metas)
             requests = iter(() if policy is not None else history)
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
                 policy = make_expert(label, capacity, **context)

@@ -11,7 +11,7 @@ import copy
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import chain
+from itertools import chain, compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -112,6 +112,14 @@ class ShadowSet:
         handed_over(policy, self._native, self._fast.index(i), self._keys, metas)
         return policy
 
+    def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None):
+        """`rebuilt_in_c` with this set's context and memo of worths; None where the shadows do
+        not run in C."""
+        if self._native is None:
+            return None
+        return rebuilt_in_c(label, capacity_blocks, requests, self._context, worths=self._worths,
+                            held=held)  # fmt: skip
+
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
         policies in `VllmTier`s holding what they hold aside (C state cannot be copied)."""
@@ -205,14 +213,19 @@ data/results/auto_rebuild_cpu.json). `lru`'s and `s3fifo`'s Python replays are a
 A full tier's switch hands over every expert's C shadow (`ShadowSet.copied`)."""
 
 
-def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
+def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, worths=None,
+                 held=None):  # fmt: skip
     """Expert `label` after storing `requests` (each `(key, meta)` pairs in prefix order) in a
     tier of its own, as `VllmTier(expert, refuses=False)` would leave it, replayed in C and
     handed to its Python policy; None where the extension is not built or the expert is not
-    one of `HANDED_OVER`."""
+    one of `HANDED_OVER`. `worths`: a memo of cost_aware's values by shape to share (a
+    `ShadowSet`'s); `held`: the keys the tier holds, where only those may stay resident (the
+    prefix-value experts' other entries are not made, as if made and removed)."""
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
+    if worths is not None:
+        tier._worths = worths
     requests = list(requests)
     pairs = list(chain.from_iterable(requests))  # every request's columns worked out at once
     all_keys, all_metas = list(map(_KEY, pairs)), list(map(_META, pairs))
@@ -227,15 +240,23 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict):
     policy = make_expert(label, capacity_blocks, **context)
     keys = dict(zip(ids, all_keys, strict=True))
     metas = dict(zip(ids, all_metas, strict=True))  # an id's last meta
-    handed_over(policy, tier._native, 0, keys, metas)
+    handed_over(policy, tier._native, 0, keys, metas, held=held)
     return policy
 
 
-def handed_over(policy: EvictionPolicy, shadows, i: int, keys: dict, metas: dict) -> None:
+def handed_over(
+    policy: EvictionPolicy, shadows, i: int, keys: dict, metas: dict, *, held=None
+) -> None:
     """`policy` (fresh, of shadow `i`'s expert) takes the state of native shadow `i`: `keys`
-    and `metas` give the key and meta of each id that state names."""
+    and `metas` give the key and meta of each id that state names; with `held`, a prefix-value
+    expert's resident entries are only those whose key is in it (removing an entry changes
+    nothing else there)."""
     state = shadows.prefix_state(i)
     if state is not None:
+        if held is not None:
+            kept = [keys[k] in held for k in state["entry_keys"]]
+            for name in ("entry_keys", "entry_seqs", "entry_priorities"):
+                state[name] = list(compress(state[name], kept))
         policy.restore(state, keys, metas)
     else:
         policy.restore_queues(shadows.queues_state(i), keys, metas)
