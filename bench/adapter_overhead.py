@@ -219,7 +219,7 @@ def setup(policies: list[str], workload) -> list[Prompt]:
 
 def run(args) -> tuple[dict, dict]:
     """Every policy measured on the anchor workload: (parameters, results)."""
-    workload = Workload()
+    workload = Workload(popularity=args.popularity)
     capacity = blocks_for_gib(args.cpu_gib)
     t0 = time.perf_counter()
     requests = setup(args.policies, workload)
@@ -232,6 +232,7 @@ def run(args) -> tuple[dict, dict]:
     ]
     with_ratios(rows)
     parameters = {"policies": list(args.policies), "cpu_gib": args.cpu_gib}
+    parameters["popularity"] = args.popularity
     parameters["repeats"] = args.repeats
     results = {
         "call_pattern": "vLLM 0.26 (whole-prompt touch at lookup and after every store)",
@@ -253,7 +254,7 @@ def run(args) -> tuple[dict, dict]:
 
 def profile(name: str, args, top: int = 30) -> None:
     """cProfile one untimed replay of `name`, hottest functions by own time."""
-    requests = setup([name], Workload())
+    requests = setup([name], Workload(popularity=args.popularity))
     capacity = blocks_for_gib(args.cpu_gib)
     profiler = cProfile.Profile()
     profiler.runcall(replay, name, requests, capacity, False)
@@ -278,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
     parser.add_argument("--cpu-gib", type=float, default=8.0)
+    parser.add_argument(
+        "--popularity", type=float, default=0.0, help="the skewed variant's Zipf exponent (1)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", metavar="POLICY", help="cProfile one policy, write nothing")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/adapter_overhead_cpu.json")
