@@ -309,6 +309,10 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     assert r["vllm_h200"]["auto_later_rows"] == bench_vllm_auto.time_rows(later)
     findings = bench_vllm_auto.time_findings(later, {"runs": []})
     assert r["vllm_h200"]["auto_later_findings"] == findings and len(findings) == 3
+    second = load_result("vllm_h200_time_601309a")  # the same engines on a second host
+    assert r["vllm_h200"]["auto_second_rows"] == bench_vllm_auto.time_rows(second)
+    findings = bench_vllm_auto.time_findings(second, {"runs": []})
+    assert r["vllm_h200"]["auto_second_findings"] == findings and len(findings) == 3
 
 
 def check_end_to_end_benchmarks(r: dict[str, Any]) -> None:

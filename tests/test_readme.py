@@ -1315,12 +1315,14 @@ def h200_native() -> dict[str, Any]:
     return result("vllm_h200_time_native.json")
 
 
-def h200_native_switch_s(gib: float = 8.0, popularity: float = 0.0) -> tuple[Any, ...]:
+def h200_native_switch_s(
+    gib: float = 8.0, popularity: float = 0.0, data: dict | None = None
+) -> tuple[Any, ...]:
     """The switches of each auto run of one engine (all alike) and the lowest and highest
-    seconds they took in a run."""
+    seconds they took in a run (`data`: a folded file, `vllm_h200_time_native.json` unset)."""
     runs = [
         r
-        for r in h200_native()["runs"]
+        for r in (data or h200_native())["runs"]
         if (r["policy"], r["cpu_gib"], r["popularity"]) == ("hkv_auto", gib, popularity)
     ]
     seconds = [r["policy_inner"]["_switch"]["s"] for r in runs]
@@ -1575,6 +1577,63 @@ CLAIMS += [
     (
         "`hkv_auto` replays Mooncake's trace at {:.2f}x to {:.2f}x of vLLM lru's speed",
         lambda: (min(through_vllm_ratios("auto")), max(through_vllm_ratios("auto"))),
+    ),
+]
+
+
+def h200_601309a() -> dict[str, Any]:
+    """The engines of hkv 601309a on a second H200 host (`vllm_h200_time_601309a.json`)."""
+    return result("vllm_h200_time_601309a.json")
+
+
+def h200_601309a_context() -> tuple[float, ...]:
+    """lru's median anchor wall there and in `vllm_h200_time_head.json` (s); bip's wall against
+    lru's on the skewed variant at 8 GiB there (%)."""
+    walls = [
+        statistics.median(
+            r["wall_s"] for r in data["runs"] if (r["policy"], r["popularity"]) == ("lru", 0.0)
+        )
+        for data in (h200_601309a(), h200_head())
+    ]
+    rows = {
+        (r["workload"], r["cpu_gib"], r["policy"]): r
+        for r in bench_vllm_auto.time_rows(h200_601309a())
+    }
+    return (*walls, 100 * rows[("skewed (Zipf 1)", 8.0, "hkv_bip")]["wall_vs_lru"])
+
+
+def h200_601309a_switches() -> tuple[Any, ...]:
+    """auto's switch seconds a run at skewed 8 GiB (s) and 12 GiB (ms), each switch's lowest and
+    highest (ms) on the skewed variant, one C rebuild's fastest and slowest expert (ms)."""
+    data = h200_601309a()
+    calls8, low8, high8 = h200_native_switch_s(8.0, 1.0, data)
+    calls12, low12, high12 = h200_native_switch_s(12.0, 1.0, data)
+    each = [
+        r["policy_inner"]["_switch"]["s"] / r["policy_inner"]["_switch"]["calls"]
+        for r in data["runs"]
+        if r["policy"] == "hkv_auto" and r["popularity"] == 1.0
+    ]
+    c_ms = [row["c_ms"] for row in result("auto_rebuild_cpu.json")["rows"] if row["c_ms"]]
+    return (low8, high8, calls8, 1e3 * low12, 1e3 * high12, calls12,
+            1e3 * min(each), 1e3 * max(each), min(c_ms), max(c_ms))  # fmt: skip
+
+
+CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_601309a()),)),
+    (
+        "{}",
+        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_601309a(), {"runs": []})),),
+    ),
+    (
+        "(lru's anchor\nwall {:.1f} s against {:.1f} s) and noisier: `hkv_bip`, which caches what "
+        "lru does on the skewed\nvariant at a lower policy time, lost {:.1f} % of wall time",
+        h200_601309a_context,
+    ),
+    (
+        "`auto` spent {:.2f}-{:.2f} s a run in its {} switches at 8 GiB and {:.0f}-{:.0f} ms in "
+        "its {} at 12 GiB\n(`policy_inner`), {:.0f}-{:.0f} ms a switch on this host against "
+        "{:.1f}-{:.1f} ms for one rebuild in C",
+        h200_601309a_switches,
     ),
 ]
 

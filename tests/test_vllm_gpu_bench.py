@@ -764,6 +764,9 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     write_json(files[1], {**json.loads(files[1].read_text()), "status": "error"})
     with pytest.raises(SystemExit, match="did not finish"):
         fold(files, tmp_path / "again.json")
+    kept = fold(files, tmp_path / "partial.json", partial=True)  # its finished runs, marked
+    assert len(kept["runs"]) == 8 and kept["parameters"]["engines"][1]["finished"] is False
+    assert "finished" not in kept["parameters"]["engines"][0]
 
 
 def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):

@@ -63,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
     folded = sub.add_parser("fold", help="several run files as one small results file")
     folded.add_argument("files", type=Path, nargs="+")
     folded.add_argument("--out", type=Path, required=True)
+    folded.add_argument("--partial", action="store_true", help="keep a cut-off engine's runs")
     sub.add_parser("link", help="pinned host<->GPU bandwidth as one JSON line")
     sub.add_parser("workload", help="the request sequence's summary as JSON")
     return parser
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "drive":
         drive(args)
     elif args.mode == "fold":
-        fold(args.files, args.out)
+        fold(args.files, args.out, args.partial)
     elif args.mode == "fold-traces":
         fold_traces(args.files, args.out)
     elif args.mode == "link":

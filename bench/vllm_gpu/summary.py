@@ -128,19 +128,24 @@ FOLDED_DROP = ("metrics_delta", "policy_by_method")
 """Per-run keys `fold` leaves out (vLLM's raw metric deltas, the per-method timer table)."""
 
 
-def fold(files: list, out) -> dict:
+def fold(files: list, out, partial: bool = False) -> dict:
     """One small results file from several `run` files (one engine each): each engine's
-    parameters and sizes, and a row per run (its summary, without the per-request arrays)."""
+    parameters and sizes, and a row per run (its summary, without the per-request arrays).
+    `partial`: an engine cut off before its last run (a call's time limit) keeps the runs it
+    finished, its entry marked `"finished": false`; otherwise such a file is refused."""
     from hkv.inputs import read_json
     from hkv.sim.anchor import Workload, workload_summary
 
     engines, runs, variants = [], [], {}
     for path in files:
         data = read_json(path, "fold")
-        if data.get("status") != "done":
+        finished = data.get("status") == "done"
+        if not finished and not (partial and data.get("repeats")):
             raise SystemExit(f"fold: {path} did not finish ({data.get('status')!r})")
         params = data["parameters"]
         engines.append({**params, "cpu_blocks": data["cpu_blocks"], "file": Path(path).name})
+        if not finished:
+            engines[-1]["finished"] = False
         popularity = params.get("popularity", 0.0)
         variants[f"{params['variant']}@{popularity:g}"] = workload_summary(
             Workload(images=params["variant"] == "mm", popularity=popularity)
