@@ -626,6 +626,30 @@ def test_a_leader_retired_beyond_the_history_is_rebuilt_and_forgotten():
     assert set(policy._live) | set(policy._aside) == set(policy)
 
 
+@pytest.mark.parametrize("wait", [1, 2])
+def test_a_sampled_tier_rebuilds_a_leader_only_for_a_lead_that_holds(wait):
+    """A switch that must rebuild its leader (a sampled tier, an expert not retired within
+    the history) waits until the lead has held `confirm_rebuild` requests in a row; a lead of
+    one request that is gone at the next sets none off. A switch back to a retired leader
+    resumes it and happens at once."""
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    policy = make_policy(
+        "auto", 4096, experts=["lru", "cost_aware"], first="lru", confirm_rebuild=wait, **sampling
+    )
+    hits = iter([[0, 10], [20, 0], [0, 30], [0, 10], [100, 0]])  # each expert's, per request
+    policy._shadows.replay = lambda request: next(hits)
+    request = [(key, BlockMeta(tokens=16, position=16 * key)) for key in range(10)]
+    leaders = []
+    for _ in range(5):
+        policy._score(request)
+        leaders.append(policy.leader)
+    if wait == 1:  # every lead switches at once, back and forth
+        assert leaders == ["cost_aware", "lru", "cost_aware", "cost_aware", "lru"]
+    else:  # the one-request lead is ignored; the held one rebuilds; the way back resumes
+        assert leaders == ["lru", "lru", "lru", "cost_aware", "lru"]
+    assert policy.switches == (4 if wait == 1 else 2)
+
+
 @pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])
 def test_auto_samples_a_key_by_the_same_bits_every_time(key):
     from hkv.policies.native import key_bits
@@ -643,6 +667,7 @@ def test_auto_hyperparameters_are_checked_by_name():
         ("first", "arc"),
         ("sample_blocks", 16),
         ("sample_above", 100),
+        ("confirm_rebuild", 0),
         ("native", "yes"),
     )
     for field, value in bad:

@@ -81,32 +81,22 @@ class AutoPolicy(EvictionPolicy):
     vLLM's tier calls `auto` once per request and per eviction. A tier larger than
     `sample_above` blocks has its shadows sampled, as miniature simulations do (Waldspurger et
     al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017): each
-    shadow holds `sample_blocks` blocks and sees only the keys whose hash falls in the same
-    fraction (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the
-    full tier's at that fraction of the cost. That holds for a policy whose behaviour scales
-    with the tier; `predictive` counts its labels in absolute numbers, so a sampled shadow of
-    it learns more slowly than the full tier would, and it has no sampled shadow (it never
-    leads a sampled tier unless it is `first`). With it, on the H200 anchor at 8 GiB (16,384
-    blocks, sampled) `auto` kept 24.0 % of prompt tokens cached, 26.1 % in the two-tier model
-    of that engine (29.1 % with its counts scaled to the sample); without it 34.6 % in the
-    model and 34.0 % on the H200. Each miniature holds 1,024 blocks: in that two-tier model
-    1,024 kept what 2,048 did on the anchor at 8, 12 and 16 GiB (34.6, 60.4, 71.0 %) and on
-    its skewed variant at 8 GiB (70.7 % against 70.3 %), 512 lost 1.8 points at 8 GiB, and the
-    shadows' time halves. (Sampling lightly saves little and, on Mooncake's trace at 2,196 and
-    4,392 blocks, cost 0.4 and 1.5 points of hit rate in extra switches; at 8,785 and 16,252
-    blocks, miniatures of 1,024 blocks ended 0.9 points ahead of full shadows and 0.1 behind.)
-    A prefix cache's blocks come and go in chains, and a sampled request's hits are counted up
-    to its first sampled miss. Sampled shadows hold too few keys to run the tier, so at a
-    switch the new leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes
-    of block references, kept whole) through a full tier of its own, which gives it the
-    recency, frequencies, ghosts and admission counts that window teaches, then fitted to the
-    tier as a copied shadow is. Its cost, one expert over that window, is paid at the switch
-    only (a window of one tier-size halves it, and cost those two Mooncake tiers 0.7 and 1.0
-    points). A switch back to an expert that led within that window costs far less: its last
-    live instance resumes, caught up on the requests since it led (`_rebuild`). Early on, two
-    experts can trade the lead a few times within a few requests (`bench.adapter_overhead`'s CPU
-    replay of the anchor in vLLM 0.26's call order, 8 GiB: four switches in six requests); each
-    flip back then replays those few requests, not the whole window.
+    shadow holds `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
+    (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's at
+    that fraction of the cost. That holds for a policy whose behaviour scales with the tier;
+    `predictive` counts its labels in absolute numbers, so a sampled shadow of it learns more slowly
+    than the full tier would, and it has no sampled shadow (it never leads a sampled tier unless it
+    is `first`; docs/policies.md gives what sampling and the miniatures' size cost and saved). A
+    prefix cache's blocks come and go in chains, and a sampled request's hits are counted up to its
+    first sampled miss. Sampled shadows hold too few keys to run the tier, so at a switch the new
+    leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of block references,
+    kept whole) through a full tier of its own, which gives it the recency, frequencies, ghosts and
+    admission counts that window teaches, then fitted to the tier as a copied shadow is. Its cost,
+    one expert over that window, is paid at the switch only (a window of one tier-size halves it,
+    and cost those two Mooncake tiers 0.7 and 1.0 points). A switch back to an expert that led
+    within that window costs far less: its last live instance resumes, caught up on the requests
+    since it led (`_rebuild`). A rebuild stalls the engine, so it waits for a lead that has held
+    `confirm_rebuild` requests in a row (`data/results/auto_candidates_rebuild.json`).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
@@ -123,6 +113,7 @@ class AutoPolicy(EvictionPolicy):
     half_life: float = 20.0
     margin: float = 0.005
     confirm: int = 1
+    confirm_rebuild: int = 2
     first: str | None = None
     sample_blocks: int = 1024
     sample_above: int = 8192
@@ -148,6 +139,7 @@ class AutoPolicy(EvictionPolicy):
         check_float(self.name, "half_life", self.half_life, 0.0, open_low=True)
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
         check_int(self.name, "confirm", self.confirm, 1)
+        check_int(self.name, "confirm_rebuild", self.confirm_rebuild, 1)
         check_int(self.name, "sample_blocks", self.sample_blocks, 64)
         check_int(self.name, "sample_above", self.sample_above, self.sample_blocks)
         if not isinstance(self.native, bool):
@@ -161,9 +153,7 @@ class AutoPolicy(EvictionPolicy):
         self._threshold = round(rate * (1 << 64))  # a key is sampled when its bits are below
         self._shadow_blocks = max(1, round(rate * capacity)) if self._sampled else capacity
         skip = UNSAMPLED_ONLY if self._sampled else frozenset()
-        # in C where built (a sampled tier's switch rebuilds the leader; a full tier's copies
-        # the shadow, ids mapped back to keys); `VllmTier(refuses=False)` each
-        full = not self._sampled
+        full = not self._sampled  # a full tier's switch copies a shadow: its keys kept
         self._shadows = ShadowSet(
             self.experts, self._shadow_blocks, context, native=self.native, skip=skip, keys=full
         )
@@ -337,7 +327,10 @@ class AutoPolicy(EvictionPolicy):
             return
         streak = self._lead[1] + 1 if self._lead[0] == best else 1
         self._lead = (best, streak)
-        if streak >= self.confirm:
+        needed = self.confirm
+        if self._sampled and self._resumable(best) is None:  # a rebuild: a lead that holds
+            needed = max(needed, self.confirm_rebuild)
+        if streak >= needed:
             self._lead = (-1, 0)
             self._switch(best)
 
@@ -365,10 +358,11 @@ class AutoPolicy(EvictionPolicy):
         one replayed over the history (in C for the experts of `shadow.HANDED_OVER`, where
         the shadows run there: `shadow.rebuilt_in_c`, the same state as the Python replay's)."""
         history, remembered = self._history, self._remembered
+        retired = self._resumable(best)
         self._retired[self._leader] = (self._live, remembered)
+        self._retired.pop(best, None)
         oldest = remembered - len(history)  # the index of history[0]
-        retired = self._retired.pop(best, None)
-        if retired is not None and retired[1] >= oldest:
+        if retired is not None:
             policy, since = retired
             requests = islice(history, since - oldest, None)
         else:  # replayed in C where the shadows run there and the expert can be handed over
@@ -386,6 +380,12 @@ class AutoPolicy(EvictionPolicy):
             if since < oldest:
                 del self._retired[label]
         return tier.policy
+
+    def _resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
+        """Expert `best`'s last live instance and when it retired, if within the history."""
+        retired = self._retired.get(best)
+        oldest = self._remembered - len(self._history)
+        return retired if retired is not None and retired[1] >= oldest else None
 
     def _remember(self, request: tuple[list, list, int]) -> None:
         """Keep `request` (its misses, its hits found, their count) among the last requests,
