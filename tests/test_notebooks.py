@@ -313,6 +313,10 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     assert r["vllm_h200"]["auto_second_rows"] == bench_vllm_auto.time_rows(second)
     findings = bench_vllm_auto.time_findings(second, {"runs": []})
     assert r["vllm_h200"]["auto_second_findings"] == findings and len(findings) == 3
+    wait = load_result("vllm_h200_time_f86da30")  # there, a rebuild waiting for a held lead
+    assert r["vllm_h200"]["auto_wait_rows"] == bench_vllm_auto.time_rows(wait)
+    findings = bench_vllm_auto.time_findings(wait, {"runs": []})
+    assert r["vllm_h200"]["auto_wait_findings"] == findings and len(findings) == 2
 
 
 def check_end_to_end_benchmarks(r: dict[str, Any]) -> None:
