@@ -117,15 +117,16 @@ def test_native_shadow_with_ids_whose_low_bits_are_all_zero(label):
     compare(label, requests, 128)
 
 
-def auto_log(native_shadows: bool, requests: list, capacity: int) -> list:
-    """A sampled `auto` replayed per request: each request's hits, leader and switches."""
+def auto_log(native_shadows: bool, requests: list, capacity: int, sampled: bool = True) -> list:
+    """`auto` (sampled unless `sampled` is false) replayed per request: each request's hits,
+    leader and switches."""
     from hkv.policies import make_policy
     from hkv.sim.replay import replay
     from hkv.sim.trace import Request, Trace
 
     block = 512
-
-    policy = make_policy("auto", capacity, sample_blocks=64, sample_above=64, native=native_shadows)
+    sampling = {"sample_blocks": 64, "sample_above": 64} if sampled else {}
+    policy = make_policy("auto", capacity, native=native_shadows, **sampling)
     log = []
     for request in requests:
         keys = tuple(k for k, _ in request)
@@ -139,6 +140,30 @@ def auto_log(native_shadows: bool, requests: list, capacity: int) -> list:
 def test_a_sampled_auto_decides_alike_with_native_or_python_shadows(seed, capacity):
     requests = sessions(seed, 500, sessions=60)
     assert auto_log(True, requests, capacity) == auto_log(False, requests, capacity)
+
+
+def test_a_full_tier_auto_whose_key_registry_is_pruned_decides_as_with_python_shadows(
+    monkeypatch,
+):
+    """A full tier's native shadows keep each id's key and meta for a switch (`copied`) and,
+    past a bound, forget those no shadow names: with the bound's floor lowered so that pruning
+    happens on a small run, `auto` still switches to and decides as with Python shadows."""
+    from hkv.policies import shadow
+
+    monkeypatch.setattr(shadow, "PRUNE_FLOOR", 64)
+    requests = sessions(7, 500, sessions=60)
+    pruned = []
+    keep = shadow.ShadowSet._keep
+
+    def counting(self, ids, keys, metas):
+        before = self._prune_at
+        keep(self, ids, keys, metas)
+        pruned.append(self._prune_at != before)
+
+    monkeypatch.setattr(shadow.ShadowSet, "_keep", counting)
+    native_log = auto_log(True, requests, 96, sampled=False)
+    assert sum(pruned) >= 2 and native_log[-1][2] >= 1  # pruned, and switched
+    assert native_log == auto_log(False, requests, 96, sampled=False)
 
 
 def varied_metas(seed: int, n_requests: int, keys: int) -> list:

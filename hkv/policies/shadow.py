@@ -86,7 +86,7 @@ class ShadowSet:
         self._labels, self._context = list(labels), context
         self._keys: dict[int, Any] | None = {} if keys and fast else None
         self._metas: dict[int, Any] = {}
-        self._prune_at = 8 * blocks + 1024
+        self._prune_at = max(8 * blocks, PRUNE_FLOOR)
 
     @property
     def native(self) -> bool:
@@ -159,8 +159,8 @@ class ShadowSet:
         return list(map(_POSITION, metas)), list(map(_TOKENS, metas)), self._worth_of(metas)
 
     def _keep(self, ids: list[int], keys: list, metas: list) -> None:
-        """Remember each id's key and meta; past a bound, forget those no native shadow names
-        any longer (resident, ghost, counted or tracked), so the map stays a few tiers large."""
+        """Remember each id's key and meta; past a bound (a few tiers, `PRUNE_FLOOR` at least),
+        forget those no native shadow names any longer (resident, ghost, counted or tracked)."""
         self._keys.update(zip(ids, keys, strict=True))
         self._metas.update(zip(ids, metas, strict=True))
 
@@ -177,7 +177,7 @@ class ShadowSet:
                 named.update(*(state[f"{n}_keys"] for n in ("entry", "count", "epoch", "pending")))
         self._keys = {i: self._keys[i] for i in named}
         self._metas = {i: self._metas[i] for i in named}
-        self._prune_at = 2 * len(self._keys) + 8 * self.blocks + 1024
+        self._prune_at = 2 * len(self._keys) + max(8 * self.blocks, PRUNE_FLOOR)
 
     def _unpinned(self, meta: BlockMeta) -> BlockMeta:
         """The shadows' own meta of `meta`'s shape: one never-pinned instance per shape."""
@@ -204,6 +204,12 @@ class ShadowSet:
                 worth = worths[shape] = value(meta)
             of_id[i] = worth
         return list(map(of_id.__getitem__, ids))
+
+
+PRUNE_FLOOR = 1 << 16
+"""Ids a full tier's native shadows may keep unpruned, however small the tier (`_keep`): a
+prune reads every shadow's state, so a small tier that pruned at a few tier-sizes spent an
+eighth of `auto`'s shadow time there (Mooncake's trace at 439 blocks, through vLLM's manager)."""
 
 
 HANDED_OVER = frozenset({"arc", "cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru+st2"})

@@ -32,7 +32,7 @@ int hkv_map_init(hkv_map *m, size_t hint); /* 0, or -1 out of memory */
 void hkv_map_free(hkv_map *m);
 void hkv_map_clear(hkv_map *m);
 int64_t *hkv_map_get(const hkv_map *m, uint64_t key); /* the value's slot, NULL if absent */
-int hkv_map_put(hkv_map *m, uint64_t key, int64_t val); /* insert or overwrite; -1 OOM */
+int hkv_map_put(hkv_map *m, uint64_t key, int64_t val); /* 1 inserted, 0 overwritten, -1 OOM */
 int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old); /* 1 removed (old set), 0 absent */
 
 /* ---- ordered set: keys in insertion order with a payload, O(1) push/move/delete (a Python

@@ -45,7 +45,7 @@ static int make_room(hkv_tier *t, int64_t n, const hkv_map *protected) {
 typedef struct {
     hkv_block *reused, *taken, *declined;
     int64_t n_reused, n_taken, n_declined;
-    hkv_map protected, seen;
+    hkv_map protected; /* the request's keys (also: a key met again in the request) */
 } scratch;
 
 static int scratch_init(scratch *s, int64_t n) {
@@ -58,18 +58,12 @@ static int scratch_init(scratch *s, int64_t n) {
         free(s->reused);
         return -1;
     }
-    if (hkv_map_init(&s->seen, (size_t)n) < 0) {
-        free(s->reused);
-        hkv_map_free(&s->protected);
-        return -1;
-    }
     return 0;
 }
 
 static void scratch_free(scratch *s) {
     free(s->reused);
     hkv_map_free(&s->protected);
-    hkv_map_free(&s->seen);
 }
 
 /* `VllmTier.store`: 0, or -1 on error */
@@ -78,13 +72,13 @@ static int store(hkv_tier *t, const hkv_block *blocks, int64_t n, scratch *s) {
     const hkv_ops *ops = e->ops;
     for (int64_t i = 0; i < n; i++) {
         const hkv_block *b = &blocks[i];
-        if (hkv_map_put(&s->protected, b->key, 1) < 0) return -1;
-        if (held(t, b->key)) {
+        int first = hkv_map_put(&s->protected, b->key, 1);
+        if (first < 0) return -1;
+        if (held(t, b->key)) { /* nothing is stored before the loop ends: held stays held */
             s->reused[s->n_reused++] = *b;
             continue;
         }
-        if (hkv_map_get(&s->seen, b->key)) continue;
-        if (hkv_map_put(&s->seen, b->key, 1) < 0) return -1;
+        if (!first) continue; /* met before in the request, not held: taken or declined */
         int ok = ops->admit(e, b);
         if (ok < 0) return -1;
         if (ok) s->taken[s->n_taken++] = *b;

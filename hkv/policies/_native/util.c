@@ -81,7 +81,7 @@ int hkv_map_put(hkv_map *m, uint64_t key, int64_t val) {
     m->keys[i] = key;
     m->vals[i] = val;
     m->len++;
-    return 0;
+    return 1;
 }
 
 int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old) {
