@@ -12,9 +12,10 @@ built-in `lru` (the baseline there) in the same rounds:
 
     python -m bench.replay_speed --through vllm --only mooncake --policies auto lru \
         --capacities 0.01 0.02 0.05 0.1 --out data/results/replay_speed_vllm_cpu.json
- Workloads: Mooncake's synthetic trace (`--trace`, read where
-it lies) and the policy suite's generated ones (`hkv.sim.suite_workloads`, explicit seeds), each at
-1 % and 5 % of its distinct blocks. The process is pinned to one core where the OS allows it.
+
+Workloads: Mooncake's synthetic trace (`--trace`, read where it lies) and the policy suite's
+generated ones (`hkv.sim.suite_workloads`, explicit seeds), each at 1 % and 5 % of its distinct
+blocks by default (`--capacities`). The process is pinned to one core where the OS allows it.
 
 Shared machines change speed from minute to minute, so every policy's passes alternate with
 `lru`'s in the same loop and each row carries its ratio to `lru` from the same rounds; the
