@@ -11,14 +11,14 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 NATIVE = Path("hkv/policies/_native")
-SOURCES = ["module.c", "tier.c", "util.c", "lru.c", "arc.c", "s3fifo.c", "prefix.c"]
+SOURCES = ["module.c", "tier.c", "util.c", "lru.c", "arc.c", "s3fifo.c", "prefix.c", "leader.c"]
 
 setup(
     ext_modules=[
         Extension(
             "hkv.policies._shadows",
             sources=[str(NATIVE / name) for name in SOURCES],
-            depends=[str(NATIVE / "shadow.h")],
+            depends=[str(NATIVE / "shadow.h"), str(NATIVE / "leader.h")],
             # no fused multiply-add: the prefix experts' float priorities must round as Python's
             extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11"],
             optional=True,

@@ -6,8 +6,10 @@ takes the history `auto` holds at its first switch in the two-tier model of the 
 (`bench.sim.two_tier`: the anchor, or its skewed variant, at a CPU tier of `--cpu-gib`) and
 rebuilds every expert from it both ways: a Python `VllmTier` replay, and a replay in hkv's C
 extension whose state is handed to the Python policy (`hkv.policies.shadow.rebuilt_in_c`, for
-the experts of `HANDED_OVER`). Both run with the garbage collector held off, as `auto` runs
-them (`paused_gc`); each time is the best of `--repeats`, the two ways alternating.
+the experts of `HANDED_OVER`), and for the prefix-value experts a third: the replay in C kept
+there as the live leader (`leader.NativeLeader`, what `auto` does since). All run with the
+garbage collector held off, as `auto` runs them (`paused_gc`); each time is the best of
+`--repeats`, the ways alternating.
 
     python -m bench.auto_rebuild        # data/results/auto_rebuild_cpu.json
 """
@@ -53,15 +55,16 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
     return kept[0]
 
 
-def rebuild_ms(label: str, history: list, capacity: int, native: bool) -> float | None:
-    """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C)."""
+def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=False) -> float | None:
+    """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C); with
+    `live`, kept in C where it is a prefix-value expert."""
     from hkv.policies.shadow import make_expert, paused_gc, rebuilt_in_c
     from hkv.policies.tier import VllmTier
 
     with paused_gc():
         start = time.perf_counter()
         if native:
-            if rebuilt_in_c(label, capacity, history, {}) is None:
+            if rebuilt_in_c(label, capacity, history, {}, live=live) is None:
                 return None
         else:
             tier = VllmTier(make_expert(label, capacity), refuses=False)
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from hkv.policies import native
     from hkv.policies.auto import UNSAMPLED_ONLY
+    from hkv.policies.leader import PREFIX_EXPERTS
     from hkv.policies.shadow import EXPERTS
 
     if not native.built():
@@ -88,17 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     history, capacity = history_at_first_switch(args.popularity, args.cpu_gib)
     rows: list[dict[str, Any]] = []
     for label in [e for e in EXPERTS if e not in UNSAMPLED_ONLY]:
-        times: dict[str, list[float]] = {"python": [], "c": []}
+        times: dict[str, list[float]] = {"python": [], "c": [], "c_live": []}
         for _ in range(args.repeats):
             times["python"].append(rebuild_ms(label, history, capacity, False))
-            c_ms = rebuild_ms(label, history, capacity, True)
-            if c_ms is not None:
-                times["c"].append(c_ms)
-        row = {"expert": label, "python_ms": min(times["python"])}
-        row["c_ms"] = min(times["c"]) if times["c"] else None
+            for way, live in (("c", False), ("c_live", True)):
+                ms = rebuild_ms(label, history, capacity, True, live and label in PREFIX_EXPERTS)
+                if ms is not None and (label in PREFIX_EXPERTS or not live):
+                    times[way].append(ms)
+        row: dict[str, Any] = {"expert": label, "python_ms": min(times["python"])}
+        for way in ("c", "c_live"):
+            row[f"{way}_ms"] = min(times[way]) if times[way] else None
         rows.append(row)
-        c_ms = row["c_ms"] if row["c_ms"] is not None else float("nan")
-        print(f"{label:>18}: Python {row['python_ms']:6.1f} ms, C {c_ms:6.1f} ms")
+        shown = {k: v if v is not None else float("nan") for k, v in row.items()}
+        print(f"{label:>18}: Python {shown['python_ms']:6.1f} ms, C {shown['c_ms']:6.1f} ms, "
+              f"kept in C {shown['c_live_ms']:6.1f} ms")  # fmt: skip
     results = {
         "capacity_blocks": capacity,
         "history_requests": len(history),

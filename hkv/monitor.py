@@ -158,10 +158,13 @@ def environment_report() -> dict[str, Any]:
 
 
 def native_report() -> dict[str, Any]:
-    """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), and which experts."""
+    """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), which experts, and
+    which of them lead the tier from C where a switch rebuilds them (`leader.NativeLeader`)."""
     from hkv.policies import native
+    from hkv.policies.leader import PREFIX_EXPERTS
 
-    return {"built": native.built(), "experts": sorted(native.LABELS)}
+    leaders = sorted(PREFIX_EXPERTS) if native.built() else []
+    return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders}
 
 
 def disk_io_report() -> dict[str, Any]:

@@ -112,9 +112,15 @@ def test_doctor_reports_this_machine():
     assert isinstance(out["gpus"], list)
     from hkv.policies import native
 
-    assert out["native_shadows"] == {"built": native.built(), "experts": sorted(native.LABELS)}
+    leaders = ["cost_aware", "depth_lfu", "depth_lfu_static"] if native.built() else []
+    assert out["native_shadows"] == {
+        "built": native.built(),
+        "experts": sorted(native.LABELS),
+        "leaders": leaders,
+    }
     text = hkv("doctor").stdout
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
+    assert ("auto's leaders rebuilt in C, kept there: cost_aware" in text) == native.built()
     from hkv.storage import slot_io
 
     assert out["native_disk_io"]["built"] == slot_io.built()

@@ -185,6 +185,7 @@ def render_doctor(r: dict[str, Any]) -> str:
     native = r["native_shadows"]
     if native["built"]:
         lines.append(f"auto's shadows: in C ({', '.join(native['experts'])})")
+        lines.append(f"auto's leaders rebuilt in C, kept there: {', '.join(native['leaders'])}")
     else:
         lines.append(
             "auto's shadows: in Python (hkv's C extension is not built here; "

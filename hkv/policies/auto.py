@@ -77,16 +77,15 @@ class AutoPolicy(EvictionPolicy):
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request
     is replayed once per expert (nine by default), in C for all but `predictive` where hkv's
-    extension is built (a full tier's switch hands the C shadow's state to a Python policy);
-    vLLM's tier calls `auto` once per request and per eviction. A tier larger than
-    `sample_above` blocks has its shadows sampled, as miniature simulations do (Waldspurger et
-    al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017): each
-    shadow holds `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
-    (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's at
-    that fraction of the cost. That holds for a policy whose behaviour scales with the tier;
-    `predictive` counts its labels in absolute numbers, so a sampled shadow of it learns more slowly
-    than the full tier would, and it has no sampled shadow (it never leads a sampled tier unless it
-    is `first`; docs/policies.md gives what sampling and the miniatures' size cost and saved). A
+    extension is built. A tier larger than `sample_above` blocks has its shadows sampled, as
+    miniature simulations do (Waldspurger et al., "Cache Modeling and Optimization using
+    Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks` blocks and sees
+    only the keys whose hash falls in the same fraction (`sample_blocks / capacity_blocks`) of
+    the hash space, so its hits estimate the full tier's at that fraction of the cost. That
+    holds for a policy whose behaviour scales with the tier; `predictive` counts its labels in
+    absolute numbers, so a sampled shadow of it would learn more slowly than the full tier: it
+    has no sampled shadow (it never leads a sampled tier unless it is `first`; docs/policies.md
+    gives what sampling and the miniatures' size cost and saved). A
     prefix cache's blocks come and go in chains, and a sampled request's hits are counted up to its
     first sampled miss. Sampled shadows hold too few keys to run the tier, so at a switch the new
     leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of block references,
@@ -101,10 +100,10 @@ class AutoPolicy(EvictionPolicy):
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
     store then fails) or, where no caller notes misses (hkv's replay), those offered to
-    `admit`; its other blocks are the reused ones. vLLM 0.26 reports a request at its lookup,
-    before its stores, with its misses noted just before: the shadows see it whole there too.
-    Where no end of request is ever reported (the per-block replay of docs/design.md §2, the block
-    manager), the shadows never run and `auto` is its `first` expert throughout.
+    `admit`; its other blocks are the reused ones (vLLM 0.26 reports a request at its lookup,
+    its misses noted just before). Where no end of request is ever reported (the per-block
+    replay of docs/design.md §2, the block manager), the shadows never run and `auto` is its
+    `first` expert throughout.
     """
 
     cost_model: Any = field(default=None, repr=False)
@@ -162,8 +161,7 @@ class AutoPolicy(EvictionPolicy):
         self._remembered = 0  # requests ever put in `_history`
         # sampled: leaders switched away from, with `_remembered` then (`_switch`)
         self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
-        # an expert without a shadow never leads
-        self._scores = [0.0 if present else -math.inf for present in self._shadows.present]
+        self._scores = [0.0 if p else -math.inf for p in self._shadows.present]  # none: never leads
         self._refs = 0.0  # decayed block references, the scores' denominator
         self._leader = self.experts.index(self.first)
         self._live = make_expert(self.first, capacity, **context)
@@ -250,15 +248,17 @@ class AutoPolicy(EvictionPolicy):
         # with nothing aside, the leader's own checks (room, a new key) are the tier's
         if aside and (key in aside or key in live or len(self) >= self.capacity_blocks):
             self._check_insert(key, len(self), key in self)  # raises
-        live.insert(key, meta)  # the live policy has room: the keys aside hold it
+        if live.insert(key, meta):  # room: the keys aside hold it; refused (NativeLeader):
+            aside[key] = meta  # its id is another key's, so it is kept outside the leader
         self._metas[key] = meta
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         if self._aside:  # the tier's checks, key by key
             super().insert_each(keys, metas)
             return
-        self._live.insert_each(keys, metas)
+        refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
         self._metas.update(zip(keys, metas, strict=True))
+        self._aside.update((key, self._metas[key]) for key in refused or ())
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)
@@ -355,8 +355,9 @@ class AutoPolicy(EvictionPolicy):
         """Expert `best` as it would run the tier now: its last live instance, if it led
         within the history kept, caught up on the requests since (a flip back after a few
         requests then costs those requests, not a replay of the whole history), otherwise a new
-        one replayed over the history (in C for the experts of `shadow.HANDED_OVER`, where
-        the shadows run there: `shadow.rebuilt_in_c`, the same state as the Python replay's)."""
+        one replayed over the history (in C for the experts of `shadow.HANDED_OVER` where the
+        shadows run: `shadow.rebuilt_in_c`, where a prefix-value one stays as the live leader,
+        `leader.NativeLeader`; the same decisions as the Python replay's)."""
         history, remembered = self._history, self._remembered
         retired = self._resumable(best)
         self._retired[self._leader] = (self._live, remembered)
@@ -369,7 +370,7 @@ class AutoPolicy(EvictionPolicy):
             context = {"cost_model": self.cost_model, "config": self.config}
             label, capacity = self.experts[best], self.capacity_blocks
             whole = (merged(misses, found) for misses, found, _ in history)
-            policy = self._shadows.rebuilt(label, capacity, whole, held=self._metas)
+            policy = self._shadows.rebuilt(label, capacity, whole, held=self._metas, live=True)
             requests = iter(() if policy is not None else history)
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
                 policy = make_expert(label, capacity, **context)

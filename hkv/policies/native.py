@@ -68,3 +68,9 @@ def key_ids(keys: list) -> list[int]:
 def shadows(labels, capacity_blocks: int):
     """A native `Shadows` of `labels` (all in `LABELS`), each a tier of `capacity_blocks`."""
     return _shadows.Shadows(tuple(labels), capacity_blocks)
+
+
+def leader(shadows, keys: dict, held=None, i: int = 0):
+    """Prefix-value expert `i` of native `shadows`, run on the tier's keys (`_shadows.Leader`):
+    `keys` maps each id it may hold to its key; only those in `held` (unless None) stay."""
+    return _shadows.Leader(shadows, i, keys, held)

@@ -20,6 +20,7 @@ from hkv.errors import HkvError
 from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
+from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
 
@@ -112,13 +113,13 @@ class ShadowSet:
         handed_over(policy, self._native, self._fast.index(i), self._keys, metas)
         return policy
 
-    def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None):
+    def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None, live=False):
         """`rebuilt_in_c` with this set's context and memo of worths; None where the shadows do
         not run in C."""
         if self._native is None:
             return None
         return rebuilt_in_c(label, capacity_blocks, requests, self._context, worths=self._worths,
-                            held=held)  # fmt: skip
+                            held=held, live=live)  # fmt: skip
 
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
@@ -220,13 +221,14 @@ A full tier's switch hands over every expert's C shadow (`ShadowSet.copied`)."""
 
 
 def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, worths=None,
-                 held=None):  # fmt: skip
+                 held=None, live=False):  # fmt: skip
     """Expert `label` after storing `requests` (each `(key, meta)` pairs in prefix order) in a
     tier of its own, as `VllmTier(expert, refuses=False)` would leave it, replayed in C and
     handed to its Python policy; None where the extension is not built or the expert is not
     one of `HANDED_OVER`. `worths`: a memo of cost_aware's values by shape to share (a
     `ShadowSet`'s); `held`: the keys the tier holds, where only those may stay resident (the
-    prefix-value experts' other entries are not made, as if made and removed)."""
+    prefix-value experts' other entries are not made, as if made and removed); `live`: a
+    prefix-value expert stays in C, as a `leader.NativeLeader` (the same decisions)."""
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
@@ -243,8 +245,11 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
         part = None if worths is None else worths[start:end]
         tier._native.replay(ids[start:end], positions[start:end], tokens[start:end], part)
         start = end
-    policy = make_expert(label, capacity_blocks, **context)
     keys = dict(zip(ids, all_keys, strict=True))
+    if live and label in PREFIX_EXPERTS:
+        return NativeLeader(label, capacity_blocks, ext.leader(tier._native, keys, held),
+                            tier._value, tier._worths)  # fmt: skip
+    policy = make_expert(label, capacity_blocks, **context)
     metas = dict(zip(ids, all_metas, strict=True))  # an id's last meta
     handed_over(policy, tier._native, 0, keys, metas, held=held)
     return policy

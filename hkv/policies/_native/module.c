@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "shadow.h"
+#include "leader.h"
 
 typedef struct {
     PyObject_HEAD
@@ -19,6 +20,8 @@ typedef struct {
     hkv_block *blocks;
     Py_ssize_t blocks_cap;
 } Shadows;
+
+static PyTypeObject ShadowsType;
 
 static hkv_expert *make_expert(const char *label, int64_t capacity) {
     if (!strcmp(label, "lru")) return hkv_lru_new(capacity);
@@ -157,7 +160,7 @@ static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
 /* `native.key_bits` of one key: the first 8 bytes of a bytes key (little-endian), an int
  * times the golden ratio, any other key's hash times it; -1 with an exception set on error
  * (`*bits` untouched). */
-static int key_bits(PyObject *key, uint64_t *bits) {
+int hkv_key_bits(PyObject *key, uint64_t *bits) {
     if (PyBytes_Check(key)) {
         const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(key);
         Py_ssize_t n = PyBytes_GET_SIZE(key);
@@ -196,7 +199,7 @@ static PyObject *sampled(PyObject *module, PyObject *args) {
             return NULL;
         }
         uint64_t bits;
-        if (key_bits(PyTuple_GET_ITEM(pair, 0), &bits) < 0 ||
+        if (hkv_key_bits(PyTuple_GET_ITEM(pair, 0), &bits) < 0 ||
             (bits < threshold && PyList_Append(out, pair) < 0)) {
             Py_DECREF(out);
             return NULL;
@@ -248,7 +251,7 @@ static PyObject *key_ids(PyObject *module, PyObject *keys) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t bits;
         PyObject *id = NULL;
-        if (key_bits(PyList_GET_ITEM(keys, i), &bits) < 0 ||
+        if (hkv_key_bits(PyList_GET_ITEM(keys, i), &bits) < 0 ||
             !(id = PyLong_FromUnsignedLongLong(bits))) {
             Py_DECREF(out);
             return NULL;
@@ -256,6 +259,19 @@ static PyObject *key_ids(PyObject *module, PyObject *keys) {
         PyList_SET_ITEM(out, i, id);
     }
     return out;
+}
+
+hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i) {
+    if (!PyObject_TypeCheck(shadows, &ShadowsType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a Shadows");
+        return NULL;
+    }
+    Shadows *self = (Shadows *)shadows;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "no such expert");
+        return NULL;
+    }
+    return self->tiers[i].expert;
 }
 
 static PyMethodDef module_methods[] = {
@@ -482,6 +498,10 @@ PyMODINIT_FUNC PyInit__shadows(void) {
     Py_INCREF(&ShadowsType);
     if (PyModule_AddObject(m, "Shadows", (PyObject *)&ShadowsType) < 0) {
         Py_DECREF(&ShadowsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (hkv_leader_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -32,7 +32,8 @@ typedef struct {
     int64_t *free_slots, n_free;
     hkv_heap heap;           /* `_heap` */
     size_t heap_limit;       /* `_heap_limit`: then `_compact` */
-    hkv_heap parked, popped; /* plain arrays: `_parked`; evict's popped live items */
+    hkv_heap parked, popped; /* plain arrays: `_parked`; evict's skipped live items */
+    hkv_heap victims;        /* plain array: the last eviction's victims, in order */
     hkv_map counts;          /* `_counts`: key -> references, outliving residency */
     int64_t refs_until_halving, last_position, seq;
     double inflation, epoch_inflation, chain_cap;
@@ -192,33 +193,43 @@ static int pv_insert(hkv_expert *e, const hkv_block *b) {
 }
 
 /* `PriorityPolicy.evict` (`_select`, `_restore`, `_commit`) with `_on_evicted`: the n lowest
- * live unprotected items, or none of them when fewer (nothing changes but stale items) */
-static int pv_evict(hkv_expert *e, int64_t n, const hkv_map *protected) {
-    prefix_t *p = (prefix_t *)e;
-    hkv_heap *popped = &p->popped;
-    int64_t got = 0;
-    if (unpark(p) < 0) return -1;
-    popped->len = 0;
-    while (p->heap.len && got < n) {
+ * live items that `guard` does not protect, or none of them when fewer (nothing changes but
+ * stale items). `guard(ctx, key)`: 1 protected, 0 not, -1 error (then nothing changes either).
+ * The victims, in eviction order, are left in p->victims. 1 done, 0 not possible, -1 error. */
+static int evict_where(prefix_t *p, int64_t n, int (*guard)(void *, uint64_t), void *ctx) {
+    hkv_heap *skipped = &p->popped, *chosen = &p->victims;
+    int error = unpark(p) < 0;
+    skipped->len = chosen->len = 0;
+    while (!error && p->heap.len && (int64_t)chosen->len < n) {
         hkv_item item = hkv_heap_pop(&p->heap);
         if (!live(p, item)) continue;
-        if (append(popped, item) < 0) return -1;
-        if (!hkv_map_get(protected, item.key)) got++;
+        int verdict = guard(ctx, item.key);
+        error = verdict < 0 || append(verdict ? skipped : chosen, item) < 0;
+        if (error && hkv_heap_push(&p->heap, item) < 0) return -1;
     }
-    for (size_t i = 0; i < popped->len; i++) {
-        hkv_item item = popped->items[i];
-        if (got < n || hkv_map_get(protected, item.key)) {
-            if (hkv_heap_push(&p->heap, item) < 0) return -1;
-            continue;
-        }
+    for (size_t i = 0; i < skipped->len; i++)
+        if (hkv_heap_push(&p->heap, skipped->items[i]) < 0) return -1;
+    if (error || (int64_t)chosen->len < n) {
+        for (size_t i = 0; i < chosen->len; i++)
+            if (hkv_heap_push(&p->heap, chosen->items[i]) < 0) return -1;
+        chosen->len = 0;
+        return error ? -1 : 0;
+    }
+    for (size_t i = 0; i < chosen->len; i++) {
         int64_t slot;
-        hkv_map_del(&p->index, item.key, &slot);
+        hkv_map_del(&p->index, chosen->items[i].key, &slot);
         /* `inflated`: max() folds left to right over the victims' entry priorities */
         if (p->aging && p->pool[slot].priority > p->inflation) p->inflation = p->pool[slot].priority;
         p->pool[slot].seq = 0;
         p->free_slots[p->n_free++] = slot;
     }
-    return got >= n;
+    return 1;
+}
+
+static int in_map(void *map, uint64_t key) { return hkv_map_get((const hkv_map *)map, key) != NULL; }
+
+static int pv_evict(hkv_expert *e, int64_t n, const hkv_map *protected) {
+    return evict_where((prefix_t *)e, n, in_map, (void *)protected);
 }
 
 /* `PrefixValuePolicy.after_request`: `stored` unread; the resident reused blocks touched in
@@ -259,6 +270,7 @@ static void pv_destroy(hkv_expert *e) {
     hkv_heap_free(&p->heap);
     hkv_heap_free(&p->parked);
     hkv_heap_free(&p->popped);
+    hkv_heap_free(&p->victims);
     hkv_map_free(&p->counts);
     hkv_map_free(&p->epoch);
     hkv_map_free(&p->pending);
@@ -318,7 +330,8 @@ hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_wort
     p->free_slots = malloc((size_t)capacity * sizeof *p->free_slots);
     if (!p->pool || !p->free_slots || hkv_map_init(&p->index, (size_t)capacity + 1) < 0 ||
         hkv_heap_init(&p->heap, p->heap_limit + 1) < 0 || hkv_heap_init(&p->parked, 64) < 0 ||
-        hkv_heap_init(&p->popped, 64) < 0 || hkv_map_init(&p->counts, 1024) < 0 ||
+        hkv_heap_init(&p->popped, 64) < 0 || hkv_heap_init(&p->victims, 64) < 0 ||
+        hkv_map_init(&p->counts, 1024) < 0 ||
         hkv_map_init(&p->epoch, 64) < 0 || hkv_map_init(&p->pending, (size_t)capacity + 2) < 0) {
         pv_destroy(&p->base);
         return NULL;
@@ -326,4 +339,37 @@ hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_wort
     for (int64_t i = 0; i < capacity; i++) p->free_slots[i] = capacity - 1 - i;
     p->n_free = capacity;
     return &p->base;
+}
+
+/* ---- a prefix-value expert run as `auto`'s live leader (leader.c) ---- */
+
+int hkv_prefix_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
+                           const hkv_item **victims) {
+    prefix_t *p = (prefix_t *)e;
+    int r = evict_where(p, n, guard, ctx);
+    *victims = p->victims.items;
+    return r;
+}
+
+int hkv_prefix_remove(hkv_expert *e, uint64_t key) {
+    prefix_t *p = (prefix_t *)e;
+    int64_t slot;
+    if (!hkv_map_del(&p->index, key, &slot)) return 0;
+    p->pool[slot].seq = 0; /* its heap items are stale now, as `_entries.pop` leaves them */
+    p->free_slots[p->n_free++] = slot;
+    return 1;
+}
+
+int hkv_prefix_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh) {
+    prefix_t *p = (prefix_t *)e;
+    for (int64_t i = 0; i < n; i++) {
+        pentry *entry = entry_of(p, keys[i]);
+        if (!entry) continue;
+        /* `touch_all`: a reference observed; `refresh_all`: a new seq at the same priority */
+        if (!refresh && observe(p, entry->key, entry->position, entry->worth, &entry->priority) < 0)
+            return -1;
+        entry->seq = ++p->seq;
+        if (push(p, (hkv_item){entry->priority, entry->seq, entry->key}) < 0) return -1;
+    }
+    return 0;
 }

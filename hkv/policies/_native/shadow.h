@@ -152,6 +152,16 @@ int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, doub
 int hkv_arc_queues(hkv_expert *e, const hkv_oset **sets, const char **names, double *target);
 int hkv_s3fifo_queues(hkv_expert *e, const hkv_oset **sets, const char **names);
 
+/* A prefix-value expert run as `auto`'s live leader (leader.c), beyond the shadow's calls:
+ * `evict` with a protection test `guard(ctx, key)` (1 protected, 0 not, -1 error: nothing
+ * changes) and its victims, in eviction order, into *victims (valid until the next call): 1
+ * done, 0 not possible, -1 error; `remove`: 1 removed, 0 absent; `touch_all` (refresh 0) or
+ * `refresh_all` (refresh 1) of `PrefixValuePolicy`: 0, or -1 OOM. */
+int hkv_prefix_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
+                           const hkv_item **victims);
+int hkv_prefix_remove(hkv_expert *e, uint64_t key);
+int hkv_prefix_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
+
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
     hkv_expert *expert;

@@ -1,0 +1,405 @@
+/* hkv.policies._shadows.Leader: a prefix-value expert of a `Shadows` run as `auto`'s live
+ * leader, on the tier's own keys (hkv/policies/leader.py wraps it as an `EvictionPolicy`).
+ *
+ *     leader = Leader(shadows, i, keys, held)  # expert i; keys: id -> key; held: None or keys
+ *
+ * It keeps each resident key by its id and answers for a key only where its id holds that very
+ * key: a key whose 64-bit id is another resident key's (a collision)
+ * is not resident here, and `insert` refuses it (the caller keeps it outside the leader). Every
+ * call makes the decision its Python policy's method makes (`PrefixValuePolicy`). */
+#include "leader.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *shadows; /* the `Shadows` holding the expert: kept alive */
+    hkv_expert *expert;
+    hkv_map reg;       /* the resident keys: id -> slot of `objs` */
+    PyObject **objs;   /* `capacity` slots: each resident key (a reference), else NULL */
+    int64_t *free_objs, n_free;
+    uint64_t *ids; /* scratch: a call's ids */
+    hkv_block *blocks;
+    Py_ssize_t cap;
+    hkv_map batch; /* scratch: one insert's ids */
+} Leader;
+
+static int reserve(Leader *self, Py_ssize_t n) {
+    if (n <= self->cap) return 0;
+    uint64_t *ids = PyMem_Realloc(self->ids, (size_t)n * sizeof *ids);
+    if (ids) self->ids = ids;
+    hkv_block *blocks = ids ? PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks) : NULL;
+    if (!blocks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->blocks = blocks;
+    self->cap = n;
+    return 0;
+}
+
+/* whether id `bits` is resident as `key` (1), another key's (0), absent (0); -1 on error */
+static int resident(Leader *self, PyObject *key, uint64_t bits) {
+    int64_t *slot = hkv_map_get(&self->reg, bits);
+    if (!slot) return 0;
+    PyObject *held = self->objs[*slot];
+    return held == key ? 1 : PyObject_RichCompareBool(held, key, Py_EQ);
+}
+
+/* `key` resident as id `bits` (absent, with room): 0, or -1 OOM */
+static int reg_add(Leader *self, uint64_t bits, PyObject *key) {
+    int64_t slot = self->free_objs[--self->n_free];
+    if (hkv_map_put(&self->reg, bits, slot) < 0) {
+        self->n_free++;
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_INCREF(key);
+    self->objs[slot] = key;
+    return 0;
+}
+
+/* forget id `bits`; its key (a reference the caller owns), or NULL where it was absent */
+static PyObject *reg_pop(Leader *self, uint64_t bits) {
+    int64_t slot;
+    if (!hkv_map_del(&self->reg, bits, &slot)) return NULL;
+    PyObject *key = self->objs[slot];
+    self->objs[slot] = NULL;
+    self->free_objs[self->n_free++] = slot;
+    return key;
+}
+
+static void Leader_dealloc(Leader *self) {
+    for (int64_t i = 0; self->objs && self->expert && i < self->expert->capacity; i++)
+        Py_XDECREF(self->objs[i]);
+    Py_XDECREF(self->shadows); /* (the expert is the Shadows': freed with it) */
+    PyMem_Free(self->objs);
+    PyMem_Free(self->free_objs);
+    hkv_map_free(&self->reg);
+    PyMem_Free(self->ids);
+    PyMem_Free(self->blocks);
+    hkv_map_free(&self->batch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Leader(shadows, i, keys, held): the resident entries whose id `keys` maps to a key (in
+ * `held`, unless it is None) stay; the others are removed, as `handed_over(held=...)` does */
+static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"shadows", "i", "keys", "held", NULL};
+    PyObject *shadows, *keys, *held;
+    Py_ssize_t i;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO!O", kwlist, &shadows, &i, &PyDict_Type,
+                                     &keys, &held))
+        return -1;
+    hkv_expert *e = hkv_shadows_expert(shadows, i);
+    hkv_prefix_state st;
+    if (!e) return -1;
+    if (!hkv_prefix_state_of(e, &st)) {
+        PyErr_SetString(PyExc_ValueError, "Leader: expert i is not a prefix-value expert");
+        return -1;
+    }
+    if (self->expert) {
+        PyErr_SetString(PyExc_RuntimeError, "Leader: initialised twice");
+        return -1;
+    }
+    int64_t cap = e->capacity, n = st.size ? st.size : 1;
+    self->objs = PyMem_Calloc((size_t)cap, sizeof *self->objs);
+    self->free_objs = PyMem_Malloc((size_t)cap * sizeof *self->free_objs);
+    uint64_t *ids = PyMem_Malloc((size_t)n * sizeof *ids);
+    int64_t *seqs = PyMem_Malloc((size_t)n * sizeof *seqs);
+    double *priorities = PyMem_Malloc((size_t)n * sizeof *priorities);
+    int r = -1;
+    if (self->objs && self->free_objs && ids && seqs && priorities &&
+        hkv_map_init(&self->batch, 64) == 0 && hkv_map_init(&self->reg, (size_t)cap + 1) == 0) {
+        r = 0;
+        for (int64_t i = 0; i < cap; i++) self->free_objs[i] = cap - 1 - i;
+        self->n_free = cap;
+        Py_INCREF(shadows);
+        self->shadows = shadows;
+        self->expert = e; /* (from here `dealloc` frees the keys kept) */
+        hkv_prefix_entries(e, ids, seqs, priorities);
+    }
+    for (int64_t j = 0; r == 0 && j < st.size; j++) {
+        PyObject *id = PyLong_FromUnsignedLongLong(ids[j]);
+        PyObject *key = id ? PyDict_GetItemWithError(keys, id) : NULL;
+        int keep = key && (held == Py_None || (r = PySequence_Contains(held, key)) > 0);
+        if (!id || (!key && PyErr_Occurred()) || r < 0) r = -1;
+        else if (keep) r = reg_add(self, ids[j], key);
+        else hkv_prefix_remove(e, ids[j]);
+        Py_XDECREF(id);
+    }
+    PyMem_Free(ids);
+    PyMem_Free(seqs);
+    PyMem_Free(priorities);
+    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    return r;
+}
+
+static int ready(Leader *self) {
+    if (self->expert) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Leader: not initialised");
+    return -1;
+}
+
+static Py_ssize_t Leader_len(Leader *self) {
+    return ready(self) < 0 ? -1 : (Py_ssize_t)self->reg.len;
+}
+
+static int Leader_contains(Leader *self, PyObject *key) {
+    uint64_t bits;
+    if (ready(self) < 0 || hkv_key_bits(key, &bits) < 0) return -1;
+    return resident(self, key, bits);
+}
+
+/* admit(key, position, tokens, worth) -> bool: `PrefixValuePolicy.admit` */
+static PyObject *Leader_admit(Leader *self, PyObject *args) {
+    PyObject *key;
+    hkv_block b;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
+        return NULL;
+    if (hkv_key_bits(key, &b.key) < 0) return NULL;
+    int r = self->expert->ops->admit(self->expert, &b);
+    return r < 0 ? PyErr_NoMemory() : PyBool_FromLong(r);
+}
+
+/* the ids of a list's keys into self->ids, each only where its key is resident here (else
+ * left out): how many, or -1 */
+static Py_ssize_t resident_ids(Leader *self, PyObject *keys) {
+    Py_ssize_t n = PyList_GET_SIZE(keys), m = 0;
+    if (reserve(self, n) < 0) return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyList_GET_ITEM(keys, j);
+        uint64_t bits;
+        int r = hkv_key_bits(key, &bits) < 0 ? -1 : resident(self, key, bits);
+        if (r < 0) return -1;
+        if (r) self->ids[m++] = bits;
+    }
+    return m;
+}
+
+/* touch(keys, refresh): `touch_all` (refresh False) or `refresh_all` of a list of keys */
+static PyObject *Leader_touch(Leader *self, PyObject *args) {
+    PyObject *keys;
+    int refresh;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!p", &PyList_Type, &keys, &refresh))
+        return NULL;
+    Py_ssize_t m = resident_ids(self, keys);
+    if (m < 0) return NULL;
+    if (hkv_prefix_touch(self->expert, self->ids, m, refresh) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* after_request(reused): `PrefixValuePolicy.after_request` (its `stored` is unread) */
+static PyObject *Leader_after_request(Leader *self, PyObject *reused) {
+    if (ready(self) < 0) return NULL;
+    if (!PyList_Check(reused)) {
+        PyErr_SetString(PyExc_TypeError, "Leader.after_request: expected a list of keys");
+        return NULL;
+    }
+    Py_ssize_t m = resident_ids(self, reused);
+    if (m < 0) return NULL;
+    for (Py_ssize_t j = 0; j < m; j++) self->blocks[j] = (hkv_block){.key = self->ids[j]};
+    if (self->expert->ops->after_request(self->expert, NULL, 0, self->blocks, m) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* block `j` of an insert: its id, position, tokens and worth from the lists; 0, or -1 */
+static int block_at(Leader *self, Py_ssize_t j, PyObject *key, PyObject *positions,
+                    PyObject *tokens, PyObject *worths) {
+    hkv_block *b = &self->blocks[j];
+    if (hkv_key_bits(key, &b->key) < 0) return -1;
+    b->position = PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
+    b->tokens = PyLong_AsLongLong(PyList_GET_ITEM(tokens, j));
+    b->worth = worths == Py_None ? 0.0 : PyFloat_AsDouble(PyList_GET_ITEM(worths, j));
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* whether key `j` of an insert may go in: 1, 0 refused (its id is another key's, resident or
+ * earlier in the list), -1 error (KeyError where it is resident or earlier in the list) */
+static int insertable(Leader *self, PyObject *keys, Py_ssize_t j) {
+    PyObject *key = PyList_GET_ITEM(keys, j);
+    uint64_t bits = self->blocks[j].key;
+    int64_t *first = hkv_map_get(&self->batch, bits);
+    int here = first ? PyObject_RichCompareBool(PyList_GET_ITEM(keys, *first), key, Py_EQ)
+                     : resident(self, key, bits);
+    if (here > 0) PyErr_Format(PyExc_KeyError, "%R is already resident", key);
+    if (here) return -1;
+    if (first || hkv_map_get(&self->reg, bits)) return 0;
+    return hkv_map_put(&self->batch, bits, j) < 0 ? (PyErr_NoMemory(), -1) : 1;
+}
+
+/* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
+ * for those whose id another resident key (or an earlier key of the list) has, returned.
+ * Nothing is inserted where a key is resident already (KeyError) or there is no room for
+ * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
+static PyObject *Leader_insert(Leader *self, PyObject *args) {
+    PyObject *keys, *positions, *tokens, *worths;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &keys, &PyList_Type,
+                                             &positions, &PyList_Type, &tokens, &worths))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(positions) != n || PyList_GET_SIZE(tokens) != n ||
+        (worths != Py_None && (!PyList_Check(worths) || PyList_GET_SIZE(worths) != n))) {
+        PyErr_SetString(PyExc_ValueError, "Leader.insert: keys, positions, tokens and worths "
+                                          "must be lists of one length (worths may be None)");
+        return NULL;
+    }
+    if (reserve(self, n) < 0) return NULL;
+    PyObject *refused = PyList_New(0);
+    if (!refused) return NULL;
+    hkv_map_clear(&self->batch);
+    int64_t taken = 0;
+    for (Py_ssize_t j = 0; j < n; j++) { /* every check before any insert */
+        PyObject *key = PyList_GET_ITEM(keys, j);
+        int ok = block_at(self, j, key, positions, tokens, worths) < 0 ? -1
+                                                                     : insertable(self, keys, j);
+        if (ok < 0 || (!ok && PyList_Append(refused, key) < 0)) goto fail;
+        self->ids[j] = (uint64_t)ok; /* refused: kept outside by the caller */
+        taken += ok;
+    }
+    if ((int64_t)self->reg.len + taken > self->expert->capacity) {
+        PyErr_Format(PyExc_RuntimeError, "insert of %lld keys into a full policy (%lld blocks); "
+                     "call evict() first", (long long)taken, (long long)self->expert->capacity);
+        goto fail;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        hkv_block *b = &self->blocks[j];
+        if (!self->ids[j]) continue;
+        if (reg_add(self, b->key, PyList_GET_ITEM(keys, j)) < 0) goto fail;
+        if (self->expert->ops->insert(self->expert, b) < 0) {
+            Py_XDECREF(reg_pop(self, b->key));
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    return refused;
+fail:
+    Py_DECREF(refused);
+    return NULL;
+}
+
+/* insert_one(key, position, tokens, worth) -> refused: `insert` of one key, True where its
+ * id is another resident key's (not inserted) */
+static PyObject *Leader_insert_one(Leader *self, PyObject *args) {
+    PyObject *key;
+    hkv_block b;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
+        return NULL;
+    if (hkv_key_bits(key, &b.key) < 0) return NULL;
+    int here = resident(self, key, b.key);
+    if (here > 0) PyErr_Format(PyExc_KeyError, "%R is already resident", key);
+    if (here) return NULL; /* resident (KeyError), or an error */
+    if (hkv_map_get(&self->reg, b.key)) Py_RETURN_TRUE;
+    if ((int64_t)self->reg.len >= self->expert->capacity) {
+        PyErr_Format(PyExc_RuntimeError, "insert(%R) into a full policy (%lld blocks); call "
+                     "evict() first", key, (long long)self->expert->capacity);
+        return NULL;
+    }
+    if (reg_add(self, b.key, key) < 0) return NULL;
+    if (self->expert->ops->insert(self->expert, &b) < 0) {
+        Py_XDECREF(reg_pop(self, b.key));
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_FALSE;
+}
+
+typedef struct {
+    Leader *self;
+    PyObject *protected;
+} guard_ctx;
+
+/* an id's key is in the caller's `protected` collection: 1, 0, or -1 with an exception */
+static int guard(void *ctx, uint64_t bits) {
+    guard_ctx *g = ctx;
+    int64_t *slot = hkv_map_get(&g->self->reg, bits);
+    if (!slot) {
+        PyErr_SetString(PyExc_RuntimeError, "Leader: a resident id without its key");
+        return -1;
+    }
+    return PySequence_Contains(g->protected, g->self->objs[*slot]);
+}
+
+/* evict(n, protected) -> keys | None: `PriorityPolicy.evict` (no block is pinned where `auto`
+ * runs a leader here: vLLM never pins, and hkv's block manager reports no request's end) */
+static PyObject *Leader_evict(Leader *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *protected;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "nO", &n, &protected)) return NULL;
+    if (n <= 0) return PyList_New(0);
+    guard_ctx g = {self, protected};
+    const hkv_item *victims;
+    int r = hkv_prefix_evict_where(self->expert, n, guard, &g, &victims);
+    if (r < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    if (r == 0) Py_RETURN_NONE;
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL; /* (the victims are gone from the expert: their keys stay here) */
+    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(out, j, reg_pop(self, victims[j].key));
+    return out;
+}
+
+/* remove(key) -> bool: `PriorityPolicy.remove` (False where it is not resident) */
+static PyObject *Leader_remove(Leader *self, PyObject *key) {
+    uint64_t bits;
+    if (ready(self) < 0 || hkv_key_bits(key, &bits) < 0) return NULL;
+    int r = resident(self, key, bits);
+    if (r > 0) {
+        hkv_prefix_remove(self->expert, bits);
+        Py_DECREF(reg_pop(self, bits));
+    }
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+/* keys() -> list: the resident keys, in no promised order */
+static PyObject *Leader_keys(Leader *self, PyObject *unused) {
+    (void)unused;
+    if (ready(self) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    for (int64_t i = 0; out && i < self->expert->capacity; i++)
+        if (self->objs[i] && PyList_Append(out, self->objs[i]) < 0) Py_CLEAR(out);
+    return out;
+}
+
+static PyMethodDef Leader_methods[] = {
+    {"admit", (PyCFunction)Leader_admit, METH_VARARGS,
+     "admit(key, position, tokens, worth) -> bool: whether to store a miss"},
+    {"insert", (PyCFunction)Leader_insert, METH_VARARGS,
+     "insert(keys, positions, tokens, worths) -> refused: make the keys resident, in order, "
+     "but those whose id another key holds (returned)"},
+    {"insert_one", (PyCFunction)Leader_insert_one, METH_VARARGS,
+     "insert_one(key, position, tokens, worth) -> refused: insert one key (True: refused)"},
+    {"keys", (PyCFunction)Leader_keys, METH_NOARGS, "keys() -> list: the resident keys"},
+    {"evict", (PyCFunction)Leader_evict, METH_VARARGS,
+     "evict(n, protected) -> keys or None: the n lowest evictable keys, forgotten"},
+    {"touch", (PyCFunction)Leader_touch, METH_VARARGS,
+     "touch(keys, refresh): touch_all (refresh False) or refresh_all of the resident keys"},
+    {"after_request", (PyCFunction)Leader_after_request, METH_O,
+     "after_request(reused): the request's resident reused keys touched as one request"},
+    {"remove", (PyCFunction)Leader_remove, METH_O, "remove(key) -> bool: forget a key"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Leader_as_sequence = {
+    .sq_length = (lenfunc)Leader_len,
+    .sq_contains = (objobjproc)Leader_contains,
+};
+
+static PyTypeObject LeaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hkv.policies._shadows.Leader",
+    .tp_basicsize = sizeof(Leader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Leader(shadows, i, keys, held): prefix-value expert i of a Shadows, run on keys",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Leader_init,
+    .tp_dealloc = (destructor)Leader_dealloc,
+    .tp_methods = Leader_methods,
+    .tp_as_sequence = &Leader_as_sequence,
+};
+
+int hkv_leader_add(PyObject *module) {
+    if (PyType_Ready(&LeaderType) < 0) return -1;
+    Py_INCREF(&LeaderType);
+    if (PyModule_AddObject(module, "Leader", (PyObject *)&LeaderType) < 0) {
+        Py_DECREF(&LeaderType);
+        return -1;
+    }
+    return 0;
+}

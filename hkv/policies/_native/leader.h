@@ -1,0 +1,18 @@
+/* The Python side of hkv.policies._shadows shared between module.c and leader.c. */
+#ifndef HKV_LEADER_H
+#define HKV_LEADER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "shadow.h"
+
+/* `native.key_bits` of one key: 0, or -1 with an exception set (`*bits` untouched) */
+int hkv_key_bits(PyObject *key, uint64_t *bits);
+/* expert `i` of a `Shadows` object (borrowed: it lives as long as the object); NULL with an
+ * exception set where `shadows` is not one or has no expert `i` */
+hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i);
+/* add the `Leader` type to the module: 0, or -1 with an exception set */
+int hkv_leader_add(PyObject *module);
+
+#endif

@@ -1,0 +1,105 @@
+"""`NativeLeader`: a prefix-value expert running `auto`'s tier from C.
+
+A leader `auto` rebuilds in C (`shadow.rebuilt_in_c`) used to be handed to a fresh Python
+policy: a tier's worth of entries made at the switch, and then a Python heap push for every
+block a request reuses, its priority below all others (a chain's priorities decrease), so each
+push climbs to the root (1.3-1.5 us a block on the H200 host, against 0.07-0.2 us for the queue
+experts). A prefix-value expert (`cost_aware`, `depth_lfu`, `depth_lfu_static`) now stays in
+C as the live leader: this class is its `EvictionPolicy`, the decisions its Python policy's
+(`PrefixValuePolicy`), which tests/test_native_leader.py checks call by call.
+
+Keys: the C side works on 64-bit ids (`native.key_bits`) and keeps each resident id's key; a
+key whose id another resident key has is not resident here and `insert` returns it (refused),
+where `auto` keeps it outside the leader, evicted first. No block is pinned where `auto` runs a
+leader here: vLLM never pins, and hkv's block manager, which does, reports no request's end, so
+`auto` never switches there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from operator import attrgetter
+from typing import Any
+
+from hkv.blocks import BlockMeta
+from hkv.policies import native
+from hkv.policies.base import EMPTY, EvictionPolicy, Key
+
+_POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
+
+PREFIX_EXPERTS = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static"})
+"""The experts that run as a `NativeLeader` when rebuilt in C."""
+
+
+class NativeLeader(EvictionPolicy):
+    """Expert `label` (of `PREFIX_EXPERTS`) in C (`leader`, a `_shadows.Leader`); `value`:
+    cost_aware's `value(meta)` (None for the depth experts, whose worth C works out), its memo
+    by shape `worths` shared with the shadows'."""
+
+    def __init__(self, label: str, capacity_blocks: int, leader: Any, value=None, worths=None):
+        self.capacity_blocks = capacity_blocks
+        self.label = label
+        self.name = "depth_lfu" if label.startswith("depth_lfu") else label
+        self._c = leader
+        self._value = value
+        self._worths: dict[tuple, float] = {} if worths is None else worths
+
+    def reset(self) -> None:
+        """Forget every block and all learned state: a fresh expert in C."""
+        fresh = native.shadows([self.label], self.capacity_blocks)
+        self._c = native.leader(fresh, {})
+
+    def _worth(self, meta: BlockMeta) -> float:
+        """cost_aware's value of `meta`, by shape as `PrefixValuePolicy._observe` keeps it."""
+        if self._value is None:
+            return 0.0
+        shape = (meta.tokens, meta.position, meta.modality, meta.tier)
+        worth = self._worths.get(shape)
+        if worth is None:
+            worth = self._worths[shape] = self._value(meta)
+        return worth
+
+    def __len__(self) -> int:
+        return len(self._c)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._c
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._c.keys())
+
+    def admit(self, key: Key, meta: BlockMeta) -> bool:
+        return self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
+
+    def insert(self, key: Key, meta: BlockMeta) -> bool:
+        """Insert `key`; True where it is refused (its id is another resident key's)."""
+        return self._c.insert_one(key, meta.position, meta.tokens, self._worth(meta))
+
+    def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[Key]:
+        """Insert in order; the keys refused for an id another key holds are returned."""
+        keys, metas = list(keys), list(metas)
+        if len(keys) != len(metas):
+            raise ValueError(f"insert_each: {len(keys)} keys, {len(metas)} metas")
+        worths = None if self._value is None else list(map(self._worth, metas))
+        return self._c.insert(keys, list(map(_POSITION, metas)), list(map(_TOKENS, metas)), worths)
+
+    def touch(self, key: Key) -> None:
+        self._c.touch([key], False)
+
+    def touch_all(self, keys: Iterable[Key]) -> None:
+        self._c.touch(keys if isinstance(keys, list) else list(keys), False)
+
+    def refresh_all(self, keys: Iterable[Key]) -> None:
+        self._c.touch(keys if isinstance(keys, list) else list(keys), True)
+
+    def remove(self, key: Key) -> None:
+        self._c.remove(key)
+
+    def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
+        return self._c.evict(n, protected)
+
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
+        self._c.after_request(reused if isinstance(reused, list) else list(reused))
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"expert": self.label}

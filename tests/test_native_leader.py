@@ -1,0 +1,158 @@
+"""`NativeLeader` (hkv/policies/leader.py, hkv/policies/_native/leader.c): a prefix-value expert
+running `auto`'s tier from C decides as its Python policy does, call by call, and `auto` with it
+as with a Python leader."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hkv.blocks import BlockMeta, Modality
+from hkv.policies import make_policy, native
+from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
+from hkv.policies.shadow import make_expert
+
+pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
+
+TOKENS = 16
+
+
+def pair(label: str, capacity: int) -> tuple:
+    """The Python policy of `label` and a fresh native leader of it."""
+    python = make_expert(label, capacity)
+    value = python.value if label == "cost_aware" else None
+    leader = NativeLeader(label, capacity, native.leader(native.shadows([label], capacity), {}),
+                          value)  # fmt: skip
+    return python, leader
+
+
+def meta(rng: random.Random, depth: int) -> BlockMeta:
+    modality = rng.choice([Modality.TEXT, Modality.TEXT, Modality.VISION])
+    return BlockMeta(tokens=TOKENS, position=depth * TOKENS, modality=modality)
+
+
+def chain(rng: random.Random, keys: list, resident: list) -> list:
+    """A request: a prefix of resident keys, then new ones, in prefix order."""
+    head = resident[: rng.randint(0, len(resident))] if resident else []
+    return head + [rng.choice(keys) for _ in range(rng.randint(1, 12))]
+
+
+@pytest.mark.parametrize("label", sorted(PREFIX_EXPERTS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
+    """Every call the tier makes (admit, insert_each, touch_all, refresh_all, after_request,
+    remove, evict with a protected set), drawn at random, to both: the same answers, and the
+    same keys held after each."""
+    rng = random.Random(seed)
+    capacity = 40
+    python, leader = pair(label, capacity)
+    keys = [rng.getrandbits(62) for _ in range(120)] + [bytes([i]) * 9 for i in range(40)]
+    metas: dict = {}
+    for step in range(2500):
+        held = sorted(python, key=repr)
+        request = chain(rng, keys, held)
+        op = rng.random()
+        if op < 0.3:  # a store: admission, room, inserts
+            new = [k for k in dict.fromkeys(request) if k not in python]
+            new_metas = [metas.setdefault(k, meta(rng, d)) for d, k in enumerate(new)]
+            offers = list(zip(new, new_metas, strict=True))
+            taken = [k for k, m in offers if python.admit(k, m)]
+            assert taken == [k for k, m in offers if leader.admit(k, m)], step
+            room = len(python) + len(taken) - capacity
+            if room > 0:
+                protected = frozenset(request)
+                assert python.evict(room, protected) == leader.evict(room, protected), step
+                if len(python) + len(taken) > capacity:
+                    continue  # the eviction was refused: nothing stored
+            python.insert_each(taken, [metas[k] for k in taken])
+            assert leader.insert_each(taken, [metas[k] for k in taken]) == [], step
+        elif op < 0.55:
+            reused = [k for k in dict.fromkeys(request) if k in python]
+            python.after_request([], reused)
+            leader.after_request([], reused)
+        elif op < 0.7:
+            python.touch_all(request)
+            leader.touch_all(request)
+        elif op < 0.8:
+            python.refresh_all(request[::-1])
+            leader.refresh_all(request[::-1])
+        elif op < 0.85 and held:
+            key = rng.choice(held + keys[:3])
+            python.remove(key)
+            leader.remove(key)
+        else:
+            n = rng.randint(1, 6)
+            protected = set(rng.sample(held, min(len(held), rng.randint(0, 30))))
+            assert python.evict(n, protected) == leader.evict(n, protected), step
+        assert set(python) == set(leader) and len(python) == len(leader), step
+
+
+def test_a_native_leader_refuses_what_a_python_policy_refuses():
+    """A key already resident (KeyError) or no room (RuntimeError): nothing inserted."""
+    _, leader = pair("depth_lfu", 2)
+    m = BlockMeta(tokens=TOKENS, position=0)
+    assert leader.insert_each([1, 2], [m, m]) == []
+    with pytest.raises(KeyError):
+        leader.insert_each([1], [m])
+    leader.remove(2)
+    with pytest.raises(KeyError):  # the same key twice in one call
+        leader.insert_each([3, 3], [m, m])
+    with pytest.raises(RuntimeError, match="full policy"):
+        leader.insert_each([4, 5], [m, m])
+    assert set(leader) == {1} and leader.evict(2, frozenset()) is None
+    assert leader.evict(1, {1}) is None and leader.evict(1, frozenset()) == [1]
+
+
+def test_a_key_whose_id_another_holds_is_refused_and_kept_aside_by_auto():
+    """Two vLLM-style digests with one first 8 bytes are one id: the leader holds the first
+    and refuses the second, which `auto` keeps outside it, evicted first."""
+    _, leader = pair("depth_lfu_static", 8)
+    m = BlockMeta(tokens=TOKENS, position=0)
+    first, twin = b"12345678" + b"a" * 24, b"12345678" + b"b" * 24
+    assert native.key_bits(first) == native.key_bits(twin)
+    assert leader.insert_each([first, twin], [m, m]) == [twin]
+    assert first in leader and twin not in leader and list(leader) == [first]
+    leader.remove(twin)  # another key's id: nothing removed
+    assert first in leader
+    auto = make_policy("auto", 8)
+    auto._live = leader
+    auto.insert(twin, m)
+    assert twin in auto and twin in auto._aside and auto.evict(1) == [twin]
+
+
+def auto_run(native_shadows: bool, requests: list, capacity: int, experts: tuple) -> list:
+    """A sampled `auto` of `experts` replayed per request: hits, leader, switches each."""
+    from hkv.sim.replay import replay
+    from hkv.sim.trace import Request, Trace
+
+    policy = make_policy("auto", capacity, native=native_shadows, experts=experts,
+                         sample_blocks=64, sample_above=64)  # fmt: skip
+    log, leaders = [], set()
+    for request in requests:
+        keys = tuple(k for k, _ in request)
+        trace = Trace((Request(0.0, len(keys) * 512, 1, keys),), 512)
+        result = replay(trace, policy, store="per_request")
+        log.append((result.block_hits, policy.leader, policy.switches))
+        leaders.add(type(policy._live).__name__)
+    return log, leaders
+
+
+@pytest.mark.parametrize(
+    "experts,seed,capacity",
+    [
+        (("lip", "cost_aware"), 12, 200),
+        (("lru", "depth_lfu", "depth_lfu_static"), 11, 600),
+        (("lip", "lru", "cost_aware", "depth_lfu"), 13, 300),
+    ],
+)
+def test_auto_with_a_native_leader_decides_as_with_python_ones(experts, seed, capacity):
+    """Switches to and from native leaders (resumed ones among them), every request's hits,
+    leader and switch count as with Python shadows and leaders."""
+    from tests.test_native_shadows import sessions
+
+    requests = sessions(seed, 500, sessions=60)
+    got, leaders = auto_run(True, requests, capacity, experts)
+    expected, python_leaders = auto_run(False, requests, capacity, experts)
+    assert "NativeLeader" in leaders and "NativeLeader" not in python_leaders
+    assert got[-1][2] >= 3 and got == expected
