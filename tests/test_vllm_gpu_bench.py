@@ -788,3 +788,24 @@ def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):
     assert default_model((shared, unpacked)) == unpacked / "minimax_m2_8l"
     (shared / "minimax_m2_8l").mkdir(parents=True)
     assert default_model((shared, unpacked)) == shared / "minimax_m2_8l"
+
+
+def test_the_engine_logs_autos_leaders_and_times_each_switch():
+    """`time_inner_parts` on `auto`: its first leader, then each switch as [request, new
+    leader, seconds], the switches' seconds those of `_switch`."""
+    from hkv.policies import make_policy
+    from hkv.sim.replay import replay
+    from hkv.sim.trace import Request, Trace
+    from tests.test_native_shadows import sessions
+
+    policy = make_policy("auto", 200, experts=("lip", "cost_aware"), sample_blocks=64,
+                         sample_above=64)  # fmt: skip
+    cells = engine.time_inner_parts(policy)
+    for request in sessions(12, 500, sessions=60):
+        keys = tuple(k for k, _ in request)
+        replay(Trace((Request(0.0, len(keys) * 512, 1, keys),), 512), policy, store="per_request")
+    log = cells["leaders"]
+    assert log[0] == "lip" and len(log) - 1 == policy.switches == cells["_switch"][1] >= 2
+    assert [row[1] for row in log[1:]][-1] == policy.leader
+    assert all(0 < a[0] < b[0] <= cells["_score"][1] for a, b in pairwise(log[1:]))
+    assert sum(row[2] for row in log[1:]) == pytest.approx(cells["_switch"][0], abs=1e-3)

@@ -248,7 +248,10 @@ def run_policy(llm, manager, name: str, workload, counters, result: dict) -> dic
     one = run_workload(llm, w, sessions, waves, (timer, *counters[1:4]), tag=name == ORACLE)
     one["summary"]["caches_reset"] = reset_ok
     if inner:
+        log = inner.pop("leaders", None)
         one["summary"]["policy_inner"] = {k: {"s": c[0], "calls": c[1]} for k, c in inner.items()}
+        if log is not None:  # `auto`: its first leader, then [request, new leader, seconds]
+            one["summary"]["policy_leaders"] = log
     if trace is not None:
         one["trace"] = trace.snapshot()
         one["summary"]["diagnosis"] = diagnose(one["trace"], counters[5])
@@ -261,7 +264,9 @@ replay of a request, `_switch` a change of leader)."""
 
 
 def time_inner_parts(policy) -> dict[str, list]:
-    """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls]."""
+    """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls], and
+    for `auto` "leaders": its first leader, then each switch as [request (its `_score` calls
+    so far), new leader, seconds]."""
     if policy is None:
         return {}
     cells = {}
@@ -270,6 +275,17 @@ def time_inner_parts(policy) -> dict[str, list]:
         if method is not None:
             cells[name] = [0.0, 0]
             setattr(policy, name, PolicyTimer._timed(method, cells[name]))
+    if "_switch" in cells and hasattr(policy, "leader"):
+        timed, log = policy._switch, [policy.leader]
+        cells["leaders"] = log
+
+        def switch(best: int) -> None:
+            before = cells["_switch"][0]
+            timed(best)
+            seconds = round(cells["_switch"][0] - before, 4)
+            log.append([cells["_score"][1], policy.leader, seconds])
+
+        policy._switch = switch
     return cells
 
 
