@@ -102,6 +102,7 @@ def replay(
     policy = make_cache_policy(name, capacity)
     timer = PolicyTimer(policy) if timed else None
     inner = time_inner_parts(getattr(policy, "policy", None)) if timed else {}
+    leaders = inner.pop("leaders", None)  # `auto`: its first leader, then each switch
     manager = Manager026(policy, capacity, store_blocks)
     start = time.perf_counter()
     for prompt in requests:
@@ -119,6 +120,8 @@ def replay(
         out |= {"policy_s": timer.seconds, "policy_calls": timer.calls}
         out["by_method"] = {m: {"s": s, "calls": c} for m, (s, c) in timer.per_method.items()}
         out["inner"] = {m: {"s": s, "calls": c} for m, (s, c) in inner.items() if c}
+        if leaders is not None:
+            out["leaders"] = leaders
     return out
 
 
@@ -162,6 +165,7 @@ def measure(
         },
         **{k: timed[k] for k in ("loaded_blocks", "stored_blocks", "evicted_blocks")},
         **{k: timed[k] for k in ("refused_stores", "evictions_sha256")},
+        **({"leaders": timed["leaders"]} if "leaders" in timed else {}),
     }
 
 
