@@ -1682,6 +1682,65 @@ CLAIMS += [
 ]
 
 
+def h200_3c5e066() -> dict[str, Any]:
+    """`auto` with its prefix-value leaders kept in C (`vllm_h200_time_3c5e066.json`)."""
+    return result("vllm_h200_time_3c5e066.json")
+
+
+def h200_native_leader() -> tuple[Any, ...]:
+    """On the skewed variant at 8 GiB: auto's leaders (one sequence in every run), its work
+    outside shadows and switches now and with Python leaders (601309a), its switches' seconds,
+    its median policy time above lru's (s, % of lru's median wall), the paired walls (%), the
+    most engine steps apart, loaded and stored blocks against lru's (%)."""
+
+    def runs(data, policy):
+        cell = (policy, 1.0, 8.0)
+        return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+
+    def outside(data):
+        inner = [r["policy_inner"] for r in runs(data, "hkv_auto")]
+        return [p["after_request"]["s"] - p["_score"]["s"] for p in inner]
+
+    now = h200_3c5e066()
+    auto, lru = runs(now, "hkv_auto"), runs(now, "lru")
+    assert {r["policy_leaders"][0] for r in auto} == {"lip"}
+    (log,) = {tuple(tuple(row[:2]) for row in r["policy_leaders"][1:]) for r in auto}
+    switches = [r["policy_inner"]["_switch"]["s"] for r in auto]
+
+    def median(rows, key):
+        return statistics.median(r[key] for r in rows)
+
+    extra = median(auto, "policy_s") - median(lru, "policy_s")
+    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in zip(auto, lru, strict=True)]
+    steps = max(abs(a["steps"] - b["steps"]) for a, b in zip(auto, lru, strict=True))
+    loads = 100 * (median(auto, "loaded_blocks") / median(lru, "loaded_blocks") - 1)
+    stores = 100 * (1 - median(auto, "stored_blocks") / median(lru, "stored_blocks"))
+    then = outside(h200_601309a())
+    return (*(x for request, leader in log for x in (leader, request)),
+            min(outside(now)), max(outside(now)), min(then), max(then), len(log),
+            min(switches), max(switches), extra, 100 * extra / median(lru, "wall_s"), *paired,
+            steps, loads, stores)  # fmt: skip
+
+
+CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_3c5e066()),)),
+    (
+        "{}",
+        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_3c5e066(), {"runs": []})),),
+    ),
+    (
+        "`auto` went from `lip` to `{}` at request {}, to\n`{}` at {} and to `{}` at {}, the last "
+        "two in C. Its own work outside\nits shadows and switches took {:.3f}-{:.3f} s a run "
+        "there, against {:.2f}-{:.2f} s with the same\nkind of leaders in Python (hkv 601309a), "
+        "and its {} switches {:.2f}-{:.2f} s. Its median policy time\nis still {:.2f} s a run "
+        "above lru's, {:.1f} % of lru's median run, yet paired by repeat its wall\ntime against "
+        "lru's was {:+.1f} %, {:+.1f} % and {:+.1f} %, within {} engine steps of lru's, loading"
+        "\n{:.1f} % more blocks and storing {:.1f} % fewer",
+        h200_native_leader,
+    ),
+]
+
+
 CANDIDATE_CELLS = (("default", 0.0), ("no_wait", 0.0), ("default", 1.0), ("no_wait", 1.0))
 CANDIDATE_CELLS += (("wait_3", 1.0),)
 
