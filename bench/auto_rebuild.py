@@ -32,7 +32,6 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
     import hkv.policies.auto as auto
     from bench.sim.two_tier import blocks_for_gib, predict
     from hkv.cost import CostModel
-    from hkv.policies.shadow import merged
     from hkv.sim.anchor import Workload, trace_requests
 
     kept: list[tuple[list, int]] = []
@@ -40,7 +39,7 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
 
     def spy(self, best):
         if not kept:
-            kept.append(([merged(m, f) for m, f, _ in self._history], self.capacity_blocks))
+            kept.append((list(self._history.whole()), self.capacity_blocks))
         switch(self, best)
 
     auto.AutoPolicy._switch = spy

@@ -156,3 +156,19 @@ def test_auto_with_a_native_leader_decides_as_with_python_ones(experts, seed, ca
     expected, python_leaders = auto_run(False, requests, capacity, experts)
     assert "NativeLeader" in leaders and "NativeLeader" not in python_leaders
     assert got[-1][2] >= 3 and got == expected
+
+
+def test_autos_history_forgets_past_its_limit_and_merges_each_request_once(monkeypatch):
+    """`History`: the oldest requests go once `limit` references are kept without them; a
+    request is merged into prefix order the first time a rebuild reads it, never again."""
+    from hkv.policies import history as module
+
+    calls = []
+    monkeypatch.setattr(module, "merged", lambda m, f: calls.append(1) or sorted(m + f))
+    kept = module.History(limit=5)
+    for i in range(4):
+        kept.remember([(10 * i + 1, i)], [(10 * i, i)])  # two references a request
+    assert (len(kept), kept.oldest, kept.remembered) == (3, 1, 4)
+    assert list(kept.whole(2)) == [[(20, 2), (21, 2)], [(30, 3), (31, 3)]] and len(calls) == 2
+    assert len(list(kept.whole())) == 3 and len(calls) == 3  # only request 1 was new
+    assert next(kept.whole(0)) == [(10, 1), (11, 1)]  # before the oldest: from the oldest

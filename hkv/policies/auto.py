@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -12,6 +11,7 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
+from hkv.policies.history import History
 from hkv.policies.native import known, sampled
 from hkv.policies.shadow import (
     EXPERTS,
@@ -156,10 +156,8 @@ class AutoPolicy(EvictionPolicy):
         self._shadows = ShadowSet(
             self.experts, self._shadow_blocks, context, native=self.native, skip=skip, keys=full
         )
-        self._history: deque[tuple[list, list, int]] = deque()  # sampled: last requests
-        self._history_refs = 0
-        self._remembered = 0  # requests ever put in `_history`
-        # sampled: leaders switched away from, with `_remembered` then (`_switch`)
+        self._history = History(HISTORY_TIERS * capacity)  # sampled: the last requests
+        # sampled: leaders switched away from, with `_history.remembered` then (`_switch`)
         self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
         self._scores = [0.0 if p else -math.inf for p in self._shadows.present]  # none: never leads
         self._refs = 0.0  # decayed block references, the scores' denominator
@@ -307,7 +305,7 @@ class AutoPolicy(EvictionPolicy):
         found = known(reused if isinstance(reused, list) else list(reused), metas, declined)
         if self._sampled:  # the whole request kept as it came (`merged` at a rebuild only)
             if pending or found:
-                self._remember((pending, found, len(pending) + len(found)))
+                self._history.remember(pending, found)
             threshold = self._threshold
             pending, found = sampled(pending, threshold), sampled(found, threshold)
         if pending or found:
@@ -358,43 +356,30 @@ class AutoPolicy(EvictionPolicy):
         one replayed over the history (in C for the experts of `shadow.HANDED_OVER` where the
         shadows run: `shadow.rebuilt_in_c`, where a prefix-value one stays as the live leader,
         `leader.NativeLeader`; the same decisions as the Python replay's)."""
-        history, remembered = self._history, self._remembered
+        history = self._history
         retired = self._resumable(best)
-        self._retired[self._leader] = (self._live, remembered)
+        self._retired[self._leader] = (self._live, history.remembered)
         self._retired.pop(best, None)
-        oldest = remembered - len(history)  # the index of history[0]
         if retired is not None:
             policy, since = retired
-            requests = islice(history, since - oldest, None)
+            requests = history.whole(since)
         else:  # replayed in C where the shadows run there and the expert can be handed over
             context = {"cost_model": self.cost_model, "config": self.config}
             label, capacity = self.experts[best], self.capacity_blocks
-            whole = (merged(misses, found) for misses, found, _ in history)
-            policy = self._shadows.rebuilt(label, capacity, whole, held=self._metas, live=True)
-            requests = iter(() if policy is not None else history)
+            policy = self._shadows.rebuilt(label, capacity, history.whole(), held=self._metas,
+                                           live=True)  # fmt: skip
+            requests = iter(()) if policy is not None else history.whole()
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
                 policy = make_expert(label, capacity, **context)
         tier = VllmTier(policy, refuses=False)
-        for misses, found, _ in requests:
-            tier.store(merged(misses, found))
+        for request in requests:
+            tier.store(request)
         for label, (_, since) in list(self._retired.items()):  # beyond reach: freed
-            if since < oldest:
+            if since < history.oldest:
                 del self._retired[label]
         return tier.policy
 
     def _resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
         """Expert `best`'s last live instance and when it retired, if within the history."""
         retired = self._retired.get(best)
-        oldest = self._remembered - len(self._history)
-        return retired if retired is not None and retired[1] >= oldest else None
-
-    def _remember(self, request: tuple[list, list, int]) -> None:
-        """Keep `request` (its misses, its hits found, their count) among the last requests,
-        `HISTORY_TIERS` tier-sizes of references."""
-        history = self._history
-        history.append(request)
-        self._remembered += 1
-        self._history_refs += request[2]
-        limit = HISTORY_TIERS * self.capacity_blocks
-        while self._history_refs - history[0][2] >= limit:
-            self._history_refs -= history.popleft()[2]
+        return retired if retired is not None and retired[1] >= self._history.oldest else None

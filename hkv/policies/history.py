@@ -1,0 +1,54 @@
+"""`History`: the last requests a sampled `auto` keeps to rebuild a new leader from."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import islice
+
+from hkv.blocks import BlockMeta
+from hkv.policies.base import Key
+from hkv.policies.shadow import merged
+
+Pairs = list[tuple[Key, BlockMeta]]
+
+
+class History:
+    """The last requests, `limit` block references of them (the oldest forgotten first), each
+    kept as it came (its misses and the hits found) and merged into prefix order (`merged`)
+    only when a rebuild first reads it, once: a request's bookkeeping costs nothing more on
+    its way in, and switches a few requests apart merge each request once between them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.remembered = 0  # requests ever kept: the next one's number
+        self._entries: deque[list] = deque()  # [misses, hits found or None once merged, refs]
+        self._refs = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def oldest(self) -> int:
+        """The number of the oldest request kept."""
+        return self.remembered - len(self._entries)
+
+    def remember(self, misses: Pairs, found: Pairs) -> None:
+        """Keep one request (its misses noted, its hits found), forgetting the oldest past
+        `limit` references."""
+        refs = len(misses) + len(found)
+        entries = self._entries
+        entries.append([misses, found, refs])
+        self.remembered += 1
+        self._refs += refs
+        while self._refs - entries[0][2] >= self.limit:
+            self._refs -= entries.popleft()[2]
+
+    def whole(self, since: int | None = None) -> Iterator[Pairs]:
+        """The requests kept from request number `since` on (all of them without), each
+        merged into prefix order."""
+        start = 0 if since is None else max(0, since - self.oldest)
+        for entry in islice(self._entries, start, None):
+            if entry[1] is not None:
+                entry[0], entry[1] = merged(entry[0], entry[1]), None
+            yield entry[0]
