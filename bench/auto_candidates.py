@@ -17,7 +17,8 @@ Each candidate (`NAME=JSON`, the JSON being `auto`'s hyperparameters; `default` 
   (`data/results/policy_heldout.json`: seeds 9-12), `auto` replayed in the simulator
   (`store="per_request"`, which matches hkv's adapter inside vLLM's manager to 0.00 points in
   the suite), against the competitors' committed rows: cells more than half a point behind the
-  best competitor or below vLLM's `lru`, the issue's bar.
+  best competitor or below vLLM's `lru`, the issue's bar;
+- with `--variants`, the two-tier model on `VARIANT_CELLS` too (other skews and tier sizes).
 
 `--extra-expert LABEL` makes a registered policy an expert `auto` may follow, for this run only
 (an entry of `hkv.policies.shadow.EXPERTS` with no hyperparameters): a candidate names it in its
@@ -39,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 ANCHOR_CELLS = ((0.0, 8.0), (0.0, 12.0), (0.0, 16.0), (1.0, 8.0), (1.0, 12.0))
 """(popularity, CPU GiB) of the two-tier model's cells: the H200 engines' configurations."""
+VARIANT_CELLS = tuple((p, g) for p in (0.25, 0.5, 0.75, 1.5) for g in (6.0, 10.0, 14.0))
+"""`--variants`: other session skews and tier sizes of the anchor, in the same model, where no
+engine ran (large tiers, whose shadows are sampled: what the suite's cells never are)."""
 BAR_POINTS = 0.5
 ROUNDING = 1e-6
 """The held-out file keeps rates to six decimals: a tie with it is not a loss."""
@@ -139,6 +143,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--suite", type=Path, default=ROOT / "data/results/policy_suite.json")
     parser.add_argument("--heldout", type=Path, default=ROOT / "data/results/policy_heldout.json")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     candidates = {"default": {}}
@@ -179,11 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"candidates": {}}
     with ProcessPoolExecutor(args.workers) as pool:
         for name, params in args.candidates.items():
-            jobs = [(extra, "auto", params, p, g) for p, g in ANCHOR_CELLS]
+            two_tier = ANCHOR_CELLS + (VARIANT_CELLS if args.variants else ())
+            jobs = [(extra, "auto", params, p, g) for p, g in two_tier]
             if name == "default":
-                jobs += [
-                    (extra, other, {}, p, g) for other in ("lru", "bip") for p, g in ANCHOR_CELLS
-                ]
+                jobs += [(extra, other, {}, p, g) for other in ("lru", "bip") for p, g in two_tier]
             anchor = list(pool.map(anchor_cell, jobs))
             entry: dict[str, Any] = {"params": params, "two_tier": anchor}
             for label, results in files.items():
@@ -212,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(summary_line(name, entry), flush=True)
     if args.out is not None:
         parameters = {"candidates": args.candidates, "extra_experts": extra,
-                      "trace": args.trace.name, "bar_points": BAR_POINTS}  # fmt: skip
+                      "trace": args.trace.name, "bar_points": BAR_POINTS,
+                      "variants": args.variants}  # fmt: skip
         save_results(args.out, out, generated_by="python -m bench.auto_candidates",
                      parameters=parameters)  # fmt: skip
     return 0
@@ -222,7 +227,7 @@ def summary_line(name: str, entry: dict) -> str:
     anchor = {
         (r["popularity"], r["cpu_gib"]): r for r in entry["two_tier"] if r["policy"] == "auto"
     }
-    left = " ".join(f"{g:g}GiB{'/Zipf1' if p else ''}:{100 * r['prefill_frac']:.1f}%"
+    left = " ".join(f"{g:g}GiB{f'/Zipf{p:g}' if p else ''}:{100 * r['prefill_frac']:.1f}%"
                     for (p, g), r in anchor.items())  # fmt: skip
     suite, held = entry["suite"], entry["heldout"]
     return (f"{name}: prefill left {left}; suite {suite['missing_the_bar']}/{suite['cells']} "

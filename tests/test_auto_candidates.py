@@ -58,3 +58,10 @@ def test_an_extra_expert_is_offered_to_candidates_not_added_to_the_default():
         assert "bip" in make_policy("auto", 100, experts=[*DEFAULT_EXPERTS, "bip"]).experts
     finally:
         EXPERTS.pop("bip", None)
+
+
+def test_variants_add_other_skews_and_tier_sizes_to_the_two_tier_cells():
+    args = bench.parse(["--variants"])
+    assert args.variants and not bench.parse([]).variants
+    cells = set(bench.VARIANT_CELLS)
+    assert len(cells) == 12 and not cells & set(bench.ANCHOR_CELLS)

@@ -126,8 +126,8 @@ def auto_run(native_shadows: bool, requests: list, capacity: int, experts: tuple
     from hkv.sim.replay import replay
     from hkv.sim.trace import Request, Trace
 
-    policy = make_policy("auto", capacity, native=native_shadows, experts=experts,
-                         sample_blocks=64, sample_above=64)  # fmt: skip
+    sampling = {"sample_blocks": 64, "sample_above": 64, "margin_rebuild": 0.005}  # many switches
+    policy = make_policy("auto", capacity, native=native_shadows, experts=experts, **sampling)
     log, leaders = [], set()
     for request in requests:
         keys = tuple(k for k, _ in request)

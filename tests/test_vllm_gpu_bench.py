@@ -616,16 +616,20 @@ RECORDED_026_AUTO = {
                 "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
     "sampled_no_wait": ["2664aef598dbdf9fe2f7a75c09b21184cdf87c20b3addf85f823b59b288e2ed6",
                         "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
-    "sampled": ["d24b96626a8c7963192bc91e64c4335d1a157947fbfeec0f9a39088506561a65",
+    "sampled_wait": ["d24b96626a8c7963192bc91e64c4335d1a157947fbfeec0f9a39088506561a65",
+                     "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+    "sampled": ["3fe05e37e17beddfd76a52988c31618ff73c3e44568392cdf7beac9820c360b5",
                 "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
 }  # fmt: skip
 """`auto`'s evictions at 150 and 60 blocks, recorded before its request bookkeeping was made
 lazy (the whole request merged and sorted at a rebuild only) and before the adapter skipped
 `admit` while the leader admits everything: six and four switches, all alike since. A sampled
 tier's rebuild now waits for a lead that holds (`confirm_rebuild` 2): `sampled_no_wait` is the
-recorded run with no wait (`confirm_rebuild` 1), still alike; `sampled` was recorded when the
-wait came in (3 switches at 150 blocks instead of 6; 60 blocks is not sampled)."""
-MIN_SWITCHES = {"default": 4, "sampled_no_wait": 4, "sampled": 3}
+recorded run with no wait (`confirm_rebuild` 1), still alike; `sampled_wait` was recorded when the
+wait came in (3 switches at 150 blocks instead of 6; 60 blocks is not sampled). Both with
+`margin_rebuild` at `margin` (0.005), as they were recorded; `sampled` is the default since
+(`margin_rebuild` 0.02): at 150 blocks no lead is worth a rebuild and `lip` runs throughout."""
+MIN_SWITCHES = {"default": 4, "sampled_no_wait": 4, "sampled_wait": 3, "sampled": 0}
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -637,6 +641,8 @@ def test_vllm_026_auto_decisions_match_the_recorded_reference(case, native):
     params = {"native": native}
     if case.startswith("sampled"):  # 150 blocks sampled to 64; 60 not sampled
         params |= {"sample_blocks": 64, "sample_above": 64}
+    if case in ("sampled_no_wait", "sampled_wait"):  # recorded before `margin_rebuild`
+        params["margin_rebuild"] = 0.005
     if case == "sampled_no_wait":
         params["confirm_rebuild"] = 1
     requests = vllm026.prompts(MEDIUM_MM)

@@ -95,7 +95,10 @@ class AutoPolicy(EvictionPolicy):
     and cost those two Mooncake tiers 0.7 and 1.0 points). A switch back to an expert that led
     within that window costs far less: its last live instance resumes, caught up on the requests
     since it led (`_rebuild`). A rebuild stalls the engine, so it waits for a lead that has held
-    `confirm_rebuild` requests in a row (`data/results/auto_candidates_rebuild.json`).
+    `confirm_rebuild` requests in a row (`data/results/auto_candidates_rebuild.json`) and
+    by `margin_rebuild` (2 points of hit rate, against `margin`'s 0.5: fewer stalls, and less
+    prefill time left on the whole in the two-tier model of the engine's workloads and of
+    variants of them, `data/results/auto_candidates_margin.json`).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
@@ -113,6 +116,7 @@ class AutoPolicy(EvictionPolicy):
     margin: float = 0.005
     confirm: int = 1
     confirm_rebuild: int = 2
+    margin_rebuild: float = 0.02
     first: str | None = None
     sample_blocks: int = 1024
     sample_above: int = 8192
@@ -137,6 +141,7 @@ class AutoPolicy(EvictionPolicy):
             raise HkvError(f"auto.first: got {self.first!r}; expected one of auto.experts")
         check_float(self.name, "half_life", self.half_life, 0.0, open_low=True)
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
+        check_float(self.name, "margin_rebuild", self.margin_rebuild, 0.0, 1.0)
         check_int(self.name, "confirm", self.confirm, 1)
         check_int(self.name, "confirm_rebuild", self.confirm_rebuild, 1)
         check_int(self.name, "sample_blocks", self.sample_blocks, 64)
@@ -320,14 +325,14 @@ class AutoPolicy(EvictionPolicy):
                 scores[i] = scores[i] * decay + hits
         self._refs = self._refs * decay + refs
         best = max(range(len(scores)), key=scores.__getitem__)
-        if scores[best] - scores[self._leader] <= self.margin * self._refs:
+        rebuild = self._sampled and self._resumable(best) is None  # a stall: a lead that holds
+        margin = max(self.margin, self.margin_rebuild) if rebuild else self.margin
+        if scores[best] - scores[self._leader] <= margin * self._refs:
             self._lead = (-1, 0)
             return
         streak = self._lead[1] + 1 if self._lead[0] == best else 1
         self._lead = (best, streak)
-        needed = self.confirm
-        if self._sampled and self._resumable(best) is None:  # a rebuild: a lead that holds
-            needed = max(needed, self.confirm_rebuild)
+        needed = max(self.confirm, self.confirm_rebuild) if rebuild else self.confirm
         if streak >= needed:
             self._lead = (-1, 0)
             self._switch(best)
