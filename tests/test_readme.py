@@ -1775,6 +1775,54 @@ CLAIMS += [
 ]
 
 
+def h200_263c788() -> dict[str, Any]:
+    """`auto` with `margin_rebuild` against lru on the skewed variant (`..._263c788.json`)."""
+    return result("vllm_h200_time_263c788.json")
+
+
+def h200_margin_switches() -> tuple[Any, ...]:
+    """At 8 GiB: auto's one leader change (its leader, request, lowest and highest ms), its
+    switches a run before (3c5e066), none at 12 GiB; the paired walls' range (%) at 8 and 12
+    GiB."""
+
+    def runs(data, policy, gib):
+        cell = (policy, 1.0, gib)
+        return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+
+    now = h200_263c788()
+    (log,) = {
+        tuple(tuple(row[:2]) for row in r["policy_leaders"][1:]) for r in runs(now, "hkv_auto", 8.0)
+    }
+    ((request, leader),) = log
+    ms = [1e3 * r["policy_leaders"][1][2] for r in runs(now, "hkv_auto", 8.0)]
+    (before,) = {r["policy_switches"] for r in runs(h200_3c5e066(), "hkv_auto", 8.0)}
+    (at12,) = {r["policy_switches"] for r in runs(now, "hkv_auto", 12.0)}
+
+    def paired(gib):
+        pairs = zip(runs(now, "hkv_auto", gib), runs(now, "lru", gib), strict=True)
+        return [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+
+    assert at12 == 0  # "not at all"
+    return (leader, request, min(ms), max(ms), before,
+            min(paired(8.0)), max(paired(8.0)), min(paired(12.0)), max(paired(12.0)))  # fmt: skip
+
+
+CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_263c788()),)),
+    (
+        "{}",
+        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_263c788(), {"runs": []})),),
+    ),
+    (
+        "At 8 GiB `auto` now switches once a run (`lip` to `{}` at request {}, {:.0f}-{:.0f} ms) "
+        "where\nit switched {} times, and at 12 GiB not at all. Paired by repeat its wall time "
+        "against lru's\nranged from {:+.1f} % to {:+.1f} % at 8 GiB and from {:+.1f} % to "
+        "{:+.1f} % at 12 GiB",
+        h200_margin_switches,
+    ),
+]
+
+
 CANDIDATE_CELLS = (("default", 0.0), ("no_wait", 0.0), ("default", 1.0), ("no_wait", 1.0))
 CANDIDATE_CELLS += (("wait_3", 1.0),)
 
