@@ -1638,6 +1638,12 @@ CLAIMS += [
 ]
 
 
+def cell_runs(data: dict, policy: str, popularity: float, gib: float) -> list[dict]:
+    """A folded engine file's runs of one policy in one cell, in repeat order."""
+    cell = (policy, popularity, gib)
+    return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+
+
 def h200_f86da30() -> dict[str, Any]:
     """`auto` with `confirm_rebuild` against lru on that host (`vllm_h200_time_f86da30.json`)."""
     return result("vllm_h200_time_f86da30.json")
@@ -1649,8 +1655,7 @@ def h200_f86da30_switches() -> tuple[Any, ...]:
     now, then = h200_f86da30(), h200_601309a()
 
     def auto(data, popularity):
-        cell = ("hkv_auto", popularity, 8.0)
-        return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+        return cell_runs(data, "hkv_auto", popularity, 8.0)
 
     def switches(data, popularity):
         (calls,) = {
@@ -1694,8 +1699,7 @@ def h200_native_leader() -> tuple[Any, ...]:
     most engine steps apart, loaded and stored blocks against lru's (%)."""
 
     def runs(data, policy):
-        cell = (policy, 1.0, 8.0)
-        return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+        return cell_runs(data, policy, 1.0, 8.0)
 
     def outside(data):
         inner = [r["policy_inner"] for r in runs(data, "hkv_auto")]
@@ -1786,8 +1790,7 @@ def h200_margin_switches() -> tuple[Any, ...]:
     GiB."""
 
     def runs(data, policy, gib):
-        cell = (policy, 1.0, gib)
-        return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
+        return cell_runs(data, policy, 1.0, gib)
 
     now = h200_263c788()
     (log,) = {
