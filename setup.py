@@ -11,7 +11,8 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 NATIVE = Path("hkv/policies/_native")
-SOURCES = ["module.c", "tier.c", "util.c", "lru.c", "arc.c", "s3fifo.c", "prefix.c", "leader.c"]
+SOURCES = ["module.c", "tier.c", "util.c", "lru.c", "arc.c", "s3fifo.c", "prefix.c", "leader.c",
+           "predictive.c"]
 
 setup(
     ext_modules=[

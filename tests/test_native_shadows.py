@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from hkv.blocks import BlockMeta
+from hkv.blocks import BlockMeta, Modality
 from hkv.policies import native
+from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.shadow import HANDED_OVER, make_expert
 from hkv.policies.tier import VllmTier, replay_request
 
@@ -59,8 +60,9 @@ def compare(label: str, requests: list, capacity: int) -> None:
         positions = [m.position for _, m in request]
         tokens = [m.tokens for _, m in request]
         worths = [value(m) for _, m in request] if value else None
+        modalities = [MODALITY_INDEX[m.modality] for _, m in request]
         expected = replay_request(python, request)
-        got = shadow.replay(ids, positions, tokens, worths)[0]
+        got = shadow.replay(ids, positions, tokens, worths, modalities)[0]
         assert (got, shadow.sizes()[0]) == (expected, len(python)), f"{label}: request {i}"
     seen = {k for r in requests for k, _ in r}
     held = {k for k in seen if shadow.holds(0, native.key_bits(k))}
@@ -153,20 +155,19 @@ def test_a_full_tier_auto_whose_key_registry_is_pruned_decides_as_with_python_sh
     monkeypatch.setattr(shadow, "PRUNE_FLOOR", 64)
     requests = sessions(7, 500, sessions=60)
     pruned = []
-    keep = shadow.ShadowSet._keep
+    prune = shadow.ShadowSet._prune
 
-    def counting(self, ids, keys, metas):
-        before = self._prune_at
-        keep(self, ids, keys, metas)
-        pruned.append(self._prune_at != before)
+    def counting(self, named):
+        pruned.append(len(self._keys))
+        prune(self, named)
 
-    monkeypatch.setattr(shadow.ShadowSet, "_keep", counting)
+    monkeypatch.setattr(shadow.ShadowSet, "_prune", counting)
     native_log = auto_log(True, requests, 96, sampled=False)
-    assert sum(pruned) >= 2 and native_log[-1][2] >= 1  # pruned, and switched
+    assert len(pruned) >= 2 and native_log[-1][2] >= 1  # pruned, and switched
     assert native_log == auto_log(False, requests, 96, sampled=False)
 
 
-def varied_metas(seed: int, n_requests: int, keys: int) -> list:
+def varied_metas(seed: int, n_requests: int, keys: int, *, modal: bool = False) -> list:
     """Requests whose metas vary: several block sizes (0 and 1 token among them), positions
     not multiples of them, positions that stay or step back inside a request (new epochs of the
     prefix-value experts), and keys met again at other positions (a resident block keeps the
@@ -176,7 +177,7 @@ def varied_metas(seed: int, n_requests: int, keys: int) -> list:
     requests = []
     for _ in range(n_requests):
         position = rng.randint(0, 3) * 16
-        request = []
+        request, modality = [], Modality.TEXT
         for _ in range(rng.randint(1, rng.choice((5, 20, 60)))):
             roll = rng.random()
             if roll < 0.1:
@@ -184,6 +185,9 @@ def varied_metas(seed: int, n_requests: int, keys: int) -> list:
             elif roll >= 0.3:
                 position += rng.randint(1, 50)
             meta = BlockMeta(tokens=rng.choice(sizes), position=position)
+            if modal:  # (each modality in runs, as a request's image or audio spans are)
+                modality = rng.choice(list(Modality)) if rng.random() < 0.2 else modality
+                meta = BlockMeta(meta.tokens, meta.position, modality)
             request.append((rng.randrange(keys), meta))
         requests.append(request)
     return requests
@@ -196,6 +200,15 @@ def varied_metas(seed: int, n_requests: int, keys: int) -> list:
 )
 def test_native_shadow_with_varied_metas(label, seed, keys, capacity):
     compare(label, varied_metas(seed, 250, keys), capacity)
+
+
+@pytest.mark.parametrize(("seed", "keys", "capacity"), [(0, 150, 13), (1, 600, 40), (2, 80, 5)])
+def test_the_native_learned_expert_reads_each_blocks_modality(seed, keys, capacity):
+    """`predictive` files a reference by its block's modality: with text, vision and audio
+    blocks mixed, the native shadow still hits what the Python one hits, request by request."""
+    requests = varied_metas(seed, 400, keys, modal=True)
+    assert len({m.modality for r in requests for _, m in r}) == 3
+    compare("predictive", requests, capacity)
 
 
 def test_native_sample_of_a_request_is_the_python_one():
@@ -250,8 +263,40 @@ def queue_fields(policy) -> dict:
     return fields
 
 
+def predictive_fields(policy) -> dict:
+    """What the learned expert decides by: its queues, its history (a logged reference's
+    bucket, and whether it is its key's latest record: the same object), its labels since the
+    last rebuild, its tables and its per-request state."""
+
+    def logged(records):
+        return [(r[0], r[1], r[3], policy._seen.get(r[3]) is r) for r in records]
+
+    fields = {f"queue {i}": list(queue.items()) for i, queue in enumerate(policy._queues)}
+    fields |= {
+        "seen": {key: tuple(record) for key, record in policy._seen.items()},
+        "log": logged(policy._log),
+        "expiring": logged(policy._expiring),
+        "kept": logged(policy._kept),
+        "pending": policy._pending,
+        "tables": [t.tolist() for t in (policy._pos, policy._num, policy._p, policy._trusted)],
+        "coarse": [policy._coarse_pos.tolist(), policy._coarse_num.tolist()],
+        "at": [policy._friendly_at, policy._declined_at],
+    }
+    names = ("_clock", "_labels", "_halved_at", "_log_at", "_drop_at", "_expiring_at",
+             "_request_last", "_extends", "_declining", "_labelled", "_returned")  # fmt: skip
+    return fields | {name: getattr(policy, name) for name in names}
+
+
+def fields_of(label: str):
+    """What expert `label`'s policy decides by (`prefix_fields`, `queue_fields`, ...)."""
+    if label == "predictive":
+        return predictive_fields
+    prefix = ("cost_aware", "depth_lfu", "depth_lfu_static")
+    return prefix_fields if label in prefix else queue_fields
+
+
 @pytest.mark.parametrize("label", sorted(native.LABELS))
-@pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17)])
+@pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17), (2, 700, 40)])
 def test_a_native_shadow_handed_to_python_is_its_python_shadow(label, seed, n, capacity):
     """A native shadow's state handed to a fresh Python policy (`shadow.handed_over`, what a
     full tier's switch takes) is the Python shadow's after the same requests, field by field,
@@ -273,9 +318,7 @@ def test_a_native_shadow_handed_to_python_is_its_python_shadow(label, seed, n, c
         python.store(request)
     policy = make_expert(label, capacity)
     handed_over(policy, shadow, 0, keys, metas)
-    fields = (
-        prefix_fields if label in ("cost_aware", "depth_lfu", "depth_lfu_static") else queue_fields
-    )
+    fields = fields_of(label)
     assert fields(policy) == fields(python.policy)
     python, native_tier = VllmTier(python.policy, refuses=False), VllmTier(policy, refuses=False)
     for i, request in enumerate(requests[cut:]):
@@ -335,6 +378,7 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
     """`bench.auto_rebuild` times an expert's rebuild from a history in Python and, for the
     experts handed over from C, in C; the results file has a row per sampled expert."""
     from bench import auto_rebuild
+    from hkv.policies.auto import UNSAMPLED_ONLY
     from hkv.policies.shadow import HANDED_OVER
 
     history = sessions(3, 120)
@@ -346,7 +390,7 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
 
     rows = load_results(["auto_rebuild_cpu.json"])["auto_rebuild_cpu.json"]["rows"]
     assert {r["expert"] for r in rows if r["c_ms"] is not None} == set(HANDED_OVER)
-    assert {r["expert"] for r in rows} == set(native.LABELS)
+    assert {r["expert"] for r in rows} == set(native.LABELS) - UNSAMPLED_ONLY
 
 
 def test_known_pairs_in_c_are_the_python_ones(monkeypatch):
@@ -379,3 +423,35 @@ def test_a_rebuild_that_keeps_only_the_held_blocks_is_one_that_removes_the_other
     rebuilt = rebuilt_in_c(label, capacity, requests, {}, held=held)
     assert set(rebuilt) == held
     assert prefix_fields(rebuilt) == prefix_fields(python.policy)
+
+
+@pytest.mark.parametrize("threshold", [None, 1 << 63])
+def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
+    """`ShadowSet.replay_pairs` (the merge of a request's misses and hits, its sample, ids,
+    columns and registry of ids, in C) gives the hits, block counts, registries and worths of
+    `replay(merged(...))` on sampled pairs: keys noted twice with other metas, hits among the
+    misses, positions out of order and tied, bytes keys that share their first 8 bytes (one
+    id) and metas of every modality."""
+    from hkv.policies.shadow import ShadowSet, merged
+
+    rng = random.Random(3)
+    pool = [rng.randbytes(16) for _ in range(300)] + [b"same8byt" + bytes([i]) for i in range(4)]
+    labels = sorted(native.LABELS)
+    fused, steps = (ShadowSet(labels, 48, {}, native=True, keys=True) for _ in range(2))
+    assert fused.fused
+    for _ in range(400):
+        def pairs(n):
+            return [
+                (rng.choice(pool), BlockMeta(rng.choice((16, 7)), 16 * rng.randint(0, 30),
+                                             rng.choice(list(Modality))))
+                for _ in range(n)
+            ]  # fmt: skip
+
+        misses, hits = pairs(rng.randint(0, 12)), pairs(rng.randint(0, 6))
+        got = fused.replay_pairs(misses, hits, threshold)
+        if threshold is not None:
+            misses, hits = native.sampled(misses, threshold), native.sampled(hits, threshold)
+        request = merged(misses, hits)
+        expected = (steps.replay(request), len(request)) if request else None
+        assert got == expected
+    assert (fused._keys, fused._metas, fused._worths) == (steps._keys, steps._metas, steps._worths)

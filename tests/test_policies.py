@@ -637,11 +637,9 @@ def test_a_sampled_tier_rebuilds_a_leader_only_for_a_lead_that_holds(wait):
         "auto", 4096, experts=["lru", "cost_aware"], first="lru", confirm_rebuild=wait, **sampling
     )
     hits = iter([[0, 10], [20, 0], [0, 30], [0, 10], [100, 0]])  # each expert's, per request
-    policy._shadows.replay = lambda request: next(hits)
-    request = [(key, BlockMeta(tokens=16, position=16 * key)) for key in range(10)]
     leaders = []
     for _ in range(5):
-        policy._score(request)
+        policy._score(next(hits), 10)  # a request of 10 blocks
         leaders.append(policy.leader)
     if wait == 1:  # every lead switches at once, back and forth
         assert leaders == ["cost_aware", "lru", "cost_aware", "cost_aware", "lru"]

@@ -308,19 +308,26 @@ class AutoPolicy(EvictionPolicy):
             return
         metas, declined = self._metas, self._declined
         found = known(reused if isinstance(reused, list) else list(reused), metas, declined)
-        if self._sampled:  # the whole request kept as it came (`merged` at a rebuild only)
-            if pending or found:
-                self._history.remember(pending, found)
-            threshold = self._threshold
+        threshold = self._threshold if self._sampled else None
+        if threshold is not None and (pending or found):  # kept whole (merged at a rebuild)
+            self._history.remember(pending, found)
+        shadows = self._shadows
+        if shadows.fused:  # merged, sampled and replayed in one C call
+            out = shadows.replay_pairs(pending, found, threshold)
+            if out is not None:
+                self._score(*out)
+            return
+        if threshold is not None:
             pending, found = sampled(pending, threshold), sampled(found, threshold)
         if pending or found:
-            self._score(merged(pending, found))
+            request = merged(pending, found)
+            self._score(shadows.replay(request), len(request))
 
-    def _score(self, request: list[tuple[Key, BlockMeta]]) -> None:
-        refs = len(request)
+    def _score(self, hits_of: list[int], refs: int) -> None:
+        """Each expert's score decays by `refs` block references and adds its hits."""
         decay = 0.5 ** (refs / (self.half_life * self._shadow_blocks))
         scores, present = self._scores, self._shadows.present
-        for i, hits in enumerate(self._shadows.replay(request)):
+        for i, hits in enumerate(hits_of):
             if present[i]:
                 scores[i] = scores[i] * decay + hits
         self._refs = self._refs * decay + refs

@@ -15,7 +15,8 @@ from hkv.policies.base import EvictionPolicy, Key, check_float, check_int
 from hkv.policies.queue import QueuePolicy
 
 _DEPTHS, _COUNTS, _GAPS = 8, 4, 8
-_MODALITIES = {Modality.TEXT: 0, Modality.VISION: 1, Modality.AUDIO: 2}
+MODALITY_INDEX = {Modality.TEXT: 0, Modality.VISION: 1, Modality.AUDIO: 2}
+"""A modality's index in a bucket (and in the native shadows' blocks)."""
 _COARSE = _COUNTS * _GAPS * 2  # (references so far, last gap, extends): the prior of a bucket
 _BUCKETS = _DEPTHS * 3 * _COARSE
 # The two parts of a bucket that depend on the reference, looked up on the path of every one
@@ -24,7 +25,7 @@ _BUCKETS = _DEPTHS * 3 * _COARSE
 # block's index in its sequence (the depth, capped)
 _FINE = {
     modality: tuple((min(bits, _DEPTHS - 1) * 3 + index) * _COARSE for bits in range(65))
-    for modality, index in _MODALITIES.items()
+    for modality, index in MODALITY_INDEX.items()
 }
 # (references so far x _GAPS + gap) x 2, by references so far (3: 3 or more), then by the bit
 # length of the age of the previous one in eighths of a horizon (the gap is one more, capped;
@@ -323,12 +324,48 @@ class PredictivePolicy(QueuePolicy):
             averse[key] = friendly.pop(key)
             averse.move_to_end(key, last=False)
 
+    def restore_native(self, state: dict, keys, metas) -> None:
+        """Take the whole state of a native shadow of this policy (`Shadows.predictive_state`,
+        a fresh policy of the same capacity and default fields): `keys` and `metas` give the
+        key and meta of each id it names. A log entry whose serial is its key's latest record's
+        is that record (one object, as `_forget` tests by identity); the others were labelled."""
+        records: dict[int, list] = {}
+        seen = {}
+        for key, clock, bucket, count, serial in zip(*state["seen"], strict=True):
+            seen[keys[key]] = records[serial] = [clock, bucket, count, keys[key]]
+
+        def entries(name: str) -> list[list]:
+            out = []
+            for clock, key, serial in zip(*state[name], strict=True):
+                record = records.get(serial)
+                if record is None:
+                    record = records[serial] = [clock, None, 0, keys[key]]
+                out.append(record)
+            return out
+
+        self._seen, self._log = seen, entries("log")
+        self._expiring, self._kept = entries("expiring"), entries("kept")
+        for name in ("clock", "labels", "halved_at", "log_at", "drop_at", "expiring_at"):
+            setattr(self, f"_{name}", state[name])
+        self._request_last, self._extends = state["request_last"], state["extends"]
+        self._declining = bool(state["declining"])
+        self._labelled, self._returned = list(state["labelled"]), list(state["returned"])
+        for name in ("pos", "num", "coarse_pos", "coarse_num", "p"):
+            setattr(self, f"_{name}", np.array(state[name], dtype=float))
+        self._trusted = np.array(state["trusted"], dtype=bool)
+        self._friendly_at = (self._p >= self.friendly_threshold).tolist()
+        self._declined_at = (self._trusted & (self._p < self.admit_threshold)).tolist()
+        self._pending = {keys[key]: bucket for key, bucket in state["pending"].items()}
+        self._averse = OrderedDict((keys[k], metas[k]) for k in state["averse"][0])
+        self._friendly = OrderedDict((keys[k], metas[k]) for k in state["friendly"][0])
+        self._queues = (self._averse, self._friendly)
+
     # -- read-only view of what the model learned (for reports; decisions do not use it) ----
     def learned_table(self) -> list[dict]:
         """One row per bucket that holds labels: its features, its estimate `p` (as of the
         last table rebuild), its (decayed) label count and positives, and whether admission
         trusts it. `references` is the references before this one (0: a first reference)."""
-        modalities = {index: modality.value for modality, index in _MODALITIES.items()}
+        modalities = {index: modality.value for modality, index in MODALITY_INDEX.items()}
         positives, labels = self._pos.copy(), self._num.copy()
         self._add_labels(positives, labels, self._coarse_pos.copy(), self._coarse_num.copy())
         pos, num_labels = positives.tolist(), labels.tolist()

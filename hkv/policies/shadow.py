@@ -21,11 +21,13 @@ from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
+from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
 
 _KEY, _META = itemgetter(0), itemgetter(1)
 _POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
+_MODALITY = attrgetter("modality")
 
 
 EXPERTS: dict[str, tuple[str, dict[str, Any], int]] = {
@@ -82,6 +84,7 @@ class ShadowSet:
         self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
         cost = "cost_aware" in [labels[i] for i in fast]
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
+        self._modal = "predictive" in [labels[i] for i in fast]  # it reads each block's modality
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
         # with `keys`: each id the native shadows may name -> its key and meta (`copied`)
         self._labels, self._context = list(labels), context
@@ -136,6 +139,32 @@ class ShadowSet:
         twin._worths, twin._own = dict(self._worths), {}
         return twin
 
+    @property
+    def fused(self) -> bool:
+        """Whether every shadow runs in C: then `replay_pairs` takes a request's end whole."""
+        return self._native is not None and not self._python
+
+    def replay_pairs(self, misses: list, hits: list, threshold: int | None = None):
+        """`replay(merged(misses, hits))` of the pairs whose key's bits are below `threshold`
+        (None: all), in one C call (`fused` sets only): the merge, the sample, the ids, the
+        columns and the registry of ids (`_keep`) included. Returns (each expert's hits, the
+        blocks replayed), or None where no block is left."""
+        keys = self._keys
+        modal = MODALITY_INDEX if self._modal else None
+        out = self._native.replay_request(misses, hits, threshold, keys, self._metas,
+                                          self._value, self._worths, modal)  # fmt: skip
+        if out is None:
+            return None
+        if keys is not None and len(keys) > self._prune_at:
+            self._prune(set())  # (this request is stored already)
+        fast_hits, refs = out
+        if len(fast_hits) == len(self.tiers):
+            return fast_hits, refs
+        hits = [0] * len(self.tiers)
+        for i, h in zip(self._fast, fast_hits, strict=True):
+            hits[i] = h
+        return hits, refs
+
     def replay(self, request: list) -> list[int]:
         """Store one request (`(key, meta)` pairs in prefix order) in every shadow tier: each
         expert's prefix hits there before the store (0 for an expert without a shadow)."""
@@ -154,24 +183,37 @@ class ShadowSet:
                 hits[i] = h
         return hits
 
-    def _columns(self, metas: list[BlockMeta]) -> tuple[list, list, list | None]:
-        """What the native shadows read of each block: its position, its token count and
-        cost_aware's value of it (None without cost_aware)."""
-        return list(map(_POSITION, metas)), list(map(_TOKENS, metas)), self._worth_of(metas)
+    def _columns(self, metas: list[BlockMeta]) -> tuple:
+        """What the native shadows read of each block: its position, its token count,
+        cost_aware's value of it (None without cost_aware) and its modality's index (None
+        without predictive)."""
+        modalities = None
+        if self._modal:
+            modalities = list(map(MODALITY_INDEX.__getitem__, map(_MODALITY, metas)))
+        positions, tokens = list(map(_POSITION, metas)), list(map(_TOKENS, metas))
+        return positions, tokens, self._worth_of(metas), modalities
 
     def _keep(self, ids: list[int], keys: list, metas: list) -> None:
         """Remember each id's key and meta; past a bound (a few tiers, `PRUNE_FLOOR` at least),
         forget those no native shadow names any longer (resident, ghost, counted or tracked)."""
         self._keys.update(zip(ids, keys, strict=True))
         self._metas.update(zip(ids, metas, strict=True))
+        if len(self._keys) > self._prune_at:
+            self._prune(set(ids))  # this request's: the shadows store them next
 
-        if len(self._keys) <= self._prune_at:
-            return
-        named: set[int] = set(ids)  # this request's: the shadows store them next
+    def _prune(self, named: set[int]) -> None:
+        """Forget the ids no native shadow names any longer (resident, ghost, counted, tracked
+        or logged), beside `named`."""
         for j in range(len(self._fast)):
             named.update(self._native.aside(j))  # held aside (declined, in flight)
             state = self._native.prefix_state(j)
-            if state is None:
+            learned = self._native.predictive_state(j) if state is None else None
+            if learned is not None:  # resident, remembered, logged or pending
+                for name in ("averse", "friendly", "seen"):
+                    named.update(learned[name][0])
+                named.update(*(learned[name][1] for name in ("log", "expiring", "kept")))
+                named.update(learned["pending"])
+            elif state is None:
                 state = self._native.queues_state(j)
                 named.update(*(value[0] for name, value in state.items() if name != "target"))
             else:
@@ -238,7 +280,7 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     pairs = list(chain.from_iterable(requests))  # every request's columns worked out at once
     all_keys, all_metas = list(map(_KEY, pairs)), list(map(_META, pairs))
     ids = ext.key_ids(all_keys)
-    positions, tokens, worths = tier._columns(all_metas)
+    positions, tokens, worths, _ = tier._columns(all_metas)  # (no predictive: no modalities)
     start = 0
     for request in requests:
         end = start + len(request)
@@ -263,7 +305,10 @@ def handed_over(
     expert's resident entries are only those whose key is in it (removing an entry changes
     nothing else there)."""
     state = shadows.prefix_state(i)
-    if state is not None:
+    learned = shadows.predictive_state(i) if state is None else None
+    if learned is not None:
+        policy.restore_native(learned, keys, metas)
+    elif state is not None:
         if held is not None:
             kept = [keys[k] in held for k in state["entry_keys"]]
             for name in ("entry_keys", "entry_seqs", "entry_priorities"):

@@ -152,7 +152,7 @@ static int Leader_contains(Leader *self, PyObject *key) {
 /* admit(key, position, tokens, worth) -> bool: `PrefixValuePolicy.admit` */
 static PyObject *Leader_admit(Leader *self, PyObject *args) {
     PyObject *key;
-    hkv_block b;
+    hkv_block b = {0};
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
         return NULL;
     if (hkv_key_bits(key, &b.key) < 0) return NULL;
@@ -281,7 +281,7 @@ fail:
  * id is another resident key's (not inserted) */
 static PyObject *Leader_insert_one(Leader *self, PyObject *args) {
     PyObject *key;
-    hkv_block b;
+    hkv_block b = {0};
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
         return NULL;
     if (hkv_key_bits(key, &b.key) < 0) return NULL;

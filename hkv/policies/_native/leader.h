@@ -14,5 +14,8 @@ int hkv_key_bits(PyObject *key, uint64_t *bits);
 hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i);
 /* add the `Leader` type to the module: 0, or -1 with an exception set */
 int hkv_leader_add(PyObject *module);
+/* the learned expert's whole state as a dict (predictive.c: `PredictivePolicy.restore_native`
+ * reads it); None where `e` is not one; NULL with an exception set on error */
+PyObject *hkv_predictive_state(hkv_expert *e);
 
 #endif

@@ -4,7 +4,9 @@
  *     hits = shadows.replay(keys, positions, tokens, worths)  # one request: hits per expert
  *
  * `keys` are 64-bit key ids (ints), `positions` and `tokens` the blocks' metas, `worths` a list
- * of floats (cost_aware's value of each block) or None. See hkv/policies/native.py. */
+ * of floats (cost_aware's value of each block) or None, and an optional fifth list, each
+ * block's modality (0 text, 1 vision, 2 audio; None or left out: all text), which
+ * `predictive` reads. See hkv/policies/native.py. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -19,6 +21,7 @@ typedef struct {
     Py_ssize_t n;
     hkv_block *blocks;
     Py_ssize_t blocks_cap;
+    hkv_request request; /* the request being replayed, worked out once for every tier */
 } Shadows;
 
 static PyTypeObject ShadowsType;
@@ -32,6 +35,7 @@ static hkv_expert *make_expert(const char *label, int64_t capacity) {
     if (!strcmp(label, "depth_lfu")) return hkv_prefix_new(capacity, 1, 0, 0, 32.0);
     if (!strcmp(label, "depth_lfu_static")) return hkv_prefix_new(capacity, 0, 0, 0, 32.0);
     if (!strcmp(label, "cost_aware")) return hkv_prefix_new(capacity, 1, 1, 1, 32.0);
+    if (!strcmp(label, "predictive")) return hkv_predictive_new(capacity);
     return NULL;
 }
 
@@ -39,6 +43,7 @@ static void Shadows_dealloc(Shadows *self) {
     for (Py_ssize_t i = 0; i < self->n; i++) hkv_tier_free(&self->tiers[i]);
     PyMem_Free(self->tiers);
     PyMem_Free(self->blocks);
+    hkv_request_free(&self->request);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -85,7 +90,7 @@ static int Shadows_init(Shadows *self, PyObject *args, PyObject *kwds) {
 }
 
 static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *tokens,
-                PyObject *worths, Py_ssize_t n) {
+                PyObject *worths, PyObject *modalities, Py_ssize_t n) {
     if (n > self->blocks_cap) {
         hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
         if (!blocks) {
@@ -101,28 +106,25 @@ static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *to
         b->position = PyLong_AsLongLong(PyList_GET_ITEM(positions, i));
         b->tokens = PyLong_AsLongLong(PyList_GET_ITEM(tokens, i));
         b->worth = worths == Py_None ? 0.0 : PyFloat_AsDouble(PyList_GET_ITEM(worths, i));
+        b->modality =
+            modalities == Py_None ? 0 : (int32_t)PyLong_AsLong(PyList_GET_ITEM(modalities, i));
         if (PyErr_Occurred()) return -1;
+        if (b->modality < 0 || b->modality > 2) {
+            PyErr_Format(PyExc_ValueError, "Shadows.replay: modality %d; expected 0, 1 or 2",
+                         (int)b->modality);
+            return -1;
+        }
     }
     return 0;
 }
 
-static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
-    PyObject *keys, *positions, *tokens, *worths;
-    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &keys, &PyList_Type, &positions,
-                          &PyList_Type, &tokens, &worths))
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (PyList_GET_SIZE(positions) != n || PyList_GET_SIZE(tokens) != n ||
-        (worths != Py_None && (!PyList_Check(worths) || PyList_GET_SIZE(worths) != n))) {
-        PyErr_SetString(PyExc_ValueError, "Shadows.replay: keys, positions, tokens and worths "
-                                          "must be lists of one length (worths may be None)");
-        return NULL;
-    }
-    if (fill(self, keys, positions, tokens, worths, n) < 0) return NULL;
+/* Each expert's hits for the blocks in self->blocks[0:n] (the request), stored in every tier */
+static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
+    if (hkv_request_set(&self->request, self->blocks, n) < 0) return PyErr_NoMemory();
     PyObject *hits = PyList_New(self->n);
     if (!hits) return NULL;
     for (Py_ssize_t i = 0; i < self->n; i++) {
-        int64_t h = hkv_tier_replay(&self->tiers[i], self->blocks, n);
+        int64_t h = hkv_tier_replay(&self->tiers[i], &self->request);
         if (h < 0) {
             Py_DECREF(hits);
             return PyErr_NoMemory();
@@ -130,6 +132,216 @@ static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
         PyList_SET_ITEM(hits, i, PyLong_FromLongLong(h));
     }
     return hits;
+}
+
+static int grow_blocks(Shadows *self, Py_ssize_t n) {
+    if (n <= self->blocks_cap) return 0;
+    hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
+    if (!blocks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->blocks = blocks;
+    self->blocks_cap = n;
+    return 0;
+}
+
+/* an int attribute of a meta */
+static int int_attr(PyObject *meta, PyObject *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(meta, name);
+    if (!v) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+typedef struct {
+    PyObject *value, *memo, *modality_index; /* None where not read */
+    PyObject *last_meta;                    /* borrowed: the last meta worked out, and its worth */
+    double last_worth;
+} block_reader;
+
+static PyObject *NAME_POSITION, *NAME_TOKENS, *NAME_MODALITY, *NAME_TIER;
+
+/* cost_aware's value of a meta, once per meta object in a row and once per shape (tokens,
+ * position, modality, tier) in `memo` (`ShadowSet._worth_of`) */
+static int worth_of(block_reader *r, PyObject *meta, double *worth) {
+    if (meta == r->last_meta) {
+        *worth = r->last_worth;
+        return 0;
+    }
+    PyObject *parts[4] = {PyObject_GetAttr(meta, NAME_TOKENS), PyObject_GetAttr(meta, NAME_POSITION),
+                          PyObject_GetAttr(meta, NAME_MODALITY), PyObject_GetAttr(meta, NAME_TIER)};
+    PyObject *shape = NULL, *w = NULL;
+    int r_ = -1;
+    if (!parts[0] || !parts[1] || !parts[2] || !parts[3]) goto done;
+    if (!(shape = PyTuple_Pack(4, parts[0], parts[1], parts[2], parts[3]))) goto done;
+    w = PyDict_GetItemWithError(r->memo, shape);
+    if (w) {
+        Py_INCREF(w);
+    } else {
+        if (PyErr_Occurred() || !(w = PyObject_CallOneArg(r->value, meta))) goto done;
+        if (PyDict_SetItem(r->memo, shape, w) < 0) goto done;
+    }
+    *worth = PyFloat_AsDouble(w);
+    if (*worth == -1.0 && PyErr_Occurred()) goto done;
+    r->last_meta = meta;
+    r->last_worth = *worth;
+    r_ = 0;
+done:
+    for (int j = 0; j < 4; j++) Py_XDECREF(parts[j]);
+    Py_XDECREF(shape);
+    Py_XDECREF(w);
+    return r_;
+}
+
+/* one block of the request: its id and the meta's fields the shadows read */
+static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block *b) {
+    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, NAME_POSITION, &b->position) < 0 ||
+        int_attr(meta, NAME_TOKENS, &b->tokens) < 0)
+        return -1;
+    b->worth = 0.0;
+    b->modality = 0;
+    if (r->value != Py_None && worth_of(r, meta, &b->worth) < 0) return -1;
+    if (r->modality_index != Py_None) {
+        PyObject *m = PyObject_GetAttr(meta, NAME_MODALITY);
+        PyObject *index = m ? PyDict_GetItemWithError(r->modality_index, m) : NULL;
+        Py_XDECREF(m);
+        if (!index) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "Shadows: unknown modality");
+            return -1;
+        }
+        b->modality = (int32_t)PyLong_AsLong(index);
+    }
+    return 0;
+}
+
+/* pairs of a list into the merge (a dict): each `(key, meta)` whose key's bits are below
+ * `threshold` (all: `filter` 0); with `overwrite` 0, a key already there keeps its meta */
+static int merge_into(PyObject *merged, PyObject *pairs, int filter, uint64_t threshold,
+                      int overwrite) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs); i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "Shadows.replay_request: expected (key, meta) tuples");
+            return -1;
+        }
+        PyObject *key = PyTuple_GET_ITEM(pair, 0);
+        uint64_t bits;
+        if (filter && (hkv_key_bits(key, &bits) < 0 || bits >= threshold)) {
+            if (PyErr_Occurred()) return -1;
+            continue;
+        }
+        if (!overwrite) {
+            int here = PyDict_Contains(merged, key);
+            if (here < 0) return -1;
+            if (here) continue;
+        }
+        if (PyDict_SetItem(merged, key, PyTuple_GET_ITEM(pair, 1)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* a stable sort of `order` (indices) by `positions` */
+static void sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *positions,
+                             Py_ssize_t n) {
+    for (Py_ssize_t width = 1; width < n; width *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {
+            Py_ssize_t mid = lo + width < n ? lo + width : n;
+            Py_ssize_t hi = lo + 2 * width < n ? lo + 2 * width : n, a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                tmp[k++] = positions[order[b]] < positions[order[a]] ? order[b++] : order[a++];
+            while (a < mid) tmp[k++] = order[a++];
+            while (b < hi) tmp[k++] = order[b++];
+        }
+        memcpy(order, tmp, (size_t)n * sizeof *order);
+    }
+}
+
+/* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index):
+ * `auto`'s request end in one call (`ShadowSet.replay_pairs`) */
+static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
+    PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas;
+    block_reader reader = {.last_meta = NULL};
+    if (!PyArg_ParseTuple(args, "O!O!OOOOOO", &PyList_Type, &misses, &PyList_Type, &found,
+                          &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
+                          &reader.modality_index))
+        return NULL;
+    int filter = threshold_obj != Py_None;
+    uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
+    if (PyErr_Occurred()) return NULL;
+    PyObject *merged = PyDict_New(), *result = NULL;
+    Py_ssize_t *order = NULL, n = 0;
+    int64_t *positions = NULL;
+    PyObject **keys = NULL, **metas = NULL;
+    if (!merged || merge_into(merged, misses, filter, threshold, 1) < 0 ||
+        merge_into(merged, found, filter, threshold, 0) < 0)
+        goto done;
+    n = PyDict_GET_SIZE(merged);
+    if (!n) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    order = PyMem_Malloc(2 * (size_t)n * sizeof *order);
+    positions = PyMem_Malloc((size_t)n * sizeof *positions);
+    keys = PyMem_Malloc(2 * (size_t)n * sizeof *keys);
+    if (!order || !positions || !keys || grow_blocks(self, n) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    metas = keys + n;
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *key, *meta;
+    int sorted = 1;
+    while (PyDict_Next(merged, &pos, &key, &meta)) { /* borrowed: `merged` holds them */
+        keys[j] = key;
+        metas[j] = meta;
+        order[j] = j;
+        if (int_attr(meta, NAME_POSITION, &positions[j]) < 0) goto done;
+        if (j && positions[j] < positions[j - 1]) sorted = 0;
+        j++;
+    }
+    if (!sorted) sort_by_position(order, order + n, positions, n);
+    for (j = 0; j < n; j++) {
+        key = keys[order[j]];
+        meta = metas[order[j]];
+        hkv_block *b = &self->blocks[j];
+        if (read_block(&reader, key, meta, b) < 0) goto done;
+        if (reg_keys != Py_None) { /* the registry of ids (`ShadowSet._keep`) */
+            PyObject *id = PyLong_FromUnsignedLongLong(b->key);
+            int bad = !id || PyDict_SetItem(reg_keys, id, key) < 0 ||
+                      PyDict_SetItem(reg_metas, id, meta) < 0;
+            Py_XDECREF(id);
+            if (bad) goto done;
+        }
+    }
+    PyObject *hits = replay_filled(self, n);
+    if (hits) result = Py_BuildValue("(Nn)", hits, n);
+done:
+    Py_XDECREF(merged);
+    PyMem_Free(order);
+    PyMem_Free(positions);
+    PyMem_Free(keys);
+    return result;
+}
+
+static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
+    PyObject *keys, *positions, *tokens, *worths, *modalities = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O!O|O", &PyList_Type, &keys, &PyList_Type, &positions,
+                          &PyList_Type, &tokens, &worths, &modalities))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(positions) != n || PyList_GET_SIZE(tokens) != n ||
+        (worths != Py_None && (!PyList_Check(worths) || PyList_GET_SIZE(worths) != n)) ||
+        (modalities != Py_None &&
+         (!PyList_Check(modalities) || PyList_GET_SIZE(modalities) != n))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Shadows.replay: keys, positions, tokens, worths and modalities must be "
+                        "lists of one length (worths and modalities may be None)");
+        return NULL;
+    }
+    if (fill(self, keys, positions, tokens, worths, modalities, n) < 0) return NULL;
+    return replay_filled(self, n);
 }
 
 static PyObject *Shadows_sizes(Shadows *self, PyObject *unused) {
@@ -448,7 +660,24 @@ static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
     return ids;
 }
 
+static PyObject *Shadows_predictive_state(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.predictive_state: no such expert");
+        return NULL;
+    }
+    return hkv_predictive_state(self->tiers[i].expert);
+}
+
 static PyMethodDef Shadows_methods[] = {
+    {"replay_request", (PyCFunction)Shadows_replay_request, METH_VARARGS,
+     "replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, "
+     "modality_index): a request's (key, meta) pairs merged (misses first, the last meta of "
+     "a key; then the hits not among them), sampled below threshold (None: all), in order of "
+     "position, stored in every shadow tier: (hits per expert, blocks), or None for none"},
+    {"predictive_state", (PyCFunction)Shadows_predictive_state, METH_VARARGS,
+     "predictive_state(i): the learned expert i's whole state (None for another expert)"},
     {"aside", (PyCFunction)Shadows_aside, METH_VARARGS,
      "aside(i): the ids shadow tier i stored outside its expert (declined), oldest first"},
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
@@ -486,10 +715,16 @@ static struct PyModuleDef shadows_module = {
 
 PyMODINIT_FUNC PyInit__shadows(void) {
     if (PyType_Ready(&ShadowsType) < 0) return NULL;
+    NAME_POSITION = PyUnicode_InternFromString("position");
+    NAME_TOKENS = PyUnicode_InternFromString("tokens");
+    NAME_MODALITY = PyUnicode_InternFromString("modality");
+    NAME_TIER = PyUnicode_InternFromString("tier");
+    if (!NAME_POSITION || !NAME_TOKENS || !NAME_MODALITY || !NAME_TIER) return NULL;
     PyObject *m = PyModule_Create(&shadows_module);
     if (!m) return NULL;
-    PyObject *labels = Py_BuildValue("(ssssssss)", "lru", "lru+st2", "arc", "s3fifo",
-                                     "cost_aware", "depth_lfu", "depth_lfu_static", "lip");
+    PyObject *labels = Py_BuildValue("(sssssssss)", "lru", "lru+st2", "arc", "s3fifo",
+                                     "cost_aware", "depth_lfu", "depth_lfu_static", "lip",
+                                     "predictive");
     if (!labels || PyModule_AddObject(m, "LABELS", labels) < 0) {
         Py_XDECREF(labels);
         Py_DECREF(m);

@@ -17,6 +17,7 @@ typedef struct {
     int64_t position; /* BlockMeta.position */
     int64_t tokens;   /* BlockMeta.tokens */
     double worth;     /* the expert's `value(meta)` where Python computes it (cost_aware), else 0 */
+    int32_t modality; /* 0 text, 1 vision, 2 audio (`predictive`'s feature) */
 } hkv_block;
 
 /* ---- u64 -> int64 hash map (open addressing, linear probing, backward-shift delete) ---- */
@@ -129,6 +130,7 @@ hkv_expert *hkv_s3fifo_new(int64_t capacity);        /* "s3fifo", default fields
  * (aging 1, bypass 1, worth from hkv_block.worth: use_worth 1) */
 hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_worth,
                            double history_factor);
+hkv_expert *hkv_predictive_new(int64_t capacity); /* "predictive", default fields */
 
 /* A prefix-value expert's state, read where `auto` hands a leader rebuilt in C to Python
  * (`PrefixValuePolicy` fields: `_seq`, `inflation`, ...); the maps stay the expert's. */
@@ -170,7 +172,22 @@ typedef struct {
 
 int hkv_tier_init(hkv_tier *t, hkv_expert *expert);
 void hkv_tier_free(hkv_tier *t);
+
+/* One request as every tier stores it, worked out once: its keys (the protection of an
+ * eviction), whether each block is the first of its key in it, and the tiers' scratch. */
+typedef struct {
+    const hkv_block *blocks;
+    int64_t n, cap;
+    hkv_map keys;
+    uint8_t *first;
+    hkv_block *scratch; /* 3 x cap: a tier's reused, taken and declined blocks */
+} hkv_request;
+
+void hkv_request_init(hkv_request *r); /* empty; nothing allocated */
+void hkv_request_free(hkv_request *r);
+/* the request of `n` blocks (kept by reference until the next call): 0, or -1 OOM */
+int hkv_request_set(hkv_request *r, const hkv_block *blocks, int64_t n);
 /* `replay_request`: the request's prefix hits, then its store; -1 on error */
-int64_t hkv_tier_replay(hkv_tier *t, const hkv_block *blocks, int64_t n);
+int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r);
 
 #endif

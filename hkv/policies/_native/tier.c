@@ -1,6 +1,7 @@
 /* `VllmTier(expert, refuses=False)` (hkv/policies/tier.py) over 64-bit keys: a request's hits,
  * then its store as vLLM's CPU tier stores it behind hkv's adapter. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "shadow.h"
 
@@ -42,68 +43,77 @@ static int make_room(hkv_tier *t, int64_t n, const hkv_map *protected) {
     return 1;
 }
 
-typedef struct {
-    hkv_block *reused, *taken, *declined;
-    int64_t n_reused, n_taken, n_declined;
-    hkv_map protected; /* the request's keys (also: a key met again in the request) */
-} scratch;
+void hkv_request_init(hkv_request *r) { memset(r, 0, sizeof *r); }
 
-static int scratch_init(scratch *s, int64_t n) {
-    s->reused = malloc((size_t)(3 * n + 3) * sizeof(hkv_block));
-    if (!s->reused) return -1;
-    s->taken = s->reused + n + 1;
-    s->declined = s->taken + n + 1;
-    s->n_reused = s->n_taken = s->n_declined = 0;
-    if (hkv_map_init(&s->protected, (size_t)n) < 0) {
-        free(s->reused);
-        return -1;
+void hkv_request_free(hkv_request *r) {
+    if (r->cap) hkv_map_free(&r->keys);
+    free(r->first);
+    free(r->scratch);
+    hkv_request_init(r);
+}
+
+int hkv_request_set(hkv_request *r, const hkv_block *blocks, int64_t n) {
+    /* sized for this request: grown when short, shrunk after a much longer one (clearing the
+     * keys' map costs its whole size) */
+    if (n > r->cap || (r->cap > 1024 && r->cap > 8 * n)) {
+        hkv_request_free(r);
+        int64_t cap = n > 32 ? n : 32;
+        r->first = malloc((size_t)cap);
+        r->scratch = malloc((size_t)(3 * cap) * sizeof *r->scratch);
+        if (!r->first || !r->scratch || hkv_map_init(&r->keys, (size_t)cap) < 0) {
+            free(r->first);
+            free(r->scratch);
+            hkv_request_init(r);
+            return -1;
+        }
+        r->cap = cap;
+    } else {
+        hkv_map_clear(&r->keys);
+    }
+    r->blocks = blocks;
+    r->n = n;
+    for (int64_t i = 0; i < n; i++) {
+        int first = hkv_map_put(&r->keys, blocks[i].key, 1);
+        if (first < 0) return -1;
+        r->first[i] = (uint8_t)first;
     }
     return 0;
 }
 
-static void scratch_free(scratch *s) {
-    free(s->reused);
-    hkv_map_free(&s->protected);
-}
-
 /* `VllmTier.store`: 0, or -1 on error */
-static int store(hkv_tier *t, const hkv_block *blocks, int64_t n, scratch *s) {
+static int store(hkv_tier *t, const hkv_request *r) {
     hkv_expert *e = t->expert;
     const hkv_ops *ops = e->ops;
-    for (int64_t i = 0; i < n; i++) {
-        const hkv_block *b = &blocks[i];
-        int first = hkv_map_put(&s->protected, b->key, 1);
-        if (first < 0) return -1;
+    hkv_block *reused = r->scratch, *taken = reused + r->cap, *declined = taken + r->cap;
+    int64_t n_reused = 0, n_taken = 0, n_declined = 0;
+    for (int64_t i = 0; i < r->n; i++) {
+        const hkv_block *b = &r->blocks[i];
         if (held(t, b->key)) { /* nothing is stored before the loop ends: held stays held */
-            s->reused[s->n_reused++] = *b;
+            reused[n_reused++] = *b;
             continue;
         }
-        if (!first) continue; /* met before in the request, not held: taken or declined */
+        if (!r->first[i]) continue; /* met before in the request, not held: taken or declined */
         int ok = ops->admit(e, b);
         if (ok < 0) return -1;
-        if (ok) s->taken[s->n_taken++] = *b;
-        else s->declined[s->n_declined++] = *b;
+        if (ok) taken[n_taken++] = *b;
+        else declined[n_declined++] = *b;
     }
     int64_t size = ops->size(e) + hkv_oset_len(&t->aside);
-    int64_t room = size + s->n_taken + s->n_declined - e->capacity;
+    int64_t room = size + n_taken + n_declined - e->capacity;
     if (room > 0) {
-        int r = make_room(t, room, &s->protected);
-        if (r < 0) return -1;
-        if (r == 0) return ops->after_request(e, NULL, 0, s->reused, s->n_reused);
+        int done = make_room(t, room, &r->keys);
+        if (done < 0) return -1;
+        if (done == 0) return ops->after_request(e, NULL, 0, reused, n_reused);
     }
-    for (int64_t i = 0; i < s->n_taken; i++)
-        if (ops->insert(e, &s->taken[i]) < 0) return -1;
-    for (int64_t i = 0; i < s->n_declined; i++)
-        if (hkv_oset_push_back(&t->aside, s->declined[i].key, 0) < 0) return -1;
-    return ops->after_request(e, s->taken, s->n_taken, s->reused, s->n_reused);
+    for (int64_t i = 0; i < n_taken; i++)
+        if (ops->insert(e, &taken[i]) < 0) return -1;
+    for (int64_t i = 0; i < n_declined; i++)
+        if (hkv_oset_push_back(&t->aside, declined[i].key, 0) < 0) return -1;
+    return ops->after_request(e, taken, n_taken, reused, n_reused);
 }
 
-int64_t hkv_tier_replay(hkv_tier *t, const hkv_block *blocks, int64_t n) {
+int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r) {
     int64_t hits = 0;
-    while (hits < n && held(t, blocks[hits].key)) hits++;
-    scratch s;
-    if (scratch_init(&s, n) < 0) return -1;
-    int r = store(t, blocks, n, &s);
-    scratch_free(&s);
-    return r < 0 ? -1 : hits;
+    while (hits < r->n && held(t, r->blocks[hits].key)) hits++;
+    return store(t, r) < 0 ? -1 : hits;
 }
