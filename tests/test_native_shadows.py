@@ -440,6 +440,7 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
     fused, steps = (ShadowSet(labels, 48, {}, native=True, keys=True) for _ in range(2))
     assert fused.fused
     for _ in range(400):
+
         def pairs(n):
             return [
                 (rng.choice(pool), BlockMeta(rng.choice((16, 7)), 16 * rng.randint(0, 30),
@@ -455,3 +456,22 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
         expected = (steps.replay(request), len(request)) if request else None
         assert got == expected
     assert (fused._keys, fused._metas, fused._worths) == (steps._keys, steps._metas, steps._worths)
+
+
+def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
+    """`bench.shadow_cost` replays a trace's requests through each default expert's native
+    shadow and through all of them, and reports seconds a pass and time a block reference."""
+    from bench import shadow_cost
+    from hkv.policies.auto import DEFAULT_EXPERTS
+    from hkv.sim.trace import Request, Trace
+
+    rng = random.Random(1)
+    requests = tuple(
+        Request(float(i), 512 * n, 1, tuple(rng.randrange(400) for _ in range(n)))
+        for i, n in enumerate(rng.randint(1, 30) for _ in range(200))
+    )
+    trace = Trace(requests, 512)
+    cell = shadow_cost.measure(trace, 0.1, shadow_cost.columns(trace), 1)
+    assert list(cell["experts"]) == list(DEFAULT_EXPERTS)
+    assert cell["capacity_blocks"] >= 1 and cell["block_refs"] == trace.num_block_refs
+    assert cell["all_pass_s"] > 0 and all(r["pass_s"] > 0 for r in cell["experts"].values())

@@ -1581,6 +1581,34 @@ CLAIMS += [
 ]
 
 
+def us_per_ref(policy: str) -> tuple[float, float]:
+    """The fewest and most microseconds a block reference `policy` took, Mooncake through
+    vLLM's manager (the median of each capacity's rounds, `replay_speed_vllm_cpu.json`)."""
+    cells = result("replay_speed_vllm_cpu.json")["cells"]
+    us = [1e6 / c["policies"][policy]["refs_per_s_median"] for c in cells]
+    return min(us), max(us)
+
+
+def shadow_cost() -> tuple[float, ...]:
+    """All nine native shadows' microseconds a block reference (fewest, most over the
+    capacities) and one expert's nanoseconds (fewest, most), `shadow_cost_cpu.json`."""
+    cells = result("shadow_cost_cpu.json")["cells"]
+    together = [c["all_us_per_ref"] for c in cells]
+    alone = [row["ns_per_ref"] for c in cells for row in c["experts"].values()]
+    assert len(cells) == 4 and all(len(c["experts"]) == 9 for c in cells)
+    return min(together), max(together), min(alone), max(alone)
+
+
+CLAIMS += [
+    ("at\n{:.2f} to {:.2f} us a block reference ({} to {} ns for one expert's)", shadow_cost),
+    (
+        "at {:.1f} to {:.1f} us a block reference and hkv's adapter with\n`hkv_lru` at {:.1f} to "
+        "{:.1f} us (the medians above). The rest of `auto`'s {:.1f} to {:.1f} us",
+        lambda: (*us_per_ref("vllm:lru"), *us_per_ref("lru"), *us_per_ref("auto")),
+    ),
+]
+
+
 def h200_601309a() -> dict[str, Any]:
     """The engines of hkv 601309a on a second H200 host (`vllm_h200_time_601309a.json`)."""
     return result("vllm_h200_time_601309a.json")

@@ -76,7 +76,7 @@ class AutoPolicy(EvictionPolicy):
     and the tier is its leader's whole policy, not a blend.
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request
-    is replayed once per expert (nine by default), in C for all but `predictive` where hkv's
+    is replayed once per expert (nine by default), in C where hkv's
     extension is built. A tier larger than `sample_above` blocks has its shadows sampled, as
     miniature simulations do (Waldspurger et al., "Cache Modeling and Optimization using
     Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks` blocks and sees
