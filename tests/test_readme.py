@@ -1854,6 +1854,56 @@ CLAIMS += [
 ]
 
 
+def h200_c57a09e() -> dict[str, Any]:
+    """The three cells at c57a09e: predictive in C, a request's end in one C call."""
+    return result("vllm_h200_time_c57a09e.json")
+
+
+def h200_c57a09e_parts() -> tuple[Any, ...]:
+    """auto's `after_request` seconds a run on the anchor (fewest, most) there, at 3c5e066 and
+    bip's there; the paired wall range (%) on the skewed variant at 8 GiB; and checks that auto
+    decided as at 263c788 (cached shares, switches)."""
+
+    def inner(data, policy):
+        seconds = [
+            r["policy_inner"]["after_request"]["s"] for r in cell_runs(data, policy, 0.0, 8.0)
+        ]
+        return min(seconds), max(seconds)
+
+    now, margin = h200_c57a09e(), h200_263c788()
+    for gib in (8.0, 12.0):
+        for data in (now, margin):
+            runs = cell_runs(data, "hkv_auto", 1.0, gib)
+            assert {r["policy_switches"] for r in runs} == {1 if gib == 8.0 else 0}
+        cached = [{round(r["cached_frac"], 4) for r in cell_runs(d, "hkv_auto", 1.0, gib)}
+                  for d in (now, margin)]  # fmt: skip
+        assert cached[0] == cached[1]
+    assert {r["policy_switches"] for r in cell_runs(now, "hkv_auto", 0.0, 8.0)} == {0}
+    pairs = zip(cell_runs(now, "hkv_auto", 1.0, 8.0), cell_runs(now, "lru", 1.0, 8.0), strict=True)
+    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+    return (*inner(now, "hkv_auto"), *inner(h200_3c5e066(), "hkv_auto"), *inner(now, "hkv_bip"),
+            min(paired), max(paired))  # fmt: skip
+
+
+CLAIMS += [
+    ("{}", lambda: (bench_vllm_auto.time_table(h200_c57a09e()),)),
+    (
+        "{}",
+        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_c57a09e(), {"runs": []})),),
+    ),
+    (
+        "Its `after_request` (the shadows, its history, its leader's own) took\n{:.3f} to {:.3f} s "
+        "a run on the anchor, against {:.3f} to {:.3f} s at 3c5e066 and {:.3f} to {:.3f} s\nfor "
+        "`hkv_bip`'s",
+        lambda: h200_c57a09e_parts()[:6],
+    ),
+    (
+        "Paired by repeat, `auto`'s wall time against lru's\nran from {:+.1f} % to {:+.1f} % there",
+        lambda: h200_c57a09e_parts()[6:],
+    ),
+]
+
+
 CANDIDATE_CELLS = (("default", 0.0), ("no_wait", 0.0), ("default", 1.0), ("no_wait", 1.0))
 CANDIDATE_CELLS += (("wait_3", 1.0),)
 
