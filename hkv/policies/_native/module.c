@@ -89,17 +89,22 @@ static int Shadows_init(Shadows *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* room for a request of n blocks in self->blocks: 0, or -1 with an exception */
+static int grow_blocks(Shadows *self, Py_ssize_t n) {
+    if (n <= self->blocks_cap) return 0;
+    hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
+    if (!blocks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->blocks = blocks;
+    self->blocks_cap = n;
+    return 0;
+}
+
 static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *tokens,
                 PyObject *worths, PyObject *modalities, Py_ssize_t n) {
-    if (n > self->blocks_cap) {
-        hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
-        if (!blocks) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->blocks = blocks;
-        self->blocks_cap = n;
-    }
+    if (grow_blocks(self, n) < 0) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         hkv_block *b = &self->blocks[i];
         b->key = PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(keys, i));
@@ -132,18 +137,6 @@ static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
         PyList_SET_ITEM(hits, i, PyLong_FromLongLong(h));
     }
     return hits;
-}
-
-static int grow_blocks(Shadows *self, Py_ssize_t n) {
-    if (n <= self->blocks_cap) return 0;
-    hkv_block *blocks = PyMem_Realloc(self->blocks, (size_t)n * sizeof *blocks);
-    if (!blocks) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->blocks = blocks;
-    self->blocks_cap = n;
-    return 0;
 }
 
 /* an int attribute of a meta */
