@@ -226,7 +226,10 @@ static int forget(pred_t *p, int64_t end) {
         const entry_t *e = i < 0 ? &p->kept.items[p->kept.len + i] : &p->expiring.items[first + i];
         if (!is_latest(p, e, &r)) continue;
         if (hkv_oset_has(&p->averse, e->key) || hkv_oset_has(&p->friendly, e->key)) {
-            if (entries_push(&kept, *e) < 0) return -1;
+            if (entries_push(&kept, *e) < 0) {
+                free(kept.items);
+                return -1;
+            }
         } else {
             record_forget(p, e->key);
         }
@@ -264,7 +267,9 @@ static int demote_stale(pred_t *p) {
     int64_t oldest = p->clock - p->horizon;
     while (p->friendly.head >= 0) {
         uint64_t key = p->friendly.nodes[p->friendly.head].key;
-        if (record_of(p, key)->clock >= oldest) break;
+        const record_t *r = record_of(p, key); /* (a resident key's is never forgotten) */
+        if (!r) return -1;
+        if (r->clock >= oldest) break;
         int64_t fine;
         hkv_oset_pop_front(&p->friendly, NULL, &fine);
         if (hkv_oset_push_front(&p->averse, key, fine) < 0) return -1;
