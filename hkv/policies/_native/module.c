@@ -15,6 +15,17 @@
 #include "shadow.h"
 #include "leader.h"
 
+#define HELD_OBJS 8
+#define WORTHS_KEPT 65536
+
+/* cost_aware's worth of a meta object, by its address, with the fields it was worked out from
+ * (a meta's worth is a function of them: a later meta at the same address is checked) */
+typedef struct {
+    int64_t tokens, position;
+    int32_t modality, tier; /* slots of `held` */
+    double worth;
+} worth_entry;
+
 typedef struct {
     PyObject_HEAD
     hkv_tier *tiers;
@@ -22,6 +33,14 @@ typedef struct {
     hkv_block *blocks;
     Py_ssize_t blocks_cap;
     hkv_request request; /* the request being replayed, worked out once for every tier */
+    /* `replay_request`'s reads of the metas: the modality and tier objects met (references
+     * held, so an address names one object), each modality's index, and worths by address */
+    PyObject *held[HELD_OBJS];
+    int32_t modality_of[HELD_OBJS]; /* -1: not looked up yet */
+    int n_held;
+    hkv_map worth_at; /* meta address -> index into worths */
+    worth_entry *worths;
+    int64_t n_worths;
 } Shadows;
 
 static PyTypeObject ShadowsType;
@@ -44,6 +63,9 @@ static void Shadows_dealloc(Shadows *self) {
     PyMem_Free(self->tiers);
     PyMem_Free(self->blocks);
     hkv_request_free(&self->request);
+    for (int j = 0; j < self->n_held; j++) Py_DECREF(self->held[j]);
+    if (self->worths) hkv_map_free(&self->worth_at);
+    PyMem_Free(self->worths);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -149,6 +171,7 @@ static int int_attr(PyObject *meta, PyObject *name, int64_t *out) {
 }
 
 typedef struct {
+    Shadows *self;
     PyObject *value, *memo, *modality_index; /* None where not read */
     PyObject *last_meta;                    /* borrowed: the last meta worked out, and its worth */
     double last_worth;
@@ -156,13 +179,19 @@ typedef struct {
 
 static PyObject *NAME_POSITION, *NAME_TOKENS, *NAME_MODALITY, *NAME_TIER;
 
-/* cost_aware's value of a meta, once per meta object in a row and once per shape (tokens,
- * position, modality, tier) in `memo` (`ShadowSet._worth_of`) */
-static int worth_of(block_reader *r, PyObject *meta, double *worth) {
-    if (meta == r->last_meta) {
-        *worth = r->last_worth;
-        return 0;
-    }
+/* the slot of `obj` among the objects held (taken in while there is room): -1 where full */
+static int held_slot(Shadows *self, PyObject *obj) {
+    for (int j = 0; j < self->n_held; j++)
+        if (self->held[j] == obj) return j;
+    if (self->n_held == HELD_OBJS) return -1;
+    Py_INCREF(obj);
+    self->held[self->n_held] = obj;
+    self->modality_of[self->n_held] = -1;
+    return self->n_held++;
+}
+
+/* cost_aware's value of a meta through the shape memo (`ShadowSet._worth_of`): 0, or -1 */
+static int worth_by_shape(block_reader *r, PyObject *meta, double *worth) {
     PyObject *parts[4] = {PyObject_GetAttr(meta, NAME_TOKENS), PyObject_GetAttr(meta, NAME_POSITION),
                           PyObject_GetAttr(meta, NAME_MODALITY), PyObject_GetAttr(meta, NAME_TIER)};
     PyObject *shape = NULL, *w = NULL;
@@ -177,15 +206,51 @@ static int worth_of(block_reader *r, PyObject *meta, double *worth) {
         if (PyDict_SetItem(r->memo, shape, w) < 0) goto done;
     }
     *worth = PyFloat_AsDouble(w);
-    if (*worth == -1.0 && PyErr_Occurred()) goto done;
-    r->last_meta = meta;
-    r->last_worth = *worth;
-    r_ = 0;
+    r_ = *worth == -1.0 && PyErr_Occurred() ? -1 : 0;
 done:
     for (int j = 0; j < 4; j++) Py_XDECREF(parts[j]);
     Py_XDECREF(shape);
     Py_XDECREF(w);
     return r_;
+}
+
+/* cost_aware's value of block `b`'s meta (`modality`: its modality's slot, -1 unknown): by the
+ * meta's address where its fields match those the worth came from, else by shape */
+static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int modality,
+                    double *worth) {
+    if (meta == r->last_meta) {
+        *worth = r->last_worth;
+        return 0;
+    }
+    Shadows *self = r->self;
+    PyObject *tier_obj = PyObject_GetAttr(meta, NAME_TIER);
+    if (!tier_obj) return -1;
+    int tier = held_slot(self, tier_obj);
+    Py_DECREF(tier_obj);
+    uint64_t at = (uint64_t)(uintptr_t)meta;
+    int64_t *slot = modality >= 0 && tier >= 0 ? hkv_map_get(&self->worth_at, at) : NULL;
+    worth_entry *e = slot ? &self->worths[*slot] : NULL;
+    if (e && e->tokens == b->tokens && e->position == b->position && e->modality == modality &&
+        e->tier == tier) {
+        *worth = e->worth;
+    } else {
+        if (worth_by_shape(r, meta, worth) < 0) return -1;
+        if (modality >= 0 && tier >= 0) {
+            if (!e && self->n_worths == WORTHS_KEPT) { /* bounded: forget them all */
+                hkv_map_clear(&self->worth_at);
+                self->n_worths = 0;
+            }
+            if (!e && hkv_map_put(&self->worth_at, at, self->n_worths) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            e = e ? e : &self->worths[self->n_worths++];
+            *e = (worth_entry){b->tokens, b->position, modality, tier, *worth};
+        }
+    }
+    r->last_meta = meta;
+    r->last_worth = *worth;
+    return 0;
 }
 
 /* one block of the request: its id and the meta's fields the shadows read */
@@ -195,18 +260,27 @@ static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block 
         return -1;
     b->worth = 0.0;
     b->modality = 0;
-    if (r->value != Py_None && worth_of(r, meta, &b->worth) < 0) return -1;
+    if (r->value == Py_None && r->modality_index == Py_None) return 0;
+    Shadows *self = r->self;
+    PyObject *m = PyObject_GetAttr(meta, NAME_MODALITY);
+    if (!m) return -1;
+    int slot = held_slot(self, m);
     if (r->modality_index != Py_None) {
-        PyObject *m = PyObject_GetAttr(meta, NAME_MODALITY);
-        PyObject *index = m ? PyDict_GetItemWithError(r->modality_index, m) : NULL;
-        Py_XDECREF(m);
-        if (!index) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "Shadows: unknown modality");
-            return -1;
+        if (slot >= 0 && self->modality_of[slot] >= 0) {
+            b->modality = self->modality_of[slot];
+        } else {
+            PyObject *index = PyDict_GetItemWithError(r->modality_index, m);
+            if (!index) {
+                Py_DECREF(m);
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "Shadows: unknown modality");
+                return -1;
+            }
+            b->modality = (int32_t)PyLong_AsLong(index);
+            if (slot >= 0) self->modality_of[slot] = b->modality;
         }
-        b->modality = (int32_t)PyLong_AsLong(index);
     }
-    return 0;
+    Py_DECREF(m);
+    return r->value != Py_None ? worth_of(r, meta, b, slot, &b->worth) : 0;
 }
 
 /* pairs of a list into the merge (a dict): each `(key, meta)` whose key's bits are below
@@ -255,11 +329,20 @@ static void sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *
  * `auto`'s request end in one call (`ShadowSet.replay_pairs`) */
 static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas;
-    block_reader reader = {.last_meta = NULL};
+    block_reader reader = {.self = self, .last_meta = NULL};
     if (!PyArg_ParseTuple(args, "O!O!OOOOOO", &PyList_Type, &misses, &PyList_Type, &found,
                           &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
                           &reader.modality_index))
         return NULL;
+    if (!self->worths) { /* the worth cache, made at the first call */
+        self->worths = PyMem_Malloc(WORTHS_KEPT * sizeof *self->worths);
+        if (!self->worths) return PyErr_NoMemory();
+        if (hkv_map_init(&self->worth_at, 1024) < 0) {
+            PyMem_Free(self->worths);
+            self->worths = NULL;
+            return PyErr_NoMemory();
+        }
+    }
     int filter = threshold_obj != Py_None;
     uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
     if (PyErr_Occurred()) return NULL;
