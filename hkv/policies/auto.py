@@ -75,30 +75,31 @@ class AutoPolicy(EvictionPolicy):
     HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would,
     and the tier is its leader's whole policy, not a blend.
 
-    Causal: the shadows see each request after it ends and nothing later. Cost: each request
-    is replayed once per expert (nine by default), in C where hkv's
-    extension is built. A tier larger than `sample_above` blocks has its shadows sampled, as
-    miniature simulations do (Waldspurger et al., "Cache Modeling and Optimization using
-    Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks` blocks and sees
-    only the keys whose hash falls in the same fraction (`sample_blocks / capacity_blocks`) of
-    the hash space, so its hits estimate the full tier's at that fraction of the cost. That
-    holds for a policy whose behaviour scales with the tier; `predictive` counts its labels in
-    absolute numbers, so a sampled shadow of it would learn more slowly than the full tier: it
-    has no sampled shadow (it never leads a sampled tier unless it is `first`; docs/policies.md
-    gives what sampling and the miniatures' size cost and saved). A
-    prefix cache's blocks come and go in chains, and a sampled request's hits are counted up to its
-    first sampled miss. Sampled shadows hold too few keys to run the tier, so at a switch the new
-    leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of block references,
-    kept whole) through a full tier of its own, which gives it the recency, frequencies, ghosts and
-    admission counts that window teaches, then fitted to the tier as a copied shadow is. Its cost,
-    one expert over that window, is paid at the switch only (a window of one tier-size halves it,
-    and cost those two Mooncake tiers 0.7 and 1.0 points). A switch back to an expert that led
-    within that window costs far less: its last live instance resumes, caught up on the requests
-    since it led (`_rebuild`). A rebuild stalls the engine, so it waits for a lead that has held
-    `confirm_rebuild` requests in a row (`data/results/auto_candidates_rebuild.json`) and
-    by `margin_rebuild` (2 points of hit rate, against `margin`'s 0.5: fewer stalls, and less
-    prefill time left on the whole in the two-tier model of the engine's workloads and of
-    variants of them, `data/results/auto_candidates_margin.json`).
+    Causal: the shadows see each request after it ends and nothing later. Cost: each request is
+    replayed once per expert (nine by default), in C where hkv's extension is built (one C call
+    a request end: `ShadowSet.replay_pairs`). A tier larger than `sample_above` blocks has its
+    shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
+    Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds
+    `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
+    (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's
+    at that fraction of the cost. That holds for a policy whose behaviour scales with the tier;
+    `predictive` counts its labels in absolute numbers, so a sampled shadow of it would learn
+    more slowly than the full tier: it has no sampled shadow (it never leads a sampled tier
+    unless it is `first`; docs/policies.md gives what sampling and the miniatures' size cost and
+    saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
+    counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so
+    at a switch the new leader is built by replaying the last requests (`HISTORY_TIERS`
+    tier-sizes of block references, kept whole) through a full tier of its own, which gives it
+    the recency, frequencies, ghosts and admission counts that window teaches, then fitted to
+    the tier as a copied shadow is. Its cost, one expert over that window, is paid at the switch
+    only (a window of one tier-size halves it, and cost those two Mooncake tiers 0.7 and 1.0
+    points). A switch back to an expert that led within that window costs far less: its last
+    live instance resumes, caught up on the requests since it led (`_rebuild`). A rebuild stalls
+    the engine, so it waits for a lead that has held `confirm_rebuild` requests in a row
+    (`data/results/auto_candidates_rebuild.json`) and by `margin_rebuild` (2 points of hit rate,
+    against `margin`'s 0.5: fewer stalls, and less prefill time left on the whole in the
+    two-tier model of the engine's workloads and of variants of them,
+    `data/results/auto_candidates_margin.json`).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent
     blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
