@@ -149,13 +149,18 @@ static int Leader_contains(Leader *self, PyObject *key) {
     return resident(self, key, bits);
 }
 
+/* the (key, position, tokens, worth) arguments of a one-block call: 0, or -1 with an exception */
+static int one_block(Leader *self, PyObject *args, PyObject **key, hkv_block *b) {
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", key, &b->position, &b->tokens, &b->worth))
+        return -1;
+    return hkv_key_bits(*key, &b->key);
+}
+
 /* admit(key, position, tokens, worth) -> bool: `PrefixValuePolicy.admit` */
 static PyObject *Leader_admit(Leader *self, PyObject *args) {
     PyObject *key;
     hkv_block b = {0};
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
-        return NULL;
-    if (hkv_key_bits(key, &b.key) < 0) return NULL;
+    if (one_block(self, args, &key, &b) < 0) return NULL;
     int r = self->expert->ops->admit(self->expert, &b);
     return r < 0 ? PyErr_NoMemory() : PyBool_FromLong(r);
 }
@@ -282,9 +287,7 @@ fail:
 static PyObject *Leader_insert_one(Leader *self, PyObject *args) {
     PyObject *key;
     hkv_block b = {0};
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", &key, &b.position, &b.tokens, &b.worth))
-        return NULL;
-    if (hkv_key_bits(key, &b.key) < 0) return NULL;
+    if (one_block(self, args, &key, &b) < 0) return NULL;
     int here = resident(self, key, b.key);
     if (here > 0) PyErr_Format(PyExc_KeyError, "%R is already resident", key);
     if (here) return NULL; /* resident (KeyError), or an error */
