@@ -475,3 +475,15 @@ def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
     assert list(cell["experts"]) == list(DEFAULT_EXPERTS)
     assert cell["capacity_blocks"] >= 1 and cell["block_refs"] == trace.num_block_refs
     assert cell["all_pass_s"] > 0 and all(r["pass_s"] > 0 for r in cell["experts"].values())
+
+
+def test_a_modality_index_out_of_range_is_refused_by_either_call():
+    """`predictive` files a bucket by the modality's index: one outside 0-2, from a column or
+    from the index a request end is read with, is a clear error, not a write past its table."""
+    shadows = native.shadows(["predictive"], 8)
+    with pytest.raises(ValueError, match="modality 5; expected 0, 1 or 2"):
+        shadows.replay([1], [0], [TOKENS], None, [5])
+    pair = (1, BlockMeta(tokens=TOKENS, position=0))
+    with pytest.raises(ValueError, match="modality 7; expected 0, 1 or 2"):
+        shadows.replay_request([pair], [], None, None, None, None, {}, {Modality.TEXT: 7})
+    assert shadows.replay([1], [0], [TOKENS], None, [0]) == [0]

@@ -111,6 +111,13 @@ static int Shadows_init(Shadows *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* a block's modality index, which `predictive` files buckets by: 0, or -1 with an exception */
+static int check_modality(int32_t modality) {
+    if (modality >= 0 && modality <= 2) return 0;
+    PyErr_Format(PyExc_ValueError, "Shadows: modality %d; expected 0, 1 or 2", (int)modality);
+    return -1;
+}
+
 /* room for a request of n blocks in self->blocks: 0, or -1 with an exception */
 static int grow_blocks(Shadows *self, Py_ssize_t n) {
     if (n <= self->blocks_cap) return 0;
@@ -135,12 +142,7 @@ static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *to
         b->worth = worths == Py_None ? 0.0 : PyFloat_AsDouble(PyList_GET_ITEM(worths, i));
         b->modality =
             modalities == Py_None ? 0 : (int32_t)PyLong_AsLong(PyList_GET_ITEM(modalities, i));
-        if (PyErr_Occurred()) return -1;
-        if (b->modality < 0 || b->modality > 2) {
-            PyErr_Format(PyExc_ValueError, "Shadows.replay: modality %d; expected 0, 1 or 2",
-                         (int)b->modality);
-            return -1;
-        }
+        if (PyErr_Occurred() || check_modality(b->modality) < 0) return -1;
     }
     return 0;
 }
@@ -276,6 +278,10 @@ static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block 
                 return -1;
             }
             b->modality = (int32_t)PyLong_AsLong(index);
+            if (PyErr_Occurred() || check_modality(b->modality) < 0) {
+                Py_DECREF(m);
+                return -1;
+            }
             if (slot >= 0) self->modality_of[slot] = b->modality;
         }
     }
