@@ -1398,6 +1398,15 @@ def h200_head_vs_lru() -> tuple[float, ...]:
     )
 
 
+def engine_tables(load: Callable[[], dict[str, Any]]) -> list[tuple]:
+    """The claims of an engine file's time table and findings, as docs/policies.md shows them
+    (`load`: the file's results)."""
+    return [
+        ("{}", lambda: (bench_vllm_auto.time_table(load()),)),
+        ("{}", lambda: ("\n\n".join(bench_vllm_auto.time_findings(load(), {"runs": []})),)),
+    ]
+
+
 CLAIMS += [
     (
         "median wall time on the anchor at 8 GiB is {:+.1f} % against lru's, `hkv_bip`'s "
@@ -1405,13 +1414,8 @@ CLAIMS += [
         "mean TTFT {:+.1f} % and {:+.1f} %",
         h200_head_vs_lru,
     ),
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_head()),)),
-    ("{}", lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_head(), {"runs": []})),)),
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_native()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_native(), {"runs": []})),),
-    ),
+    *engine_tables(h200_head),
+    *engine_tables(h200_native),
     ("{} switches a run, {:.2f}-{:.2f} s of rebuilds", h200_native_switch_s),
     (
         "{} switches a run on the skewed variant at 8 GiB, {:.2f}-{:.2f} s",
@@ -1647,11 +1651,7 @@ def h200_601309a_switches() -> tuple[Any, ...]:
 
 
 CLAIMS += [
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_601309a()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_601309a(), {"runs": []})),),
-    ),
+    *engine_tables(h200_601309a),
     (
         "(lru's anchor\nwall {:.1f} s against {:.1f} s) and noisier: `hkv_bip`, which caches what "
         "lru does on the skewed\nvariant at a lower policy time, lost {:.1f} % of wall time",
@@ -1699,11 +1699,7 @@ def h200_f86da30_switches() -> tuple[Any, ...]:
 
 
 CLAIMS += [
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_f86da30()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_f86da30(), {"runs": []})),),
-    ),
+    *engine_tables(h200_f86da30),
     (
         "On the anchor `auto` no longer switches ({} switches a run, against {}) and keeps "
         "{:.1f} % cached. On the skewed variant it switches {} times a run instead of {}, "
@@ -1755,11 +1751,7 @@ def h200_native_leader() -> tuple[Any, ...]:
 
 
 CLAIMS += [
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_3c5e066()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_3c5e066(), {"runs": []})),),
-    ),
+    *engine_tables(h200_3c5e066),
     (
         "`auto` went from `lip` to `{}` at request {}, to\n`{}` at {} and to `{}` at {}, the last "
         "two in C. Its own work outside\nits shadows and switches took {:.3f}-{:.3f} s a run "
@@ -1839,11 +1831,7 @@ def h200_margin_switches() -> tuple[Any, ...]:
 
 
 CLAIMS += [
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_263c788()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_263c788(), {"runs": []})),),
-    ),
+    *engine_tables(h200_263c788),
     (
         "At 8 GiB `auto` now switches once a run (`lip` to `{}` at request {}, {:.0f}-{:.0f} ms) "
         "where\nit switched {} times, and at 12 GiB not at all. Paired by repeat its wall time "
@@ -1886,11 +1874,7 @@ def h200_c57a09e_parts() -> tuple[Any, ...]:
 
 
 CLAIMS += [
-    ("{}", lambda: (bench_vllm_auto.time_table(h200_c57a09e()),)),
-    (
-        "{}",
-        lambda: ("\n\n".join(bench_vllm_auto.time_findings(h200_c57a09e(), {"runs": []})),),
-    ),
+    *engine_tables(h200_c57a09e),
     (
         "Its `after_request` (the shadows, its history, its leader's own) took\n{:.3f} to {:.3f} s "
         "a run on the anchor, against {:.3f} to {:.3f} s at 3c5e066 and {:.3f} to {:.3f} s\nfor "
