@@ -51,6 +51,7 @@ from hkv.blocks import BlockMeta, Tier
 from hkv.errors import HkvError
 from hkv.integrations.vllm.chains import Chains
 from hkv.integrations.vllm.compat026 import touch_request
+from hkv.integrations.vllm.handover import hand_over
 from hkv.integrations.vllm.request import block_meta, block_metas, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
 from hkv.policies import make_policy, online_policy_class, policy_names
@@ -163,32 +164,7 @@ class HkvCachePolicy(CachePolicy):
 
     def _hand_over(self, keys: list[Any], req_context) -> None:
         """Insert new chunks into the policy (or set them aside when it declines them)."""
-        shared = self.shared_meta
-        if shared is not None and self.admits_all:
-            self.policy.insert_all(keys, shared)
-            return
-        policy, pending, decided = self.policy, self.pending_meta, self.decided
-        admits_all, insert = self.admits_all, policy.insert
-        bulk = not admits_all and policy.admits_now  # then one `insert_each`: no call between
-        taken, metas = [], []
-        for key in keys:
-            meta = shared
-            if meta is None:
-                meta = pending.pop(key, None)
-                if meta is None or req_context is not None:
-                    meta = self.meta(key, req_context)
-            admitted = admits_all or decided.pop(key, None)
-            if admitted is None:
-                admitted = bulk or policy.admit(key, meta)
-            if not admitted:
-                self.bypassed[key] = None
-            elif bulk:
-                taken.append(key)
-                metas.append(meta)
-            else:
-                insert(key, meta)
-        if taken:
-            policy.insert_each(taken, metas)
+        hand_over(self, keys, req_context)
 
     def remove(self, key) -> None:
         self.sync()
