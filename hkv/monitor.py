@@ -164,7 +164,8 @@ def native_report() -> dict[str, Any]:
     from hkv.policies.leader import PREFIX_EXPERTS
 
     leaders = sorted(PREFIX_EXPERTS) if native.built() else []
-    return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders}
+    return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders,
+            "threaded": native.threaded()}  # fmt: skip
 
 
 def disk_io_report() -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,10 +22,11 @@ PLAN_KEYS = {
 }
 
 
-def hkv(*args: str) -> subprocess.CompletedProcess:
+def hkv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "hkv.cli", *args], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "hkv.cli", *args], capture_output=True, text=True, timeout=120,
+        env=None if env is None else os.environ | env,
+    )  # fmt: skip
 
 
 def test_plan_json_contract():
@@ -117,8 +119,13 @@ def test_doctor_reports_this_machine():
         "built": native.built(),
         "experts": sorted(native.LABELS),
         "leaders": leaders,
+        "threaded": native.threaded(),
     }
     text = hkv("doctor").stdout
+    if native.built():
+        assert "sampled shadows replay each request on a background thread" in text
+        off = hkv("doctor", env={"HKV_SHADOW_THREAD": "0"}).stdout
+        assert "sampled shadows replay each request on the caller" in off
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
     assert ("auto's leaders rebuilt in C, kept there: cost_aware" in text) == native.built()
     from hkv.storage import slot_io

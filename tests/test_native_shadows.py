@@ -487,3 +487,45 @@ def test_a_modality_index_out_of_range_is_refused_by_either_call():
     with pytest.raises(ValueError, match="modality 7; expected 0, 1 or 2"):
         shadows.replay_request([pair], [], None, None, None, None, {}, {Modality.TEXT: 7})
     assert shadows.replay([1], [0], [TOKENS], None, [0]) == [0]
+
+
+@pytest.mark.parametrize("thread", ["1", "0"])
+def test_a_deferred_request_end_returns_the_previous_ones_result_on_a_thread_or_inline(
+    monkeypatch, thread
+):
+    """`replay_pairs(..., deferred=True)` stores the request on a background thread (or in the
+    caller with HKV_SHADOW_THREAD=0) and returns the previous deferred request's result (None
+    for the first, and after a request with no block sampled), which is what the same calls
+    gave at once; every other call on the shadows sees the deferred request stored; a copy made
+    while one is in flight carries its result (`defer`, for Python shadows)."""
+    import copy
+
+    from hkv.policies.shadow import ShadowSet
+
+    monkeypatch.setenv("HKV_SHADOW_THREAD", thread)
+    rng = random.Random(11)
+    pool = [rng.randbytes(16) for _ in range(400)]
+    labels = sorted(native.LABELS - {"predictive"})
+    deferred, direct = (ShadowSet(labels, 40, {}, native=True, keys=True) for _ in range(2))
+    assert deferred._native.threaded() is (thread == "1")
+    waiting = None
+    for i in range(300):
+        threshold = 0 if i % 37 == 5 else 1 << 62  # now and then nothing sampled
+        misses = [(rng.choice(pool), BlockMeta(16, 16 * j)) for j in range(rng.randint(0, 30))]
+        hits = [(rng.choice(pool), BlockMeta(16, 16 * j)) for j in range(rng.randint(0, 10))]
+        got = deferred.replay_pairs(misses, hits, threshold, deferred=True)
+        assert got == waiting
+        waiting = direct.replay_pairs(misses, hits, threshold)
+        assert deferred._native.sizes() == direct._native.sizes()  # waits for the thread
+        if i == 150:
+            twin = copy.deepcopy(deferred)  # Python shadows from here, the result carried
+            assert twin.defer(None) == waiting and twin.defer(None) is None
+    assert deferred._native.deferred() == waiting == deferred._native.deferred()  # not taken
+
+
+def test_a_sampled_auto_decides_alike_with_its_shadows_on_a_thread_or_inline(monkeypatch):
+    requests = sessions(8, 400, sessions=50)
+    threaded = auto_log(True, requests, 300)
+    monkeypatch.setenv("HKV_SHADOW_THREAD", "0")
+    assert threaded == auto_log(True, requests, 300) == auto_log(False, requests, 300)
+    assert threaded[-1][2] >= 1  # it switched

@@ -186,6 +186,8 @@ def render_doctor(r: dict[str, Any]) -> str:
     if native["built"]:
         lines.append(f"auto's shadows: in C ({', '.join(native['experts'])})")
         lines.append(f"auto's leaders rebuilt in C, kept there: {', '.join(native['leaders'])}")
+        where = "a background thread" if native["threaded"] else "the caller (HKV_SHADOW_THREAD=0)"
+        lines.append(f"a large tier's sampled shadows replay each request on {where}")
     else:
         lines.append(
             "auto's shadows: in Python (hkv's C extension is not built here; "

@@ -82,9 +82,11 @@ class AutoPolicy(EvictionPolicy):
     Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds
     `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
     (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's
-    at that fraction of the cost. That holds for a policy whose behaviour scales with the tier;
-    `predictive` counts its labels in absolute numbers, so a sampled shadow of it would learn
-    more slowly than the full tier: it has no sampled shadow (it never leads a sampled tier
+    at that fraction of the cost (stored on a background thread in C while the engine goes on,
+    their hits count at the next request's end, in Python too: `ShadowSet.replay_pairs`'s
+    `deferred`). That holds for a policy whose behaviour scales with the tier; `predictive`
+    counts its labels in absolute numbers, so a sampled shadow of it would learn more slowly
+    than the full tier: it has no sampled shadow (it never leads a sampled tier
     unless it is `first`; docs/policies.md gives what sampling and the miniatures' size cost and
     saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
     counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so
@@ -312,17 +314,17 @@ class AutoPolicy(EvictionPolicy):
         threshold = self._threshold if self._sampled else None
         if threshold is not None and (pending or found):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)
-        shadows = self._shadows
+        shadows, deferred = self._shadows, self._sampled
         if shadows.fused:  # merged, sampled and replayed in one C call
-            out = shadows.replay_pairs(pending, found, threshold)
-            if out is not None:
-                self._score(*out)
-            return
-        if threshold is not None:
-            pending, found = sampled(pending, threshold), sampled(found, threshold)
-        if pending or found:
-            request = merged(pending, found)
-            self._score(shadows.replay(request), len(request))
+            out = shadows.replay_pairs(pending, found, threshold, deferred=deferred)
+        else:
+            if threshold is not None:
+                pending, found = sampled(pending, threshold), sampled(found, threshold)
+            request = merged(pending, found) if pending or found else None
+            out = (shadows.replay(request), len(request)) if request else None
+            out = shadows.defer(out) if deferred else out
+        if out is not None:
+            self._score(*out)
 
     def _score(self, hits_of: list[int], refs: int) -> None:
         """Each expert's score decays by `refs` block references and adds its hits."""

@@ -32,6 +32,13 @@ def built() -> bool:
     return _shadows is not None
 
 
+def threaded() -> bool:
+    """Whether a sampled `auto`'s native shadows store each request on a background thread
+    here (`ShadowSet.replay_pairs`'s `deferred`): False where they are not built, where
+    HKV_SHADOW_THREAD=0 or where no thread can start (then in the caller, same results)."""
+    return _shadows is not None and _shadows.Shadows(("lru",), 1).threaded()
+
+
 def key_bits(key: Key) -> int:
     """64 well-spread bits of a block key, the same in every process for ints and bytes (a
     vLLM block hash is a digest already: its first 8 bytes)."""

@@ -91,6 +91,7 @@ class ShadowSet:
         self._keys: dict[int, Any] | None = {} if keys and fast else None
         self._metas: dict[int, Any] = {}
         self._prune_at = max(8 * blocks, PRUNE_FLOOR)
+        self._deferred: tuple[list[int], int] | None = None  # `defer`'s request waiting
 
     @property
     def native(self) -> bool:
@@ -136,6 +137,7 @@ class ShadowSet:
                 aside = self._native.aside(j)
                 tier.aside = {self._keys[k]: _unpinned(self._metas[k]) for k in aside}
             twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
+            twin._deferred = self._native.deferred()  # the C replay's waiting result
         twin._worths, twin._own = dict(self._worths), {}
         return twin
 
@@ -144,15 +146,19 @@ class ShadowSet:
         """Whether every shadow runs in C: then `replay_pairs` takes a request's end whole."""
         return self._native is not None and not self._python
 
-    def replay_pairs(self, misses: list, hits: list, threshold: int | None = None):
+    def replay_pairs(self, misses: list, hits: list, threshold=None, *, deferred=False):
         """`replay(merged(misses, hits))` of the pairs whose key's bits are below `threshold`
         (None: all), in one C call (`fused` sets only): the merge, the sample, the ids, the
         columns and the registry of ids (`_keep`) included. Returns (each expert's hits, the
-        blocks replayed), or None where no block is left."""
+        blocks replayed), or None where no block is left.
+
+        `deferred`: the shadows store the request on a background thread while the caller goes
+        on, and what is returned is the previous deferred request's result, as `defer` returns
+        it for shadows replayed in Python (the same decisions either way)."""
         keys = self._keys
         modal = MODALITY_INDEX if self._modal else None
         out = self._native.replay_request(misses, hits, threshold, keys, self._metas,
-                                          self._value, self._worths, modal)  # fmt: skip
+                                          self._value, self._worths, modal, deferred)  # fmt: skip
         if out is None:
             return None
         if keys is not None and len(keys) > self._prune_at:
@@ -164,6 +170,13 @@ class ShadowSet:
         for i, h in zip(self._fast, fast_hits, strict=True):
             hits[i] = h
         return hits, refs
+
+    def defer(self, out: tuple[list[int], int] | None) -> tuple[list[int], int] | None:
+        """A request's `(hits, blocks)` (None: nothing replayed) kept until the next request's
+        end, which gets it back: what `replay_pairs(..., deferred=True)` returns, for shadows
+        replayed in Python."""
+        out, self._deferred = self._deferred, out
+        return out
 
     def replay(self, request: list) -> list[int]:
         """Store one request (`(key, meta)` pairs in prefix order) in every shadow tier: each

@@ -14,6 +14,7 @@
 
 #include "shadow.h"
 #include "leader.h"
+#include "worker.h"
 
 #define HELD_OBJS 8
 #define WORTHS_KEPT 65536
@@ -41,7 +42,17 @@ typedef struct {
     hkv_map worth_at; /* meta address -> index into worths */
     worth_entry *worths;
     int64_t n_worths;
+    /* a deferred replay (`replay_request(..., deferred=True)`): run by `worker`, its hits per
+     * tier in `job_hits` (-1: out of memory), read at the next deferred call */
+    hkv_worker *worker;
+    int64_t *job_hits;
+    Py_ssize_t job_refs; /* its blocks; 0: no result waiting */
 } Shadows;
+
+/* until the deferred replay in flight, if any, is done: every method reads the tiers after it */
+static void shadows_wait(Shadows *self) {
+    if (self->worker) hkv_worker_wait(self->worker);
+}
 
 static PyTypeObject ShadowsType;
 
@@ -59,6 +70,8 @@ static hkv_expert *make_expert(const char *label, int64_t capacity) {
 }
 
 static void Shadows_dealloc(Shadows *self) {
+    hkv_worker_free(self->worker); /* the job in flight, if any, ends first */
+    PyMem_Free(self->job_hits);
     for (Py_ssize_t i = 0; i < self->n; i++) hkv_tier_free(&self->tiers[i]);
     PyMem_Free(self->tiers);
     PyMem_Free(self->blocks);
@@ -331,15 +344,71 @@ static void sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *
     }
 }
 
-/* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index):
- * `auto`'s request end in one call (`ShadowSet.replay_pairs`) */
+/* the deferred replay's tiers, on the worker thread (no Python object touched) */
+static void replay_job(void *arg) {
+    Shadows *self = arg;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        self->job_hits[i] = hkv_tier_replay(&self->tiers[i], &self->request);
+}
+
+/* the deferred replay's result, taken (it is read once): (hits per expert, blocks), or None
+ * where none waits; NULL with an exception where its replay ran out of memory */
+static PyObject *take_deferred(Shadows *self, int take) {
+    shadows_wait(self);
+    if (!self->job_refs) Py_RETURN_NONE;
+    PyObject *hits = PyList_New(self->n);
+    for (Py_ssize_t i = 0; hits && i < self->n; i++) {
+        if (self->job_hits[i] < 0) {
+            Py_CLEAR(hits);
+            PyErr_NoMemory();
+            break;
+        }
+        PyObject *h = PyLong_FromLongLong(self->job_hits[i]);
+        if (!h) Py_CLEAR(hits);
+        else PyList_SET_ITEM(hits, i, h);
+    }
+    Py_ssize_t refs = self->job_refs;
+    if (take || !hits) self->job_refs = 0;
+    return hits ? Py_BuildValue("(Nn)", hits, refs) : NULL;
+}
+
+/* the request in self->blocks[0:n] replayed by the worker (`deferred`): 0, or -1 */
+static int defer_filled(Shadows *self, Py_ssize_t n) {
+    if (!self->worker && !(self->worker = hkv_worker_new())) goto oom;
+    if (!self->job_hits && !(self->job_hits = PyMem_Calloc((size_t)self->n + 1, sizeof(int64_t))))
+        goto oom;
+    if (hkv_request_set(&self->request, self->blocks, n) < 0) goto oom;
+    self->job_refs = n;
+    hkv_worker_submit(self->worker, replay_job, self);
+    return 0;
+oom:
+    PyErr_NoMemory();
+    return -1;
+}
+
+static PyObject *Shadows_deferred(Shadows *self, PyObject *unused) {
+    (void)unused;
+    return take_deferred(self, 0);
+}
+
+static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
+    (void)unused;
+    if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
+    return PyBool_FromLong(hkv_worker_threaded(self->worker));
+}
+
+/* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index,
+ * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_pairs`) */
 static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
-    PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas;
+    PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas, *before = NULL;
     block_reader reader = {.self = self, .last_meta = NULL};
-    if (!PyArg_ParseTuple(args, "O!O!OOOOOO", &PyList_Type, &misses, &PyList_Type, &found,
+    int deferred = 0;
+    if (!PyArg_ParseTuple(args, "O!O!OOOOOO|p", &PyList_Type, &misses, &PyList_Type, &found,
                           &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
-                          &reader.modality_index))
+                          &reader.modality_index, &deferred))
         return NULL;
+    if (deferred && !(before = take_deferred(self, 1))) return NULL;
+    shadows_wait(self);
     if (!self->worths) { /* the worth cache, made at the first call */
         self->worths = PyMem_Malloc(WORTHS_KEPT * sizeof *self->worths);
         if (!self->worths) return PyErr_NoMemory();
@@ -361,7 +430,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         goto done;
     n = PyDict_GET_SIZE(merged);
     if (!n) {
-        result = Py_NewRef(Py_None);
+        result = Py_NewRef(before ? before : Py_None);
         goto done;
     }
     order = PyMem_Malloc(2 * (size_t)n * sizeof *order);
@@ -397,9 +466,14 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
             if (bad) goto done;
         }
     }
-    PyObject *hits = replay_filled(self, n);
-    if (hits) result = Py_BuildValue("(Nn)", hits, n);
+    if (deferred) {
+        if (defer_filled(self, n) == 0) result = Py_NewRef(before);
+    } else {
+        PyObject *hits = replay_filled(self, n);
+        if (hits) result = Py_BuildValue("(Nn)", hits, n);
+    }
 done:
+    Py_XDECREF(before);
     Py_XDECREF(merged);
     PyMem_Free(order);
     PyMem_Free(positions);
@@ -408,6 +482,7 @@ done:
 }
 
 static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     PyObject *keys, *positions, *tokens, *worths, *modalities = Py_None;
     if (!PyArg_ParseTuple(args, "O!O!O!O|O", &PyList_Type, &keys, &PyList_Type, &positions,
                           &PyList_Type, &tokens, &worths, &modalities))
@@ -427,6 +502,7 @@ static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
 }
 
 static PyObject *Shadows_sizes(Shadows *self, PyObject *unused) {
+    shadows_wait(self);
     (void)unused;
     PyObject *sizes = PyList_New(self->n);
     if (!sizes) return NULL;
@@ -439,6 +515,7 @@ static PyObject *Shadows_sizes(Shadows *self, PyObject *unused) {
 }
 
 static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     Py_ssize_t i;
     unsigned long long key;
     if (!PyArg_ParseTuple(args, "nK", &i, &key)) return NULL;
@@ -561,6 +638,7 @@ hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i) {
         return NULL;
     }
     Shadows *self = (Shadows *)shadows;
+    shadows_wait(self);
     if (i < 0 || i >= self->n) {
         PyErr_SetString(PyExc_IndexError, "no such expert");
         return NULL;
@@ -658,6 +736,7 @@ done:
 }
 
 static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     Py_ssize_t i;
     hkv_prefix_state st;
     if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
@@ -708,6 +787,7 @@ fail:
 }
 
 static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     Py_ssize_t i;
     const hkv_oset *sets[HKV_QUEUES];
     const char *names[HKV_QUEUES];
@@ -728,6 +808,7 @@ static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
 }
 
 static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     Py_ssize_t i;
     if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
     if (i < 0 || i >= self->n) {
@@ -743,6 +824,7 @@ static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
 }
 
 static PyObject *Shadows_predictive_state(Shadows *self, PyObject *args) {
+    shadows_wait(self);
     Py_ssize_t i;
     if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
     if (i < 0 || i >= self->n) {
@@ -757,7 +839,13 @@ static PyMethodDef Shadows_methods[] = {
      "replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, "
      "modality_index): a request's (key, meta) pairs merged (misses first, the last meta of "
      "a key; then the hits not among them), sampled below threshold (None: all), in order of "
-     "position, stored in every shadow tier: (hits per expert, blocks), or None for none"},
+     "position, stored in every shadow tier: (hits per expert, blocks), or None for none; "
+     "deferred: stored by a background thread, and the result returned is the previous "
+     "deferred call's (read once)"},
+    {"deferred", (PyCFunction)Shadows_deferred, METH_NOARGS,
+     "the result the next deferred replay_request will return, not taken"},
+    {"threaded", (PyCFunction)Shadows_threaded, METH_NOARGS,
+     "whether deferred replays run on a background thread (else in the caller, at once)"},
     {"predictive_state", (PyCFunction)Shadows_predictive_state, METH_VARARGS,
      "predictive_state(i): the learned expert i's whole state (None for another expert)"},
     {"aside", (PyCFunction)Shadows_aside, METH_VARARGS,
