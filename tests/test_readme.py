@@ -1907,6 +1907,80 @@ CLAIMS += [
 ]
 
 
+def h200_e2b73a6() -> dict[str, Any]:
+    """The anchor and the skewed variant at 8 GiB at e2b73a6: a sampled tier's shadows on a
+    background thread."""
+    return result("vllm_h200_time_e2b73a6.json")
+
+
+def e2b73a6_parts() -> tuple[Any, ...]:
+    """auto's `after_request` seconds a run on the anchor (fewest, most) and c57a09e's; its
+    switch on the skewed variant at 8 GiB (its request, ms fewest and most, checked to be the
+    one of c57a09e); policy seconds a run on the anchor of auto and lru (fewest, most) here and
+    at c57a09e; touch seconds there of auto and lru; the paired walls on the skewed variant."""
+    now, before = h200_e2b73a6(), h200_c57a09e()
+
+    def spread(data, policy, pop, get):
+        values = [get(r) for r in cell_runs(data, policy, pop, 8.0)]
+        return min(values), max(values)
+
+    def after(r):
+        return r["policy_inner"]["after_request"]["s"]
+
+    switches = [r["policy_leaders"][1] for r in cell_runs(now, "hkv_auto", 1.0, 8.0)]
+    assert {(s[0], s[1]) for s in switches} == {(73, "cost_aware")}
+    assert all(len(r["policy_leaders"]) == 2 for r in cell_runs(now, "hkv_auto", 1.0, 8.0))
+    assert {r["policy_leaders"][0] for r in cell_runs(now, "hkv_auto", 0.0, 8.0)} == {"lip"}
+    ms = [1000 * r["policy_inner"]["_switch"]["s"] for r in cell_runs(now, "hkv_auto", 1.0, 8.0)]
+    pairs = zip(cell_runs(now, "hkv_auto", 1.0, 8.0), cell_runs(now, "lru", 1.0, 8.0), strict=True)
+    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+    cells = ((now, "hkv_auto"), (before, "hkv_auto"), (now, "lru"), (before, "lru"))
+    policy_s = [spread(d, p, 0.0, lambda r: r["policy_s"]) for d, p in cells]
+    touch = [spread(now, p, 0.0, lambda r: r["policy_by_method"]["touch"]["s"])
+             for p in ("hkv_auto", "lru")]  # fmt: skip
+    return (*spread(now, "hkv_auto", 0.0, after), *spread(before, "hkv_auto", 0.0, after),
+            min(ms), max(ms), *[x for pair in policy_s for x in pair],
+            *[x for pair in touch for x in pair], *paired)  # fmt: skip
+
+
+def e2b73a6_summary() -> tuple[float, ...]:
+    """auto's median wall time against lru's (%) on the anchor and the skewed variant at 8 GiB,
+    and its policy time as a multiple of lru's, as the table of the e2b73a6 file gives them."""
+    rows = [r for r in bench_vllm_auto.time_table(h200_e2b73a6()).splitlines() if "hkv_auto" in r]
+    cells = [[c.strip() for c in row.split("|")] for row in rows]
+    return (*(float(c[6].rstrip(" %")) for c in cells), *(c[-2] for c in cells))
+
+
+CLAIMS += [
+    *engine_tables(h200_e2b73a6),
+    (
+        "`auto`'s `after_request` took {:.3f} to {:.3f} s a run on the anchor, against {:.3f} to\n"
+        "{:.3f} s at c57a09e",
+        lambda: e2b73a6_parts()[:4],
+    ),
+    (
+        "its one switch still comes at request 73, {:.0f}-{:.0f} ms. Its whole\npolicy time on "
+        "the anchor was {:.2f}-{:.2f} s a run, against {:.2f}-{:.2f} s at c57a09e, while lru's\n"
+        "was {:.2f}-{:.2f} s here against {:.2f}-{:.2f} s there",
+        lambda: e2b73a6_parts()[4:14],
+    ),
+    (
+        "took {:.2f}-{:.2f} s a run against lru's {:.2f}-{:.2f} s",
+        lambda: e2b73a6_parts()[14:18],
+    ),
+    (
+        "8 GiB, `auto`'s wall time against lru's was {:+.1f} % and {:+.1f} %",
+        lambda: e2b73a6_parts()[18:],
+    ),
+    (
+        "(hkv e2b73a6, the ninth table) the anchor at 8 GiB came out {:+.1f} % in median wall "
+        "time against lru's and the skewed variant at 8 GiB {:+.1f} % (two repeats), `auto`'s "
+        "policy time {} and {} lru's",
+        e2b73a6_summary,
+    ),
+]
+
+
 def without_predictive() -> tuple[int, ...]:
     """Suite and held-out cells behind the bar without `predictive` and with it (the default),
     `auto_candidates_nopred.json`."""
