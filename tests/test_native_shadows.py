@@ -529,3 +529,33 @@ def test_a_sampled_auto_decides_alike_with_its_shadows_on_a_thread_or_inline(mon
     monkeypatch.setenv("HKV_SHADOW_THREAD", "0")
     assert threaded == auto_log(True, requests, 300) == auto_log(False, requests, 300)
     assert threaded[-1][2] >= 1  # it switched
+
+
+def test_a_sampled_auto_with_native_shadows_refuses_a_copy_with_what_to_do():
+    """Its C shadows keep no key registry: a deep copy is refused with a clear error, and the
+    same policy made with `native=False` copies and decides as the original."""
+    import copy
+
+    from hkv.errors import HkvError
+    from hkv.policies import make_policy
+    from hkv.sim.replay import replay
+    from hkv.sim.trace import Request, Trace
+
+    def run(policy, requests):
+        hits = []
+        for request in requests:
+            keys = tuple(k for k, _ in request)
+            trace = Trace((Request(0.0, len(keys) * 512, 1, keys),), 512)
+            hits.append(replay(trace, policy, store="per_request").block_hits)
+        return hits
+
+    requests = sessions(9, 120, sessions=30)
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    native_auto = make_policy("auto", 200, **sampling)
+    run(native_auto, requests[:60])
+    with pytest.raises(HkvError, match="make the policy with native=False to copy it"):
+        copy.deepcopy(native_auto)
+    python_auto = make_policy("auto", 200, native=False, **sampling)
+    run(python_auto, requests[:60])
+    twin = copy.deepcopy(python_auto)
+    assert run(twin, requests[60:]) == run(python_auto, requests[60:])

@@ -128,6 +128,12 @@ class ShadowSet:
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
         policies in `VllmTier`s holding what they hold aside (C state cannot be copied)."""
+        if self._native is not None and self._keys is None:
+            raise HkvError(
+                "auto: a tier of more than sample_above blocks with native shadows cannot be "
+                "copied (its sampled C shadows keep no keys to hand to Python); make the "
+                "policy with native=False to copy it (the same decisions, slower)"
+            )
         twin = copy.copy(self)
         memo[id(self)] = twin
         twin.tiers = [copy.deepcopy(tier, memo) for tier in self.tiers]
