@@ -735,15 +735,20 @@ done:
     return r;
 }
 
-static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
+/* the expert index of a per-expert method's one argument, after the deferred replay in flight:
+ * 0, or -1 with an exception naming `method` */
+static int expert_arg(Shadows *self, PyObject *args, const char *method, Py_ssize_t *i) {
     shadows_wait(self);
+    if (!PyArg_ParseTuple(args, "n", i)) return -1;
+    if (*i >= 0 && *i < self->n) return 0;
+    PyErr_Format(PyExc_IndexError, "Shadows.%s: no such expert", method);
+    return -1;
+}
+
+static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
     Py_ssize_t i;
     hkv_prefix_state st;
-    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "Shadows.prefix_state: no such expert");
-        return NULL;
-    }
+    if (expert_arg(self, args, "prefix_state", &i) < 0) return NULL;
     hkv_expert *e = self->tiers[i].expert;
     if (!hkv_prefix_state_of(e, &st)) Py_RETURN_NONE;
     PyObject *d = PyDict_New();
@@ -787,16 +792,11 @@ fail:
 }
 
 static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
-    shadows_wait(self);
     Py_ssize_t i;
     const hkv_oset *sets[HKV_QUEUES];
     const char *names[HKV_QUEUES];
     double target = NAN;
-    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "Shadows.queues_state: no such expert");
-        return NULL;
-    }
+    if (expert_arg(self, args, "queues_state", &i) < 0) return NULL;
     int n = hkv_queues_of(self->tiers[i].expert, sets, names, &target);
     if (!n) Py_RETURN_NONE;
     PyObject *d = PyDict_New();
@@ -808,13 +808,8 @@ static PyObject *Shadows_queues_state(Shadows *self, PyObject *args) {
 }
 
 static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
-    shadows_wait(self);
     Py_ssize_t i;
-    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "Shadows.aside: no such expert");
-        return NULL;
-    }
+    if (expert_arg(self, args, "aside", &i) < 0) return NULL;
     PyObject *lists = oset_lists(&self->tiers[i].aside);
     if (!lists) return NULL;
     PyObject *ids = PyTuple_GET_ITEM(lists, 0);
@@ -824,13 +819,8 @@ static PyObject *Shadows_aside(Shadows *self, PyObject *args) {
 }
 
 static PyObject *Shadows_predictive_state(Shadows *self, PyObject *args) {
-    shadows_wait(self);
     Py_ssize_t i;
-    if (!PyArg_ParseTuple(args, "n", &i)) return NULL;
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "Shadows.predictive_state: no such expert");
-        return NULL;
-    }
+    if (expert_arg(self, args, "predictive_state", &i) < 0) return NULL;
     return hkv_predictive_state(self->tiers[i].expert);
 }
 
