@@ -12,14 +12,14 @@ from setuptools import Extension, setup
 
 NATIVE = Path("hkv/policies/_native")
 SOURCES = ["module.c", "tier.c", "util.c", "lru.c", "arc.c", "s3fifo.c", "prefix.c", "leader.c",
-           "predictive.c", "worker.c"]
+           "predictive.c", "worker.c", "adapter.c"]
 
 setup(
     ext_modules=[
         Extension(
             "hkv.policies._shadows",
             sources=[str(NATIVE / name) for name in SOURCES],
-            depends=[str(NATIVE / name) for name in ("shadow.h", "leader.h", "worker.h")],
+            depends=[str(NATIVE / name) for name in ("shadow.h", "leader.h", "worker.h", "adapter.h")],
             # no fused multiply-add: the prefix experts' float priorities must round as Python's
             extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11"],
             optional=True,

@@ -406,6 +406,28 @@ def test_known_pairs_in_c_are_the_python_ones(monkeypatch):
     assert in_c[2][1] is first[6] and in_c[1][1] is second[3]
 
 
+@pytest.mark.parametrize("start", [0, 3, 9, 12])
+@pytest.mark.parametrize("held", [True, False])
+def test_a_requests_absent_and_resident_keys_in_c_are_the_python_ones(monkeypatch, start, held):
+    """`native.note_split` (vLLM 0.26's touch: the keys to note, the resident ones) in C and in
+    Python: the same pairs or indices in the same order, a repeated absent key each time."""
+    keys = (b"a", b"b", b"c", b"d", b"b", b"e", b"f", b"c", b"g", b"h", b"a", b"i")
+    chunks, pending = dict.fromkeys([b"b", b"f", b"h"]), dict.fromkeys([b"d", b"i"])
+    metas = [BlockMeta(tokens=TOKENS, position=TOKENS * i) for i in range(len(keys))]
+    in_c = [native.note_split(keys, start, chunks, pending, m, held) for m in (metas, None)]
+    monkeypatch.setattr(native, "_shadows", None)
+    assert in_c == [native.note_split(keys, start, chunks, pending, m, held) for m in (metas, None)]
+    absent = [i for i in (0, 2, 5, 7, 8, 10) if i >= start]
+    assert in_c[1] == (absent, [b"b", b"b", b"f", b"h"] if held else None)
+    assert [pair[1] for pair in in_c[0][0]] == [metas[i] for i in absent]
+    assert chunks == dict.fromkeys([b"b", b"f", b"h"]) and len(pending) == 2  # neither changes
+
+
+def test_note_split_refuses_too_few_metas_with_what_it_expects():
+    with pytest.raises(ValueError, match="metas must be None or a list of a meta per key"):
+        native.note_split([b"a", b"b"], 0, {}, {}, [BlockMeta(tokens=TOKENS)], True)
+
+
 @pytest.mark.parametrize("label", ["cost_aware", "depth_lfu", "depth_lfu_static"])
 def test_a_rebuild_that_keeps_only_the_held_blocks_is_one_that_removes_the_others(label):
     """`rebuilt_in_c(held=...)` (a switch of a sampled `auto`) makes no entry for a block the

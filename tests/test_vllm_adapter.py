@@ -136,6 +136,30 @@ def test_inserts_reach_the_policy_at_its_next_decision_with_their_state_then(pol
     assert len(p.policy) == 0 and p.synced == 0 and not p.busy
 
 
+def test_misses_noted_while_auto_admits_everything_stay_admitted_after_a_switch(monkeypatch):
+    """`auto` led by an expert that admits everything keeps no verdict per noted miss; when it
+    switches to one that does not before those blocks are inserted, they go in as admitted at
+    their miss (the verdict then), not asked again; later misses are the new leader's to judge."""
+    p = policy_class("hkv_auto")(cache_capacity=8, policy_params={"experts": ["lip", "cost_aware"]})
+    ctx = ReqContext(req_id="r")
+    for i in range(6):
+        ctx.set_offload_key_position(key(i), 16 * (i + 1))
+    p.on_store_miss([key(0), key(1), key(2)], ctx)
+    assert p.policy.admits_now and p.unrecorded and not p.decided  # lip: no verdict kept
+    p.policy._switch(p.policy.experts.index("cost_aware"))
+    assert not p.policy.admits_now
+    asked = []
+    monkeypatch.setattr(p.policy._live, "admit", lambda k, meta: asked.append(k) or False)
+    p.on_store_miss([key(3)], ctx)  # asked now, before the older misses are inserted
+    assert asked == [key(3)] and p.decided == {key(0): True, key(1): True, key(2): True,
+                                               key(3): False}  # fmt: skip
+    for i in range(4):
+        p.insert(key(i), ChunkStatus(i))
+    p.sync()
+    assert [k for k in (key(0), key(1), key(2)) if k in p.policy] == [key(0), key(1), key(2)]
+    assert list(p.bypassed) == [key(3)] and not p.decided and asked == [key(3)]
+
+
 def test_an_insert_with_a_request_context_reaches_the_policy_at_once():
     """A vLLM whose `insert` passes the request (the adapter's Python `insert`, not the dict's):
     earlier inserts are handed over first, then the chunk, with its position and modality."""

@@ -65,6 +65,20 @@ def known(keys: list, first: dict, second: dict) -> list:
     return [(k, m) for k in keys if (m := first.get(k) or second.get(k)) is not None]
 
 
+def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool):
+    """One pass over a request's keys (in C where built): `(noted, resident)`. `noted`: of
+    `keys[start:]`, those in neither `chunks` nor `pending`, in order, each as `(key, metas[i])`
+    where `metas` is a list, else as its index `i`; `resident`: where `held`, the keys of all of
+    `keys` in `chunks`, in order, else None."""
+    if _shadows is not None:
+        return _shadows.note_split(keys, start, chunks, pending, metas, held)
+    absent = [
+        i for i in range(start, len(keys)) if keys[i] not in chunks and keys[i] not in pending
+    ]
+    noted = absent if metas is None else [(keys[i], metas[i]) for i in absent]
+    return noted, (list(filter(chunks.__contains__, keys)) if held else None)
+
+
 def key_ids(keys: list) -> list[int]:
     """`key_bits` of each key (in C where built)."""
     if _shadows is not None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hkv.integrations.vllm.request import extend_text_metas, request_spans, span_meta
+from hkv.policies.native import note_split
 
 MAX_REQUESTS = 4096  # requests whose key count is remembered (oldest forgotten first)
 
@@ -31,12 +32,15 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
     start = seen or 0
     if start >= len(keys):
         return
+    first = seen is None  # the request's one access, reported even when nothing is resident:
+    # a request's end is where `auto` replays its misses in its shadows and where `predictive`
+    # starts its next request
+    resident = None
     if adapter.shared_meta is None:  # note the metadata of blocks about to be stored
-        _note_absent(adapter, keys, start, req_context)
-    if seen is None:  # the first touch is the request's one access, reported even when
-        # nothing is resident: a request's end is where `auto` replays its misses in its
-        # shadows and where `predictive` starts its next request
-        resident = list(filter(adapter.chunks.__contains__, keys))
+        resident = _note_absent(adapter, keys, start, req_context, first)
+    if first:
+        if resident is None:
+            resident = list(filter(adapter.chunks.__contains__, keys))
         adapter.sync()
         adapter.policy.after_request((), resident)
 
@@ -50,26 +54,26 @@ def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
     touched[req_id] = num_keys
     if len(adapter.pending_meta) > 4 * adapter.cache_capacity:
         adapter.pending_meta.clear()  # stores that never happened (a refused prepare_store)
+        adapter.decided.clear()  # their verdicts with them, as `on_store_miss` clears them
     return seen
 
 
-def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any) -> None:
-    chunks, pending = adapter.chunks, adapter.pending_meta
-    new_keys = keys[start:] if start else keys
-    absent = [
-        i for i, key in enumerate(new_keys, start) if key not in chunks and key not in pending
-    ]
-    if not absent:
-        return
+def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any, held: bool):
+    """Note the metas of `keys[start:]` that are neither resident nor noted yet, and tell the
+    policy of them; the request's resident keys where `held` (one pass, `native.note_split`)."""
     spans = request_spans(req_context)
-    if spans:
-        meta = span_meta(spans, adapter.block_tokens)
-        noted = [(keys[i], meta(i)) for i in absent]
-    else:
+    metas = None
+    if not spans:
         metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
-        noted = [(keys[i], metas[i]) for i in absent]
-    pending.update(noted)
-    adapter.note_misses(noted)
+    chunks, pending = adapter.chunks, adapter.pending_meta
+    noted, resident = note_split(keys, start, chunks, pending, metas, held)
+    if spans and noted:
+        meta = span_meta(spans, adapter.block_tokens)
+        noted = [(keys[i], meta(i)) for i in noted]
+    if noted:
+        pending.update(noted)
+        adapter.note_misses(noted)
+    return resident
 
 
 def needs_late_store_guard() -> bool:

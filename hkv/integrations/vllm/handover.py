@@ -16,6 +16,7 @@ from typing import Any
 def hand_over(adapter: Any, keys: list[Any], req_context) -> None:
     """Insert `keys` (new chunks, in order) into `adapter.policy`, or set them aside."""
     shared, policy = adapter.shared_meta, adapter.policy
+    adapter.settle()
     if shared is not None and adapter.admits_all:
         policy.insert_all(keys, shared)
         return
@@ -52,7 +53,7 @@ def hand_over_noted(adapter: Any, keys: list[Any]) -> None:
     `insert_each`, in the containers' own loops rather than one Python step a key."""
     absent = (None,) * len(keys)
     metas = list(map(adapter.pending_meta.pop, keys, absent))
-    verdicts = list(map(adapter.decided.pop, keys, absent))
+    verdicts = list(map(adapter.decided.pop, keys, absent)) if adapter.decided else absent
     if not all(metas):  # not noted: worked out from the key alone (a meta is never falsy)
         metas = [m or adapter.meta(k, None) for k, m in zip(keys, metas, strict=True)]
     if False in verdicts:  # asked at the miss, and the policy said no (`admit` gives bools)

@@ -90,6 +90,7 @@ class HkvCachePolicy(CachePolicy):
         self.bypassed: OrderedDict[Any, None] = OrderedDict()
         self.pending_meta: dict[Any, BlockMeta] = {}
         self.decided: dict[Any, bool] = {}  # admission asked at the store miss, by key
+        self.unrecorded = False  # noted keys admitted with no verdict in `decided` (`settle`)
         self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = make_policy(
@@ -227,10 +228,23 @@ class HkvCachePolicy(CachePolicy):
             policy.note_misses(misses)
         if self.admits_all:
             return
-        if policy.admits_now:  # `auto` led by a policy that admits everything: no call a key
-            self.decided.update(dict.fromkeys(map(itemgetter(0), misses), True))
-        else:  # a key again: a later request's offer, asked afresh
+        if not policy.admits_now:  # a key again: a later request's offer, asked afresh
+            self.settle()
             self.decided.update((key, policy.admit(key, meta)) for key, meta in misses)
+        elif self.decided:  # `auto` led by a policy that admits everything: no call a key
+            self.decided.update(dict.fromkeys(map(itemgetter(0), misses), True))
+        else:  # nor a verdict kept, until the policy no longer admits everything (`settle`)
+            self.unrecorded = True
+
+    def settle(self) -> None:
+        """Once the policy no longer admits everything now (`auto` switched), the keys noted
+        while it did and kept no verdict (`note_misses`) get theirs, as kept at their miss:
+        admitted. Every noted key is in `pending_meta` until its insert (or both are cleared)."""
+        if self.unrecorded and not self.policy.admits_now:
+            self.unrecorded = False
+            decided = self.decided
+            for key in self.pending_meta:
+                decided.setdefault(key, True)
 
     def on_request_access(self, keys: Iterable[Any], req_context) -> None:
         """vLLM 0.33: keys a running request shows for the first time. The resident ones join
@@ -333,6 +347,7 @@ class HkvCachePolicy(CachePolicy):
         self.bypassed.clear()
         self.pending_meta.clear()
         self.decided.clear()
+        self.unrecorded = False
         self.touched_requests.clear()
         self.chains.clear()
         self.policy.clear()

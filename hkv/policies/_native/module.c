@@ -15,6 +15,7 @@
 #include "shadow.h"
 #include "leader.h"
 #include "worker.h"
+#include "adapter.h"
 
 #define HELD_OBJS 8
 #define WORTHS_KEPT 65536
@@ -650,6 +651,9 @@ static PyMethodDef module_methods[] = {
     {"key_ids", key_ids, METH_O, "key_ids(keys): the 64-bit id of each key (native.key_bits)"},
     {"known", known, METH_VARARGS,
      "known(keys, first, second): (key, meta) of each key found in dict first, else second"},
+    {"note_split", hkv_note_split, METH_VARARGS,
+     "note_split(keys, start, chunks, pending, metas, held): a request's absent keys (from "
+     "start) and, if held, its resident ones (native.note_split)"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(pairs, threshold): the (key, meta) pairs whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,68 @@
+/* vLLM adapter helpers: one walk over a request's keys in C where Python would take several
+ * (hkv/integrations/vllm/compat026.py; the same results in Python: `native.note_split`). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "adapter.h"
+
+/* append `item` to `list`, stealing the reference: 0, or -1 */
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* note_split(keys, start, chunks, pending, metas, held): one pass over a request's keys.
+ * noted: of keys[start:], those in neither dict `chunks` nor dict `pending`, in order, each as
+ * (key, metas[i]) where `metas` is a list (as long as `keys` at least), else as its index i;
+ * resident: where `held` is true, the keys of all of `keys` in `chunks`, in order, else None.
+ * Neither dict changes. */
+PyObject *hkv_note_split(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *keys, *chunks, *pending, *metas;
+    Py_ssize_t start;
+    int held;
+    if (!PyArg_ParseTuple(args, "OnO!O!Op", &keys, &start, &PyDict_Type, &chunks, &PyDict_Type,
+                          &pending, &metas, &held))
+        return NULL;
+    PyObject *seq = PySequence_Fast(keys, "note_split: keys must be a list or tuple");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int pairs = metas != Py_None;
+    if (pairs && (!PyList_Check(metas) || PyList_GET_SIZE(metas) < n)) {
+        PyErr_SetString(PyExc_ValueError, "note_split: metas must be None or a list of a meta "
+                                          "per key");
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *noted = PyList_New(0), *resident = held ? PyList_New(0) : Py_NewRef(Py_None);
+    if (!noted || !resident) goto fail;
+    for (Py_ssize_t i = held ? 0 : (start > 0 ? start : 0); i < n; i++) {
+        PyObject *key = items[i];
+        int in_chunks = PyDict_Contains(chunks, key);
+        if (in_chunks < 0) goto fail;
+        if (in_chunks) {
+            if (held && PyList_Append(resident, key) < 0) goto fail;
+            continue;
+        }
+        if (i < start) continue;
+        int in_pending = PyDict_Contains(pending, key);
+        if (in_pending < 0) goto fail;
+        if (in_pending) continue;
+        PyObject *item = pairs ? PyTuple_Pack(2, key, PyList_GET_ITEM(metas, i))
+                               : PyLong_FromSsize_t(i);
+        if (append_new(noted, item) < 0) goto fail;
+    }
+    Py_DECREF(seq);
+    PyObject *out = PyTuple_Pack(2, noted, resident);
+    Py_DECREF(noted);
+    Py_DECREF(resident);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(noted);
+    Py_XDECREF(resident);
+    return NULL;
+}

@@ -1,0 +1,9 @@
+/* vLLM adapter helpers (adapter.c), methods of the `_shadows` module. */
+#ifndef HKV_ADAPTER_H
+#define HKV_ADAPTER_H
+
+#include <Python.h>
+
+PyObject *hkv_note_split(PyObject *module, PyObject *args);
+
+#endif
