@@ -1981,6 +1981,74 @@ CLAIMS += [
 ]
 
 
+def h200_0ded3b7() -> dict[str, Any]:
+    """The anchor at 8, 12 and 16 GiB and the skewed variant at 8 and 12 GiB at 0ded3b7: vLLM
+    0.26's touch in one C pass."""
+    return result("vllm_h200_time_0ded3b7.json")
+
+
+def _0ded3b7_parts() -> tuple[Any, ...]:
+    """On the anchor at 8 GiB: touch seconds a run of auto and lru (fewest, most), auto's median
+    policy time over lru's, gross and net; its switch on the skewed variant at 8 GiB (ms fewest
+    and most, checked to be request 73's, to cost_aware); the paired walls there (%)."""
+    now = h200_0ded3b7()
+
+    def touch(policy):
+        seconds = [r["policy_by_method"]["touch"]["s"] for r in cell_runs(now, policy, 0.0, 8.0)]
+        return min(seconds), max(seconds)
+
+    def ratio(key):
+        auto, lru = (statistics.median(r[key] for r in cell_runs(now, p, 0.0, 8.0))
+                     for p in ("hkv_auto", "lru"))  # fmt: skip
+        return auto / lru
+
+    skewed = cell_runs(now, "hkv_auto", 1.0, 8.0)
+    assert all(r["policy_leaders"][0] == "lip" and len(r["policy_leaders"]) == 2 for r in skewed)
+    assert {tuple(r["policy_leaders"][1][:2]) for r in skewed} == {(73, "cost_aware")}
+    ms = [1000 * r["policy_leaders"][1][2] for r in skewed]
+    pairs = zip(skewed, cell_runs(now, "lru", 1.0, 8.0), strict=True)
+    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+    return (*touch("hkv_auto"), *touch("lru"), ratio("policy_s"), ratio("policy_s_net"),
+            min(ms), max(ms), *paired)  # fmt: skip
+
+
+def _0ded3b7_summary() -> tuple[float, ...]:
+    """auto's median wall time against lru's (%) and against bip's on the anchor at 8 GiB, its
+    policy time over lru's there, and its wall time against lru's on the skewed variant at 8
+    GiB, from the file's table."""
+    rows = bench_vllm_auto.time_rows(h200_0ded3b7())
+    auto = {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == "hkv_auto"}
+    bip = next(r for r in rows if r["policy"] == "hkv_bip")
+    anchor, skewed = auto[("anchor", 8.0)], auto[("skewed (Zipf 1)", 8.0)]
+    others = [r for r in auto.values() if r is not anchor and r is not skewed]
+    assert all(r["wall_vs_lru"] < 0 for r in others)  # "it was ahead of lru"
+    return (100 * anchor["wall_vs_lru"], 100 * (anchor["wall_s"] / bip["wall_s"] - 1),
+            anchor["policy_x_lru"], 100 * skewed["wall_vs_lru"])  # fmt: skip
+
+
+CLAIMS += [
+    *engine_tables(h200_0ded3b7),
+    (
+        "`touch` took {:.3f}-{:.3f} s a run against lru's {:.3f}-{:.3f} s,\nand its whole "
+        "policy time was {:.2f}x lru's by the medians ({:.2f}x net of the timer's own cost per "
+        "call)",
+        lambda: _0ded3b7_parts()[:6],
+    ),
+    ("(request 73, to `cost_aware`, {:.0f}-{:.0f} ms on this host)", lambda: _0ded3b7_parts()[6:8]),
+    (
+        "on the skewed variant at 8 GiB was\n{:+.1f} %, {:+.1f} % and {:+.1f} %.",
+        lambda: _0ded3b7_parts()[8:],
+    ),
+    (
+        "(hkv 0ded3b7, the tenth table) the anchor at 8 GiB came out {:+.1f} % in median wall "
+        "time against lru's, {:.1f} % behind `hkv_bip`, with `auto`'s policy time {:.2f}x lru's; "
+        "at 12 and 16 GiB and on the skewed variant at 12 GiB it was ahead of lru, and on the "
+        "skewed variant at 8 GiB {:+.1f} % behind on its median",
+        _0ded3b7_summary,
+    ),
+]
+
+
 def without_predictive() -> tuple[int, ...]:
     """Suite and held-out cells behind the bar without `predictive` and with it (the default),
     `auto_candidates_nopred.json`."""

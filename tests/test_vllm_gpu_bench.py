@@ -786,6 +786,26 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     assert "finished" not in kept["parameters"]["engines"][0]
 
 
+def test_method_lines_take_a_runs_policy_time_apart():
+    """One line a run: touch and evict seconds, and where recorded auto's after_request and
+    its switches after the first leader."""
+    from hkv.report import bench_vllm_auto
+
+    methods = {"touch": {"s": 0.16049, "calls": 3}, "evict": {"s": 0.1, "calls": 2}}
+    lru = {"policy": "lru", "popularity": 0.0, "cpu_gib": 8.0, "repeat": 0, "policy_s": 0.5,
+           "policy_by_method": methods}  # fmt: skip
+    auto = {**lru, "policy": "hkv_auto", "popularity": 1.0, "repeat": 2,
+            "policy_inner": {"after_request": {"s": 0.0731, "calls": 128}},
+            "policy_leaders": ["lip", [73, "cost_aware", 0.08412]]}  # fmt: skip
+    lines = bench_vllm_auto.method_lines({"runs": [lru, auto]})
+    assert lines[0] == "lru, popularity 0, 8 GiB, repeat 0: policy 0.500 s, " + str(
+        {"touch": 0.16, "evict": 0.1}
+    )
+    assert lines[1].startswith("hkv_auto, popularity 1, 8 GiB, repeat 2: policy 0.500 s, ")
+    parts = {"touch": 0.16, "evict": 0.1, "after_request": 0.073}
+    assert lines[1].endswith(str({**parts, "switches": [(73, "cost_aware", 0.084)]}))
+
+
 def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):
     """`--model`'s default: the shared kit's config where it lies beside the repository, else
     the copy the rig's setup.sh unpacked (the GPU machine carries no shared folder)."""

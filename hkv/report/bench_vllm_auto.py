@@ -231,3 +231,23 @@ def _traced_findings(auto: dict[str, Any], bip: dict[str, Any]) -> list[str]:
             "its partial hits (every request of a wave loading at once), not the cost."
         ),
     ]
+
+
+def method_lines(results: dict[str, Any]) -> list[str]:
+    """One line a run: its policy seconds, the seconds of vLLM 0.26's `touch` (where a request
+    is reported) and `evict`, and where the policy records them (`auto`), its `after_request`
+    inside that touch and each switch after the first leader (request, expert, seconds)."""
+    lines = []
+    for run in results["runs"]:
+        methods = run["policy_by_method"]
+        parts: dict[str, Any] = {m: round(methods[m]["s"], 3) for m in ("touch", "evict")}
+        if run.get("policy_inner"):
+            parts["after_request"] = round(run["policy_inner"]["after_request"]["s"], 3)
+        switches = [(at, label, round(s, 3)) for at, label, s in run.get("policy_leaders", [])[1:]]
+        if switches:
+            parts["switches"] = switches
+        lines.append(
+            f"{run['policy']}, popularity {run['popularity']:g}, {run['cpu_gib']:g} GiB, "
+            f"repeat {run['repeat']}: policy {run['policy_s']:.3f} s, {parts}"
+        )
+    return lines
