@@ -160,6 +160,33 @@ def test_misses_noted_while_auto_admits_everything_stay_admitted_after_a_switch(
     assert list(p.bypassed) == [key(3)] and not p.decided and asked == [key(3)]
 
 
+def test_a_chunk_stored_without_a_noted_miss_is_asked_at_its_insert_after_the_ones_before(
+    monkeypatch,
+):
+    """A policy with an admission of its own: noted misses go in (or aside) by the verdict kept
+    at the miss; a chunk vLLM inserts with none kept is asked when it is handed over, after the
+    chunks before it went in, and each verdict is used once."""
+    p = policy_class("hkv_cost_aware")(cache_capacity=8)
+    ctx = ReqContext(req_id="r")
+    for i in range(4):
+        ctx.set_offload_key_position(key(i), 16 * (i + 1))
+    verdicts = {key(0): True, key(1): False, key(2): True, key(3): False}
+    asked = []
+
+    def admit(k, meta):
+        asked.append((k, len(p.policy)))
+        return verdicts[k]
+
+    monkeypatch.setattr(p.policy, "admit", admit)
+    p.on_store_miss([key(0), key(1)], ctx)
+    for i in range(4):
+        p.insert(key(i), ChunkStatus(i))
+    p.sync()
+    assert asked == [(key(0), 0), (key(1), 0), (key(2), 1), (key(3), 2)]
+    assert list(p.policy) == [key(0), key(2)] and list(p.bypassed) == [key(1), key(3)]
+    assert not p.decided and not p.pending_meta
+
+
 def test_an_insert_with_a_request_context_reaches_the_policy_at_once():
     """A vLLM whose `insert` passes the request (the adapter's Python `insert`, not the dict's):
     earlier inserts are handed over first, then the chunk, with its position and modality."""
