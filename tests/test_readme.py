@@ -2049,6 +2049,44 @@ CLAIMS += [
 ]
 
 
+def h200_d7138de() -> dict[str, Any]:
+    """The skewed variant at 8 GiB at d7138de, five repeats on a second host."""
+    return result("vllm_h200_time_d7138de.json")
+
+
+def _d7138de_parts() -> tuple[Any, ...]:
+    """The paired walls (%), the switch (ms fewest and most, checked to be request 73's, to
+    cost_aware) and auto's policy time over lru's as the file's table gives it."""
+    now = h200_d7138de()
+    auto, lru = (cell_runs(now, p, 1.0, 8.0) for p in ("hkv_auto", "lru"))
+    assert {tuple(r["policy_leaders"][1][:2]) for r in auto} == {(73, "cost_aware")}
+    assert all(len(r["policy_leaders"]) == 2 for r in auto)
+    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in zip(auto, lru, strict=True)]
+    ms = [1000 * r["policy_leaders"][1][2] for r in auto]
+    ratio = next(r for r in bench_vllm_auto.time_rows(now) if r["policy"] == "hkv_auto")
+    return (*paired, min(ms), max(ms), ratio["policy_x_lru"])
+
+
+def _d7138de_summary() -> tuple[float, float]:
+    row = next(r for r in bench_vllm_auto.time_rows(h200_d7138de()) if r["policy"] == "hkv_auto")
+    return 100 * row["wall_vs_lru"], 100 * row["ttft_vs_lru"]
+
+
+CLAIMS += [
+    (
+        "(hkv d7138de, the eleventh table) that cell came out {:+.1f} % in median wall time and "
+        "{:+.1f} % in mean TTFT",
+        _d7138de_summary,
+    ),
+    *engine_tables(h200_d7138de),
+    (
+        "there was {:+.1f} %, {:+.1f} %, {:+.1f} %, {:+.1f} % and\n{:+.1f} %; its switch took "
+        "{:.0f}-{:.0f} ms on this host, and its policy time was still {:.1f}x lru's.",
+        _d7138de_parts,
+    ),
+]
+
+
 def without_predictive() -> tuple[int, ...]:
     """Suite and held-out cells behind the bar without `predictive` and with it (the default),
     `auto_candidates_nopred.json`."""

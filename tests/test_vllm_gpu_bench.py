@@ -793,7 +793,8 @@ def test_method_lines_take_a_runs_policy_time_apart():
 
     methods = {"touch": {"s": 0.16049, "calls": 3}, "evict": {"s": 0.1, "calls": 2}}
     lru = {"policy": "lru", "popularity": 0.0, "cpu_gib": 8.0, "repeat": 0, "policy_s": 0.5,
-           "policy_by_method": methods}  # fmt: skip
+           "policy_by_method": methods, "wall_s": 10.0, "ttft_mean_s": 0.2,
+           "cached_frac": 0.5}  # fmt: skip
     auto = {**lru, "policy": "hkv_auto", "popularity": 1.0, "repeat": 2,
             "policy_inner": {"after_request": {"s": 0.0731, "calls": 128}},
             "policy_leaders": ["lip", [73, "cost_aware", 0.08412]]}  # fmt: skip
@@ -804,6 +805,11 @@ def test_method_lines_take_a_runs_policy_time_apart():
     assert lines[1].startswith("hkv_auto, popularity 1, 8 GiB, repeat 2: policy 0.500 s, ")
     parts = {"touch": 0.16, "evict": 0.1, "after_request": 0.073}
     assert lines[1].endswith(str({**parts, "switches": [(73, "cost_aware", 0.084)]}))
+    report = bench_vllm_auto.engine_report(
+        {"versions": {"hkv": "abc1234"}, "runs": [lru, {**auto, "popularity": 0.0}]}
+    )
+    assert report.startswith("hkv abc1234\n| workload |")
+    assert report.endswith(lines[1].replace("popularity 1", "popularity 0"))
 
 
 def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):

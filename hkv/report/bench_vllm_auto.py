@@ -251,3 +251,11 @@ def method_lines(results: dict[str, Any]) -> list[str]:
             f"repeat {run['repeat']}: policy {run['policy_s']:.3f} s, {parts}"
         )
     return lines
+
+
+def engine_report(results: dict[str, Any]) -> str:
+    """An engine file as a notebook prints it: hkv's commit, `time_table`, `time_findings` and
+    `method_lines`."""
+    findings = time_findings(results, {"runs": []})
+    parts = [f"hkv {results['versions']['hkv']}", time_table(results), *findings]
+    return "\n".join([*parts, *method_lines(results)])
