@@ -1672,6 +1672,22 @@ def cell_runs(data: dict, policy: str, popularity: float, gib: float) -> list[di
     return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
 
 
+def paired_walls(data: dict, popularity: float, gib: float) -> list[float]:
+    """auto's wall time against lru's (%) in one cell, repeat by repeat."""
+    pairs = zip(cell_runs(data, "hkv_auto", popularity, gib),
+                cell_runs(data, "lru", popularity, gib), strict=True)  # fmt: skip
+    return [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+
+
+def one_switch_ms(data: dict, popularity: float, gib: float) -> list[float]:
+    """Each run's one switch of auto in one cell (ms), checked to go from `lip` to
+    `cost_aware` at request 73 in every run."""
+    runs = cell_runs(data, "hkv_auto", popularity, gib)
+    assert all(r["policy_leaders"][0] == "lip" and len(r["policy_leaders"]) == 2 for r in runs)
+    assert {tuple(r["policy_leaders"][1][:2]) for r in runs} == {(73, "cost_aware")}
+    return [1000 * r["policy_leaders"][1][2] for r in runs]
+
+
 def h200_f86da30() -> dict[str, Any]:
     """`auto` with `confirm_rebuild` against lru on that host (`vllm_h200_time_f86da30.json`)."""
     return result("vllm_h200_time_f86da30.json")
@@ -1932,15 +1948,13 @@ def e2b73a6_parts() -> tuple[Any, ...]:
     assert all(len(r["policy_leaders"]) == 2 for r in cell_runs(now, "hkv_auto", 1.0, 8.0))
     assert {r["policy_leaders"][0] for r in cell_runs(now, "hkv_auto", 0.0, 8.0)} == {"lip"}
     ms = [1000 * r["policy_inner"]["_switch"]["s"] for r in cell_runs(now, "hkv_auto", 1.0, 8.0)]
-    pairs = zip(cell_runs(now, "hkv_auto", 1.0, 8.0), cell_runs(now, "lru", 1.0, 8.0), strict=True)
-    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
     cells = ((now, "hkv_auto"), (before, "hkv_auto"), (now, "lru"), (before, "lru"))
     policy_s = [spread(d, p, 0.0, lambda r: r["policy_s"]) for d, p in cells]
     touch = [spread(now, p, 0.0, lambda r: r["policy_by_method"]["touch"]["s"])
              for p in ("hkv_auto", "lru")]  # fmt: skip
     return (*spread(now, "hkv_auto", 0.0, after), *spread(before, "hkv_auto", 0.0, after),
             min(ms), max(ms), *[x for pair in policy_s for x in pair],
-            *[x for pair in touch for x in pair], *paired)  # fmt: skip
+            *[x for pair in touch for x in pair], *paired_walls(now, 1.0, 8.0))  # fmt: skip
 
 
 def e2b73a6_summary() -> tuple[float, ...]:
@@ -2002,14 +2016,9 @@ def _0ded3b7_parts() -> tuple[Any, ...]:
                      for p in ("hkv_auto", "lru"))  # fmt: skip
         return auto / lru
 
-    skewed = cell_runs(now, "hkv_auto", 1.0, 8.0)
-    assert all(r["policy_leaders"][0] == "lip" and len(r["policy_leaders"]) == 2 for r in skewed)
-    assert {tuple(r["policy_leaders"][1][:2]) for r in skewed} == {(73, "cost_aware")}
-    ms = [1000 * r["policy_leaders"][1][2] for r in skewed]
-    pairs = zip(skewed, cell_runs(now, "lru", 1.0, 8.0), strict=True)
-    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
+    ms = one_switch_ms(now, 1.0, 8.0)
     return (*touch("hkv_auto"), *touch("lru"), ratio("policy_s"), ratio("policy_s_net"),
-            min(ms), max(ms), *paired)  # fmt: skip
+            min(ms), max(ms), *paired_walls(now, 1.0, 8.0))  # fmt: skip
 
 
 def _0ded3b7_summary() -> tuple[float, ...]:
@@ -2058,13 +2067,9 @@ def _d7138de_parts() -> tuple[Any, ...]:
     """The paired walls (%), the switch (ms fewest and most, checked to be request 73's, to
     cost_aware) and auto's policy time over lru's as the file's table gives it."""
     now = h200_d7138de()
-    auto, lru = (cell_runs(now, p, 1.0, 8.0) for p in ("hkv_auto", "lru"))
-    assert {tuple(r["policy_leaders"][1][:2]) for r in auto} == {(73, "cost_aware")}
-    assert all(len(r["policy_leaders"]) == 2 for r in auto)
-    paired = [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in zip(auto, lru, strict=True)]
-    ms = [1000 * r["policy_leaders"][1][2] for r in auto]
+    ms = one_switch_ms(now, 1.0, 8.0)
     ratio = next(r for r in bench_vllm_auto.time_rows(now) if r["policy"] == "hkv_auto")
-    return (*paired, min(ms), max(ms), ratio["policy_x_lru"])
+    return (*paired_walls(now, 1.0, 8.0), min(ms), max(ms), ratio["policy_x_lru"])
 
 
 def _d7138de_summary() -> tuple[float, float]:
