@@ -3,8 +3,10 @@
 A sampled `auto` switching leader builds the new one by replaying the requests it kept (its
 history, two tier-sizes of block references) through a full tier of that expert. This bench
 takes the history `auto` holds at its first switch in the two-tier model of the H200 engine
-(`bench.sim.two_tier`: the anchor, or its skewed variant, at a CPU tier of `--cpu-gib`) and
-rebuilds every expert from it both ways: a Python `VllmTier` replay, and a replay in hkv's C
+(`bench.sim.two_tier`: the anchor, or its skewed variant, at a CPU tier of `--cpu-gib`), each
+request as `auto` keeps it (its misses and the hits found, merged at the rebuild: in Python for
+the Python replay, in C for the others, as `auto` does), and rebuilds every expert from it both
+ways: a Python `VllmTier` replay, and a replay in hkv's C
 extension whose state is handed to the Python policy (`hkv.policies.shadow.rebuilt_in_c`, for
 the experts of `HANDED_OVER`), and for the prefix-value experts a third: the replay in C kept
 there as the live leader (`leader.NativeLeader`, what `auto` does since). All run with the
@@ -27,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, int]:
-    """The requests `auto` keeps when it first switches (each merged, in prefix order), and
-    its tier's capacity in blocks."""
+    """The requests `auto` keeps when it first switches, as it keeps them (`History.kept`),
+    and its tier's capacity in blocks."""
     import hkv.policies.auto as auto
     from bench.sim.two_tier import blocks_for_gib, predict
     from hkv.cost import CostModel
@@ -39,7 +41,7 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
 
     def spy(self, best):
         if not kept:
-            kept.append((list(self._history.whole()), self.capacity_blocks))
+            kept.append((list(self._history.kept()), self.capacity_blocks))
         switch(self, best)
 
     auto.AutoPolicy._switch = spy
@@ -57,7 +59,7 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
 def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=False) -> float | None:
     """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C); with
     `live`, kept in C where it is a prefix-value expert."""
-    from hkv.policies.shadow import make_expert, paused_gc, rebuilt_in_c
+    from hkv.policies.shadow import make_expert, merged, paused_gc, rebuilt_in_c
     from hkv.policies.tier import VllmTier
 
     with paused_gc():
@@ -67,8 +69,8 @@ def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=Fals
                 return None
         else:
             tier = VllmTier(make_expert(label, capacity), refuses=False)
-            for request in history:
-                tier.store(request)
+            for request in history:  # (merged as `History.whole` merges it)
+                tier.store(merged(*request) if isinstance(request, tuple) else request)
         return 1e3 * (time.perf_counter() - start)
 
 
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from hkv.policies import native
     from hkv.policies.auto import UNSAMPLED_ONLY
     from hkv.policies.leader import PREFIX_EXPERTS
-    from hkv.policies.shadow import EXPERTS
+    from hkv.policies.shadow import EXPERTS, merged
 
     if not native.built():
         raise SystemExit("hkv's C extension is not built here: `pip install -e .` builds it")
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "capacity_blocks": capacity,
         "history_requests": len(history),
-        "history_refs": sum(map(len, history)),
+        "history_refs": sum(len(merged(*r) if isinstance(r, tuple) else r) for r in history),
         "rows": rows,
     }
     save_results(args.out, results, generated_by="python -m bench.auto_rebuild",

@@ -172,3 +172,40 @@ def test_autos_history_forgets_past_its_limit_and_merges_each_request_once(monke
     assert list(kept.whole(2)) == [[(20, 2), (21, 2)], [(30, 3), (31, 3)]] and len(calls) == 2
     assert len(list(kept.whole())) == 3 and len(calls) == 3  # only request 1 was new
     assert next(kept.whole(0)) == [(10, 1), (11, 1)]  # before the oldest: from the oldest
+    assert list(kept.kept()) == [[(10, 1), (11, 1)], [(20, 2), (21, 2)], [(30, 3), (31, 3)]]
+    kept.remember([(41, 4)], [(40, 4)])  # kept as it came until a rebuild merges it
+    assert list(kept.kept())[-1] == ([(41, 4)], [(40, 4)]) and len(calls) == 3
+
+
+@pytest.mark.parametrize("label", ["arc", "cost_aware", "depth_lfu", "lip", "lru+st2"])
+def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(label):
+    """A switch hands `rebuilt_in_c` its history as kept (each request's misses and hits found,
+    merged in C): the expert, live in C or handed to Python, is the one a Python replay of the
+    merged requests leaves, with a copy of every meta (one shape, many objects: cost_aware's
+    worths cached by shape), keys noted twice and hits listed out of order."""
+    from hkv.policies.shadow import merged, rebuilt_in_c
+    from hkv.policies.tier import VllmTier, replay_request
+    from tests.test_native_shadows import prefix_fields, queue_fields, sessions
+
+    rng = random.Random(7)
+    requests = sessions(6, 240)
+    kept = []
+    for request in requests[:160]:
+        copies = [(key, BlockMeta(m.tokens, m.position, m.modality)) for key, m in request]
+        to_misses = [rng.random() < 0.6 for _ in request]
+        misses = [p for p, miss in zip(copies, to_misses, strict=True) if miss]
+        found = [p for p, miss in zip(request, to_misses, strict=True) if not miss][::-1]
+        kept.append((misses + misses[:1], found))
+    capacity = 48
+    python = VllmTier(make_expert(label, capacity), refuses=False)
+    for misses, found in kept:
+        python.store(merged(misses, found))
+    rebuilt = rebuilt_in_c(label, capacity, kept, {})
+    fields = prefix_fields if label in PREFIX_EXPERTS else queue_fields
+    assert fields(rebuilt) == fields(python.policy)
+    live = rebuilt_in_c(label, capacity, kept, {}, live=True)
+    assert isinstance(live, NativeLeader) == (label in PREFIX_EXPERTS)
+    theirs, ours = VllmTier(python.policy, refuses=False), VllmTier(live, refuses=False)
+    for i, request in enumerate(requests[160:]):
+        assert replay_request(ours, request) == replay_request(theirs, request), i
+        assert set(ours) == set(theirs), i

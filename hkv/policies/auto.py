@@ -381,7 +381,7 @@ class AutoPolicy(EvictionPolicy):
         else:  # replayed in C where the shadows run there and the expert can be handed over
             context = {"cost_model": self.cost_model, "config": self.config}
             label, capacity = self.experts[best], self.capacity_blocks
-            policy = self._shadows.rebuilt(label, capacity, history.whole(), held=self._metas,
+            policy = self._shadows.rebuilt(label, capacity, history.kept(), held=self._metas,
                                            live=True)  # fmt: skip
             requests = iter(()) if policy is not None else history.whole()
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)

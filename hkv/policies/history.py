@@ -44,6 +44,12 @@ class History:
         while self._refs - entries[0][2] >= self.limit:
             self._refs -= entries.popleft()[2]
 
+    def kept(self) -> Iterator[Pairs | tuple[Pairs, Pairs]]:
+        """Every request kept, as it is kept: merged already (its pairs in prefix order), or
+        its misses and hits found (a tuple, `merged` left to the reader: `rebuilt_in_c`)."""
+        for misses, found, _ in self._entries:
+            yield misses if found is None else (misses, found)
+
     def whole(self, since: int | None = None) -> Iterator[Pairs]:
         """The requests kept from request number `since` on (all of them without), each
         merged into prefix order."""

@@ -11,7 +11,7 @@ import copy
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import chain, compress
+from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -283,36 +283,33 @@ A full tier's switch hands over every expert's C shadow (`ShadowSet.copied`)."""
 
 def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, worths=None,
                  held=None, live=False):  # fmt: skip
-    """Expert `label` after storing `requests` (each `(key, meta)` pairs in prefix order) in a
-    tier of its own, as `VllmTier(expert, refuses=False)` would leave it, replayed in C and
-    handed to its Python policy; None where the extension is not built or the expert is not
-    one of `HANDED_OVER`. `worths`: a memo of cost_aware's values by shape to share (a
-    `ShadowSet`'s); `held`: the keys the tier holds, where only those may stay resident (the
-    prefix-value experts' other entries are not made, as if made and removed); `live`: a
-    prefix-value expert stays in C, as a `leader.NativeLeader` (the same decisions)."""
+    """Expert `label` after storing `requests` in a tier of its own, as `VllmTier(expert,
+    refuses=False)` would leave it, replayed in C and handed to its Python policy; None where
+    the extension is not built or the expert is not one of `HANDED_OVER`. Each request is its
+    `(key, meta)` pairs in prefix order (a list), or its misses and the hits found (a tuple of
+    two such lists, as `History.kept` gives them), merged as `merged` does, in C (one
+    `replay_request` a request: the merge, the columns and the ids with no Python loop).
+    `worths`: a memo of cost_aware's values by shape to share (a `ShadowSet`'s); `held`: the
+    keys the tier holds, where only those may stay resident (the prefix-value experts' other
+    entries are not made, as if made and removed); `live`: a prefix-value expert stays in C, as
+    a `leader.NativeLeader` (the same decisions)."""
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
     if worths is not None:
         tier._worths = worths
-    requests = list(requests)
-    pairs = list(chain.from_iterable(requests))  # every request's columns worked out at once
-    all_keys, all_metas = list(map(_KEY, pairs)), list(map(_META, pairs))
-    ids = ext.key_ids(all_keys)
-    positions, tokens, worths, _ = tier._columns(all_metas)  # (no predictive: no modalities)
-    start = 0
+    live = live and label in PREFIX_EXPERTS
+    keys: dict[int, Key] = {}  # each id's key and (last) meta, as the replay met them
+    metas: dict[int, BlockMeta] | None = None if live else {}  # (a NativeLeader reads none)
+    native, value, memo = tier._native, tier._value, tier._worths
     for request in requests:
-        end = start + len(request)
-        part = None if worths is None else worths[start:end]
-        tier._native.replay(ids[start:end], positions[start:end], tokens[start:end], part)
-        start = end
-    keys = dict(zip(ids, all_keys, strict=True))
-    if live and label in PREFIX_EXPERTS:
-        return NativeLeader(label, capacity_blocks, ext.leader(tier._native, keys, held),
+        misses, found = request if isinstance(request, tuple) else (request, [])
+        native.replay_request(misses, found, None, keys, metas, value, memo, None)
+    if live:
+        return NativeLeader(label, capacity_blocks, ext.leader(native, keys, held),
                             tier._value, tier._worths)  # fmt: skip
     policy = make_expert(label, capacity_blocks, **context)
-    metas = dict(zip(ids, all_metas, strict=True))  # an id's last meta
-    handed_over(policy, tier._native, 0, keys, metas, held=held)
+    handed_over(policy, native, 0, keys, metas, held=held)
     return policy
 
 

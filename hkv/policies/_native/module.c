@@ -20,8 +20,8 @@
 #define HELD_OBJS 8
 #define WORTHS_KEPT 65536
 
-/* cost_aware's worth of a meta object, by its address, with the fields it was worked out from
- * (a meta's worth is a function of them: a later meta at the same address is checked) */
+/* cost_aware's worth of a meta's shape (its tokens, position, modality and tier: the worth is a
+ * function of them), by the shape packed into 64 bits (`shape_bits`), with the fields kept */
 typedef struct {
     int64_t tokens, position;
     int32_t modality, tier; /* slots of `held` */
@@ -40,7 +40,7 @@ typedef struct {
     PyObject *held[HELD_OBJS];
     int32_t modality_of[HELD_OBJS]; /* -1: not looked up yet */
     int n_held;
-    hkv_map worth_at; /* meta address -> index into worths */
+    hkv_map worth_at; /* a meta's packed shape -> index into worths */
     worth_entry *worths;
     int64_t n_worths;
     /* a deferred replay (`replay_request(..., deferred=True)`): run by `worker`, its hits per
@@ -230,8 +230,19 @@ done:
     return r_;
 }
 
-/* cost_aware's value of block `b`'s meta (`modality`: its modality's slot, -1 unknown): by the
- * meta's address where its fields match those the worth came from, else by shape */
+/* a shape's 64 bits where its fields fit (position below 2^40, tokens below 2^16, the modality's
+ * and tier's slots among the objects held below 8), else 0: not cached in C */
+static uint64_t shape_bits(const hkv_block *b, int modality, int tier) {
+    if (b->position < 0 || b->position >= ((int64_t)1 << 40) || b->tokens < 0 ||
+        b->tokens >= (1 << 16) || modality < 0 || modality >= 8 || tier < 0 || tier >= 8)
+        return 0;
+    return ((uint64_t)b->position << 22 | (uint64_t)b->tokens << 6 | (uint64_t)modality << 3 |
+            (uint64_t)tier) + 1;
+}
+
+/* cost_aware's value of block `b`'s meta (`modality`: its modality's slot, -1 unknown): by its
+ * shape, cached in C where it packs (metas of one shape, one object or many, share it), else
+ * through the shape memo */
 static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int modality,
                     double *worth) {
     if (meta == r->last_meta) {
@@ -243,15 +254,15 @@ static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int mod
     if (!tier_obj) return -1;
     int tier = held_slot(self, tier_obj);
     Py_DECREF(tier_obj);
-    uint64_t at = (uint64_t)(uintptr_t)meta;
-    int64_t *slot = modality >= 0 && tier >= 0 ? hkv_map_get(&self->worth_at, at) : NULL;
+    uint64_t at = shape_bits(b, modality, tier);
+    int64_t *slot = at ? hkv_map_get(&self->worth_at, at) : NULL;
     worth_entry *e = slot ? &self->worths[*slot] : NULL;
     if (e && e->tokens == b->tokens && e->position == b->position && e->modality == modality &&
         e->tier == tier) {
         *worth = e->worth;
     } else {
         if (worth_by_shape(r, meta, worth) < 0) return -1;
-        if (modality >= 0 && tier >= 0) {
+        if (at) {
             if (!e && self->n_worths == WORTHS_KEPT) { /* bounded: forget them all */
                 hkv_map_clear(&self->worth_at);
                 self->n_worths = 0;
@@ -399,7 +410,8 @@ static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
 }
 
 /* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index,
- * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_pairs`) */
+ * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_pairs`); `ids_keys`
+ * None: no registry; `ids_metas` None: the keys' alone */
 static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas, *before = NULL;
     block_reader reader = {.self = self, .last_meta = NULL};
@@ -462,7 +474,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         if (reg_keys != Py_None) { /* the registry of ids (`ShadowSet._keep`) */
             PyObject *id = PyLong_FromUnsignedLongLong(b->key);
             int bad = !id || PyDict_SetItem(reg_keys, id, key) < 0 ||
-                      PyDict_SetItem(reg_metas, id, meta) < 0;
+                      (reg_metas != Py_None && PyDict_SetItem(reg_metas, id, meta) < 0);
             Py_XDECREF(id);
             if (bad) goto done;
         }
