@@ -12,7 +12,7 @@ import time
 from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES
 from bench.vllm_gpu.steps import StepTrace, diagnose
 from bench.vllm_gpu.summary import method_use, summarize
-from bench.vllm_gpu.timers import ManagerCounter, PolicyTimer, StepTimer
+from bench.vllm_gpu.timers import GcTimer, ManagerCounter, PolicyTimer, StepTimer
 from hkv.report import provenance, write_json
 from hkv.sim.anchor import TOKEN_HIGH, Workload, build_sessions
 
@@ -99,6 +99,10 @@ def wave_requests(w: Workload, sessions, wave, tag: bool) -> tuple[list, list]:
     return prompts, params
 
 
+GC_TIMER = GcTimer()
+"""The collector's collections and seconds in this process, over each run (`counter_totals`)."""
+
+
 def counter_totals(counters) -> dict:
     """The policy timer's, step timer's and manager counter's totals now."""
     policy_timer, step_timer, manager_counter, _ = counters
@@ -111,6 +115,7 @@ def counter_totals(counters) -> dict:
         "step_s": step_timer.seconds,
         "steps": step_timer.steps,
         **manager_counter.snapshot(),
+        **GC_TIMER.snapshot(),
         "methods": policy["methods"],
     }
 

@@ -120,6 +120,7 @@ def summarize(rows, wall_s, used, metrics, block_bytes) -> dict:
         "policy_calls": used["policy_calls"],
         "policy_switches": used.get("policy_switches", 0),
         "policy_by_method": used.get("policy_by_method"),
+        **{k: used[k] for k in ("gc_collections", "gc_s", "gc_gen2_s") if k in used},
         "metrics_delta": metrics,
     }
 

@@ -138,3 +138,29 @@ class ManagerCounter:
 
     def snapshot(self) -> dict:
         return dict(vars(self))
+
+
+class GcTimer:
+    """Python's cyclic garbage collector in this process: each generation's collections and
+    their seconds (`gc.callbacks`), wherever they ran: a policy that makes many objects can
+    set off collections that land outside its own calls, and so outside `policy_s`."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.gc_collections = self.gc_s = self.gc_gen2_s = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        seconds = time.perf_counter() - self._start
+        self.gc_collections += 1
+        self.gc_s += seconds
+        if info.get("generation") == 2:
+            self.gc_gen2_s += seconds
+
+    def snapshot(self) -> dict:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
