@@ -209,3 +209,35 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     for i, request in enumerate(requests[160:]):
         assert replay_request(ours, request) == replay_request(theirs, request), i
         assert set(ours) == set(theirs), i
+
+
+@pytest.mark.parametrize("label", sorted(PREFIX_EXPERTS))
+def test_a_copied_native_leader_decides_as_the_original_and_apart_from_it(label):
+    """`copy.deepcopy` of a `NativeLeader` (a full tier's `auto` copied) clones its expert in C
+    (`Shadows.cloned`): from then on the copy hits and holds what the original does, and what
+    one is told leaves the other as it was."""
+    import copy
+
+    from hkv.policies.tier import VllmTier, replay_request
+    from tests.test_native_shadows import sessions
+
+    capacity = 40
+    shadows = native.shadows([label], capacity)
+    value = make_expert(label, capacity).value if label == "cost_aware" else None
+    leader = NativeLeader(label, capacity, native.leader(shadows, {}), value, shadows=shadows)
+    requests = sessions(8, 180)
+    ours = VllmTier(leader, refuses=False)
+    for request in requests[:120]:
+        replay_request(ours, request)
+    twin = copy.deepcopy(leader)
+    theirs = VllmTier(twin, refuses=False)
+    theirs.aside = dict(ours.aside)  # the tier's own blocks aside, as a copied `auto` keeps them
+    assert set(twin) == set(leader) and twin._c is not leader._c
+    for i, request in enumerate(requests[120:]):
+        assert replay_request(theirs, request) == replay_request(ours, request), i
+        assert set(twin) == set(leader), i
+    held = set(leader)
+    assert twin.evict(len(held), frozenset()) is not None and not set(twin)
+    assert set(leader) == held  # one told, the other not
+    with pytest.raises(Exception, match="cannot be copied"):
+        copy.deepcopy(pair(label, capacity)[1])  # made without its shadows

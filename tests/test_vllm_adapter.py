@@ -433,6 +433,43 @@ def test_auto_inside_vllms_manager_sees_whole_requests_as_the_simulator_does():
     assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)
 
 
+@pytest.mark.parametrize(("seed", "capacity"), [(5, 60), (7, 30)])
+def test_autos_full_tier_runs_a_prefix_value_leader_in_c_deciding_alike(
+    seed, capacity, monkeypatch
+):
+    """Inside vLLM's manager (every miss noted, nothing pinned) a full tier's switch to a
+    prefix-value expert clones its C shadow and runs it as a `NativeLeader`: every request's
+    hits are those of the same run with Python shadows and leaders, switches back included."""
+    from hkv.integrations.vllm.replay import drive, native_manager
+    from hkv.integrations.vllm.settings import connector_extra_config
+    from hkv.policies import auto
+    from hkv.policies import native as ext
+    from hkv.sim.workload import WorkloadSpec, generate
+
+    if not ext.built():
+        pytest.skip("hkv's C extension is not built")
+    switch, leaders = auto.AutoPolicy._switch, []
+
+    def spy(self, best):
+        switch(self, best)
+        leaders.append(type(self._live).__name__)
+
+    monkeypatch.setattr(auto.AutoPolicy, "_switch", spy)
+    trace = generate(WorkloadSpec.multimodal(seed=seed, num_sessions=40))
+    hits = {}
+    for native_shadows in (True, False):
+        leaders.clear()
+        params = {"native": native_shadows,
+                  "experts": ["lip", "cost_aware", "depth_lfu", "depth_lfu_static"]}  # fmt: skip
+        with connector_extra_config(
+            {"block_size": trace.block_tokens, "hkv_policy_params": params}
+        ):
+            manager = native_manager("hkv_auto", capacity, module="hkv.integrations.vllm")
+        hits[native_shadows] = (drive(trace, manager)["num_hits"], list(leaders))
+    assert "NativeLeader" in hits[True][1] and "NativeLeader" not in hits[False][1]
+    assert hits[True][0] == hits[False][0] and len(hits[True][1]) == len(hits[False][1]) >= 2
+
+
 MALFORMED = {
     "not a list": {"a": 1},
     "entry too short": [[0, 16]],

@@ -36,8 +36,7 @@ UNSAMPLED_ONLY = frozenset({"predictive"})
 (`min_samples`, `update_every`, `window`), so a shadow that sees a fraction of the keys learns
 as a different policy would, not as the full tier will (see `AutoPolicy`)."""
 HISTORY_TIERS = 2
-"""A sampled `auto` keeps its last requests, this many tier-sizes of block references, to warm
-a new leader up with (`_switch`)."""
+"""A sampled `auto` keeps this many tier-sizes of its last requests to build a leader from."""
 
 
 @dataclass(eq=False)
@@ -349,13 +348,14 @@ class AutoPolicy(EvictionPolicy):
 
     def _switch(self, best: int) -> None:
         """The tier is run from now on by a copy of expert `best`'s shadow (sampled shadows: by
-        the expert replayed over the last requests), fitted to the tier."""
+        the expert replayed over the last requests), fitted to the tier; a prefix-value one in C
+        where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
         with paused_gc():  # thousands of new objects, no cycle among them
             if self._sampled:
                 live = self._rebuild(best)
             else:
                 memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-                live = self._shadows.copied(best, memo)
+                live = self._shadows.copied(best, memo, live=self._noted, held=self._metas)
             held, resident = self._metas, list(live)
             for key in [key for key in resident if key not in held]:
                 live.remove(key)

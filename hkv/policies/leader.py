@@ -17,11 +17,13 @@ leader here: vLLM never pins, and hkv's block manager, which does, reports no re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
 from hkv.blocks import BlockMeta
+from hkv.errors import HkvError
 from hkv.policies import native
 from hkv.policies.base import EMPTY, EvictionPolicy, Key
 
@@ -32,22 +34,36 @@ PREFIX_EXPERTS = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static"})
 
 
 class NativeLeader(EvictionPolicy):
-    """Expert `label` (of `PREFIX_EXPERTS`) in C (`leader`, a `_shadows.Leader`); `value`:
-    cost_aware's `value(meta)` (None for the depth experts, whose worth C works out), its memo
-    by shape `worths` shared with the shadows'."""
+    """Expert `label` (of `PREFIX_EXPERTS`) in C (`leader`, a `_shadows.Leader` of expert 0 of
+    the native `shadows`, which a copy clones); `value`: cost_aware's `value(meta)` (None for
+    the depth experts, whose worth C works out), its memo by shape `worths` shared with the
+    shadows'."""
 
-    def __init__(self, label: str, capacity_blocks: int, leader: Any, value=None, worths=None):
+    def __init__(self, label: str, capacity_blocks: int, leader: Any, value=None, worths=None,
+                 shadows: Any = None):  # fmt: skip
         self.capacity_blocks = capacity_blocks
         self.label = label
         self.name = "depth_lfu" if label.startswith("depth_lfu") else label
         self._c = leader
+        self._shadows = shadows
         self._value = value
         self._worths: dict[tuple, float] = {} if worths is None else worths
 
     def reset(self) -> None:
         """Forget every block and all learned state: a fresh expert in C."""
-        fresh = native.shadows([self.label], self.capacity_blocks)
-        self._c = native.leader(fresh, {})
+        self._shadows = native.shadows([self.label], self.capacity_blocks)
+        self._c = native.leader(self._shadows, {})
+
+    def __deepcopy__(self, memo: dict) -> NativeLeader:
+        """A copy that decides alike: the expert cloned in C, holding the same keys."""
+        if self._shadows is None:
+            raise HkvError("NativeLeader: a leader made without its shadows cannot be copied")
+        twin = copy.copy(self)
+        memo[id(self)] = twin
+        twin._shadows = self._shadows.cloned(0)
+        twin._c = native.leader(twin._shadows, {native.key_bits(k): k for k in self})
+        twin._worths = dict(self._worths)
+        return twin
 
     def _worth(self, meta: BlockMeta) -> float:
         """cost_aware's value of `meta`, by shape as `PrefixValuePolicy._observe` keeps it."""

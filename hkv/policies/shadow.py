@@ -103,18 +103,25 @@ class ShadowSet:
         tier = self.tiers[i]
         return None if tier is None else tier.policy
 
-    def copied(self, i: int, memo: dict) -> EvictionPolicy:
+    def copied(self, i: int, memo: dict, *, live=False, held=None) -> EvictionPolicy:
         """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow
         deep-copied (`memo`: objects shared, not copied), a native one handed to a fresh Python
-        policy (the ids it names mapped back by the keys kept: `keys` at construction)."""
+        policy (the ids it names mapped back by the keys kept: `keys` at construction); with
+        `live`, a native prefix-value one cloned in C and run there, a `leader.NativeLeader`
+        holding only the keys in `held` (unless None), as `rebuilt_in_c(live=True)` leaves one."""
         tier = self.tiers[i]
         if tier is not None:
             return copy.deepcopy(tier.policy, memo)
         if self._keys is None:
             raise HkvError("ShadowSet.copied: a native shadow needs its keys kept (keys=True)")
-        policy = make_expert(self._labels[i], self.blocks, **self._context)
+        label, j = self._labels[i], self._fast.index(i)
+        if live and label in PREFIX_EXPERTS:
+            twin = self._native.cloned(j)
+            return NativeLeader(label, self.blocks, ext.leader(twin, self._keys, held),
+                                self._value, self._worths, twin)  # fmt: skip
+        policy = make_expert(label, self.blocks, **self._context)
         metas = _UnpinnedMetas(self._metas)  # as a Python shadow holds them
-        handed_over(policy, self._native, self._fast.index(i), self._keys, metas)
+        handed_over(policy, self._native, j, self._keys, metas)
         return policy
 
     def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None, live=False):
@@ -307,7 +314,7 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
         native.replay_request(misses, found, None, keys, metas, value, memo, None)
     if live:
         return NativeLeader(label, capacity_blocks, ext.leader(native, keys, held),
-                            tier._value, tier._worths)  # fmt: skip
+                            tier._value, tier._worths, native)  # fmt: skip
     policy = make_expert(label, capacity_blocks, **context)
     handed_over(policy, native, 0, keys, metas, held=held)
     return policy

@@ -761,6 +761,31 @@ static int expert_arg(Shadows *self, PyObject *args, const char *method, Py_ssiz
     return -1;
 }
 
+/* cloned(i): a new Shadows of one tier, a copy of prefix-value expert i (its state alone: the
+ * tier's blocks aside are not copied), which a full tier's switch runs as its live leader
+ * (`ShadowSet.copied`) while expert i goes on as the shadow */
+static PyObject *Shadows_cloned(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    if (expert_arg(self, args, "cloned", &i) < 0) return NULL;
+    hkv_expert *e = self->tiers[i].expert;
+    hkv_prefix_state st;
+    if (!hkv_prefix_state_of(e, &st)) {
+        PyErr_SetString(PyExc_ValueError, "Shadows.cloned: expert i is not a prefix-value expert");
+        return NULL;
+    }
+    Shadows *twin = (Shadows *)ShadowsType.tp_alloc(&ShadowsType, 0); /* zeroed */
+    if (!twin) return NULL;
+    twin->tiers = PyMem_Calloc(1, sizeof(hkv_tier));
+    hkv_expert *copy = twin->tiers ? hkv_prefix_clone(e) : NULL;
+    if (!copy || hkv_tier_init(&twin->tiers[0], copy) < 0) {
+        if (copy) copy->ops->destroy(copy);
+        Py_DECREF(twin);
+        return PyErr_NoMemory();
+    }
+    twin->n = 1;
+    return (PyObject *)twin;
+}
+
 static PyObject *Shadows_prefix_state(Shadows *self, PyObject *args) {
     Py_ssize_t i;
     hkv_prefix_state st;
@@ -861,6 +886,8 @@ static PyMethodDef Shadows_methods[] = {
      "each expert's prefix hits before the store"},
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
+    {"cloned", (PyCFunction)Shadows_cloned, METH_VARARGS,
+     "cloned(i): a Shadows of one tier, a copy of prefix-value expert i"},
     {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
      "queues_state(i): expert i's queues, name -> (key ids front first, values), and arc's "
      "target, if it is a queue expert (lru, lip, lru+st2, arc, s3fifo), else None"},

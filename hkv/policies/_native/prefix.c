@@ -341,6 +341,29 @@ hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_wort
     return &p->base;
 }
 
+hkv_expert *hkv_prefix_clone(const hkv_expert *e) {
+    const prefix_t *p = (const prefix_t *)e;
+    prefix_t *q = calloc(1, sizeof *q); /* zeroed: pv_destroy frees a partial one */
+    if (!q) return NULL;
+    *q = *p; /* the scalars; every array below is the copy's own */
+    q->index = q->counts = q->epoch = q->pending = (hkv_map){0};
+    q->heap = q->parked = q->popped = q->victims = (hkv_heap){0};
+    size_t cap = (size_t)e->capacity;
+    q->pool = malloc(cap * sizeof *q->pool);
+    q->free_slots = malloc(cap * sizeof *q->free_slots);
+    if (!q->pool || !q->free_slots || hkv_map_copy(&q->index, &p->index) < 0 ||
+        hkv_map_copy(&q->counts, &p->counts) < 0 || hkv_map_copy(&q->epoch, &p->epoch) < 0 ||
+        hkv_map_copy(&q->pending, &p->pending) < 0 || hkv_heap_copy(&q->heap, &p->heap) < 0 ||
+        hkv_heap_copy(&q->parked, &p->parked) < 0 || hkv_heap_copy(&q->popped, &p->popped) < 0 ||
+        hkv_heap_copy(&q->victims, &p->victims) < 0) {
+        pv_destroy(&q->base);
+        return NULL;
+    }
+    memcpy(q->pool, p->pool, cap * sizeof *q->pool);
+    memcpy(q->free_slots, p->free_slots, cap * sizeof *q->free_slots);
+    return &q->base;
+}
+
 /* ---- a prefix-value expert run as `auto`'s live leader (leader.c) ---- */
 
 int hkv_prefix_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,

@@ -32,6 +32,7 @@ typedef struct {
 int hkv_map_init(hkv_map *m, size_t hint); /* 0, or -1 out of memory */
 void hkv_map_free(hkv_map *m);
 void hkv_map_clear(hkv_map *m);
+int hkv_map_copy(hkv_map *dst, const hkv_map *src); /* dst uninitialised: 0, or -1 OOM */
 int64_t *hkv_map_get(const hkv_map *m, uint64_t key); /* the value's slot, NULL if absent */
 int hkv_map_put(hkv_map *m, uint64_t key, int64_t val); /* 1 inserted, 0 overwritten, -1 OOM */
 int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old); /* 1 removed (old set), 0 absent */
@@ -89,6 +90,7 @@ int hkv_heap_push(hkv_heap *h, hkv_item item); /* -1 OOM */
 int hkv_heap_reserve(hkv_heap *h);              /* room for one more item: 0, or -1 OOM */
 hkv_item hkv_heap_pop(hkv_heap *h);            /* must not be empty */
 void hkv_heapify(hkv_heap *h);
+int hkv_heap_copy(hkv_heap *dst, const hkv_heap *src); /* dst uninitialised: 0, or -1 OOM */
 
 /* ---- an expert: one policy's state, called the way `VllmTier` calls a policy ---- */
 typedef struct hkv_expert hkv_expert;
@@ -140,6 +142,8 @@ typedef struct {
     const hkv_map *counts, *epoch, *pending; /* pending: key -> the priority's bits */
 } hkv_prefix_state;
 
+/* a prefix-value expert's deep copy, deciding alike from here on: NULL out of memory */
+hkv_expert *hkv_prefix_clone(const hkv_expert *e);
 /* 1 with *state filled where `e` is a prefix-value expert (hkv_prefix_new), else 0 */
 int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state);
 /* its resident entries into arrays of state.size: keys, seqs, priorities */

@@ -43,6 +43,22 @@ void hkv_map_free(hkv_map *m) {
     m->cap = m->len = 0;
 }
 
+int hkv_map_copy(hkv_map *dst, const hkv_map *src) {
+    dst->keys = malloc(src->cap * sizeof *dst->keys);
+    dst->vals = malloc(src->cap * sizeof *dst->vals);
+    dst->used = malloc(src->cap);
+    dst->cap = src->cap;
+    dst->len = src->len;
+    if (!dst->keys || !dst->vals || !dst->used) {
+        hkv_map_free(dst);
+        return -1;
+    }
+    memcpy(dst->keys, src->keys, src->cap * sizeof *dst->keys);
+    memcpy(dst->vals, src->vals, src->cap * sizeof *dst->vals);
+    memcpy(dst->used, src->used, src->cap);
+    return 0;
+}
+
 void hkv_map_clear(hkv_map *m) {
     if (m->len) memset(m->used, 0, m->cap);
     m->len = 0;
@@ -261,6 +277,15 @@ int hkv_heap_init(hkv_heap *h, size_t hint) {
     h->len = 0;
     h->items = malloc(h->cap * sizeof *h->items);
     return h->items ? 0 : -1;
+}
+
+int hkv_heap_copy(hkv_heap *dst, const hkv_heap *src) {
+    dst->cap = src->cap;
+    dst->len = src->len;
+    dst->items = malloc(src->cap * sizeof *dst->items);
+    if (!dst->items) return -1;
+    memcpy(dst->items, src->items, src->len * sizeof *dst->items);
+    return 0;
 }
 
 void hkv_heap_free(hkv_heap *h) {
