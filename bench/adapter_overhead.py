@@ -35,7 +35,7 @@ from typing import Any
 from bench.sim.two_tier import blocks_for_gib
 from bench.vllm026 import STORE_BLOCKS, Manager026, OrderedDictLRU, Prompt, prompts
 from bench.vllm_gpu.engine import time_inner_parts
-from bench.vllm_gpu.timers import PolicyTimer
+from bench.vllm_gpu.timers import GcTimer, PolicyTimer
 from hkv.report import save_results
 from hkv.sim.anchor import Workload, workload_summary
 
@@ -95,6 +95,11 @@ def make_cache_policy(name: str, capacity: int):
     return policy_class(name)(cache_capacity=capacity, block_tokens=16)
 
 
+GC_TIMER = GcTimer()
+"""The collector's passes during each replay: those a policy's own objects set off count
+against it, wherever they ran (`gc_collections` and `gc_s` of the results)."""
+
+
 def replay(
     name: str, requests: list[Prompt], capacity: int, timed: bool, store_blocks: int = STORE_BLOCKS
 ) -> dict[str, Any]:
@@ -104,12 +109,14 @@ def replay(
     inner = time_inner_parts(getattr(policy, "policy", None)) if timed else {}
     leaders = inner.pop("leaders", None)  # `auto`: its first leader, then each switch
     manager = Manager026(policy, capacity, store_blocks)
+    collected = GC_TIMER.snapshot()
     start = time.perf_counter()
     for prompt in requests:
         manager.request(prompt)
     manager.finish()
     out = {
         "wall_s": time.perf_counter() - start,
+        **{k: v - collected[k] for k, v in GC_TIMER.snapshot().items()},
         "loaded_blocks": manager.loaded,
         "stored_blocks": manager.stored,
         "evicted_blocks": len(manager.evictions),
@@ -153,6 +160,9 @@ def measure(
         "us_per_call_net": 1e6 * net_s / calls,
         "calls_per_request": calls / n,
         "replay_wall_us_per_request": 1e6 * wall_s / n,
+        # the collector in the timed passes (the heap frozen as vLLM freezes it): the fewest
+        "gc_collections": min(r["gc_collections"] for r in passes[0]),
+        "gc_ms": 1e3 * min(r["gc_s"] for r in passes[0]),
         "by_method_us_per_request": {
             m: round(1e6 * v["s"] / n, 2) for m, v in timed["by_method"].items() if v["calls"]
         },

@@ -5,6 +5,7 @@ as with a Python leader."""
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -175,6 +176,12 @@ def test_autos_history_forgets_past_its_limit_and_merges_each_request_once(monke
     assert list(kept.kept()) == [[(10, 1), (11, 1)], [(20, 2), (21, 2)], [(30, 3), (31, 3)]]
     kept.remember([(41, 4)], [(40, 4)])  # kept as it came until a rebuild merges it
     assert list(kept.kept())[-1] == ([(41, 4)], [(40, 4)]) and len(calls) == 3
+    pair = (51, object())  # kept as columns: no reference to the caller's pairs or lists
+    misses = [pair]
+    before = sys.getrefcount(pair)
+    kept.remember(misses, [])
+    del misses
+    assert sys.getrefcount(pair) == before - 1 and list(kept.kept())[-1] == ([pair], [])
 
 
 @pytest.mark.parametrize("label", ["arc", "cost_aware", "depth_lfu", "lip", "lru+st2"])
