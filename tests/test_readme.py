@@ -2215,11 +2215,11 @@ CLAIMS += [
     *engine_tables(h200_e55ee99),
     *engine_tables(h200_8fd7e0b),
     (
-        "took {:.0f}-{:.0f} ms on this\nhost. Paired by repeat, `auto`'s wall time against lru's "
-        "there was {:+.1f} %, {:+.1f} % and {:+.1f} %,\nand at 12 GiB {:+.1f} %, {:+.1f} % and "
-        "{:+.1f} %, where both cache 77.5 % and load the same {:,}\nblocks, and `auto` never "
-        "switches: there `auto`'s own time is what separates them, its policy\ntime "
-        "{:.2f}-{:.2f} s a run against lru's {:.2f}-{:.2f} s",
+        "took {:.0f}-{:.0f} ms on this\nmachine. Paired by repeat, `auto`'s wall time against "
+        "lru's there was {:+.1f} %, {:+.1f} % and {:+.1f} %,\nand at 12 GiB {:+.1f} %, "
+        "{:+.1f} % and {:+.1f} %, where both cache 77.5 % and load the same {:,}\nblocks, "
+        "and `auto` never switches: there `auto`'s own time is what separates them, its "
+        "policy\ntime {:.2f}-{:.2f} s a run against lru's {:.2f}-{:.2f} s",
         _e55ee99_parts,
     ),
     (
@@ -2228,11 +2228,11 @@ CLAIMS += [
         _8fd7e0b_gc,
     ),
     (
-        "(hkv e55ee99, the twelfth table), on another host, the anchor at 8 GiB came out {:+.1f} "
+        "(hkv e55ee99, the twelfth table) the anchor at 8 GiB came out {:+.1f} "
         "% in median wall time and {:+.1f} % in mean TTFT against lru's, {:.1f} % ahead of "
         "`hkv_bip`, with `auto`'s policy time {:.1f}x lru's; at 12 and 16 GiB it was ahead of lru, "
         "and on the skewed variant at 8 and 12 GiB {:+.1f} % and {:+.1f} % behind on its median, "
-        "within the noise between repeats there (the thirteenth table, a later session: {:+.1f} % "
+        "within the noise between repeats there (the thirteenth table, a later machine: {:+.1f} % "
         "and {:+.1f} %)",
         _e55ee99_summary,
     ),
