@@ -34,8 +34,8 @@ from typing import Any
 
 from bench.sim.two_tier import blocks_for_gib
 from bench.vllm026 import STORE_BLOCKS, Manager026, OrderedDictLRU, Prompt, prompts
-from bench.vllm_gpu.engine import time_inner_parts
-from bench.vllm_gpu.timers import GcTimer, PolicyTimer
+from bench.vllm_gpu.engine import GC_TIMER, time_inner_parts
+from bench.vllm_gpu.timers import PolicyTimer
 from hkv.report import save_results
 from hkv.sim.anchor import Workload, workload_summary
 
@@ -95,11 +95,6 @@ def make_cache_policy(name: str, capacity: int):
     return policy_class(name)(cache_capacity=capacity, block_tokens=16)
 
 
-GC_TIMER = GcTimer()
-"""The collector's passes during each replay: those a policy's own objects set off count
-against it, wherever they ran (`gc_collections` and `gc_s` of the results)."""
-
-
 def replay(
     name: str, requests: list[Prompt], capacity: int, timed: bool, store_blocks: int = STORE_BLOCKS
 ) -> dict[str, Any]:
@@ -109,7 +104,7 @@ def replay(
     inner = time_inner_parts(getattr(policy, "policy", None)) if timed else {}
     leaders = inner.pop("leaders", None)  # `auto`: its first leader, then each switch
     manager = Manager026(policy, capacity, store_blocks)
-    collected = GC_TIMER.snapshot()
+    collected = GC_TIMER.snapshot()  # the collector's passes a policy's objects set off
     start = time.perf_counter()
     for prompt in requests:
         manager.request(prompt)

@@ -24,6 +24,7 @@ def columns(pairs: Pairs) -> Columns:
 
 
 def pairs(kept: Columns) -> Pairs:
+    """Columns back as `(key, meta)` pairs, made only when a rebuild reads them."""
     return list(zip(*kept, strict=True))
 
 
