@@ -5,14 +5,13 @@ as with a Python leader."""
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 
 from hkv.blocks import BlockMeta, Modality
 from hkv.policies import make_policy, native
 from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
-from hkv.policies.shadow import make_expert
+from hkv.policies.shadow import NO_BLOCKS, make_expert
 
 pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
 
@@ -165,23 +164,22 @@ def test_autos_history_forgets_past_its_limit_and_merges_each_request_once(monke
     from hkv.policies import history as module
 
     calls = []
-    monkeypatch.setattr(module, "merged", lambda m, f: calls.append(1) or sorted(m + f))
+    real_merged = module.merged
+    monkeypatch.setattr(module, "merged", lambda m, f: calls.append(1) or real_merged(m, f))
     kept = module.History(limit=5)
-    for i in range(4):
-        kept.remember([(10 * i + 1, i)], [(10 * i, i)])  # two references a request
+    for i in range(4):  # two references a request: a miss, and a hit found before it
+        kept.remember(([10 * i + 1], [BlockMeta(16, 16)]), ([10 * i], [BlockMeta(16, 0)]))
     assert (len(kept), kept.oldest, kept.remembered) == (3, 1, 4)
-    assert list(kept.whole(2)) == [[(20, 2), (21, 2)], [(30, 3), (31, 3)]] and len(calls) == 2
+    keys = [[key for key, _ in request] for request in kept.whole(2)]
+    assert keys == [[20, 21], [30, 31]] and len(calls) == 2
     assert len(list(kept.whole())) == 3 and len(calls) == 3  # only request 1 was new
-    assert next(kept.whole(0)) == [(10, 1), (11, 1)]  # before the oldest: from the oldest
-    assert list(kept.kept()) == [[(10, 1), (11, 1)], [(20, 2), (21, 2)], [(30, 3), (31, 3)]]
-    kept.remember([(41, 4)], [(40, 4)])  # kept as it came until a rebuild merges it
-    assert list(kept.kept())[-1] == ([(41, 4)], [(40, 4)]) and len(calls) == 3
-    pair = (51, object())  # kept as columns: no reference to the caller's pairs or lists
-    misses = [pair]
-    before = sys.getrefcount(pair)
-    kept.remember(misses, [])
-    del misses
-    assert sys.getrefcount(pair) == before - 1 and list(kept.kept())[-1] == ([pair], [])
+    assert [key for key, _ in next(kept.whole(0))] == [10, 11]  # before the oldest: the oldest
+    assert [misses[0] for misses, _ in kept.kept()] == [[10, 11], [20, 21], [30, 31]]
+    assert all(found == NO_BLOCKS for _, found in kept.kept())  # merged: no hits kept apart
+    misses, found = ([41], [BlockMeta(16, 16)]), ([40], [BlockMeta(16, 0)])
+    kept.remember(misses, found)  # kept as it came (the caller's lists) until a rebuild merges
+    assert list(kept.kept())[-1] == (misses, found) and len(calls) == 3
+    assert list(kept.kept())[-1][0] is misses
 
 
 @pytest.mark.parametrize("label", ["arc", "cost_aware", "depth_lfu", "lip", "lru+st2"])
@@ -192,7 +190,7 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     worths cached by shape), keys noted twice and hits listed out of order."""
     from hkv.policies.shadow import merged, rebuilt_in_c
     from hkv.policies.tier import VllmTier, replay_request
-    from tests.test_native_shadows import prefix_fields, queue_fields, sessions
+    from tests.test_native_shadows import columns, prefix_fields, queue_fields, sessions
 
     rng = random.Random(7)
     requests = sessions(6, 240)
@@ -202,7 +200,7 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
         to_misses = [rng.random() < 0.6 for _ in request]
         misses = [p for p, miss in zip(copies, to_misses, strict=True) if miss]
         found = [p for p, miss in zip(request, to_misses, strict=True) if not miss][::-1]
-        kept.append((misses + misses[:1], found))
+        kept.append((columns(misses + misses[:1]), columns(found)))
     capacity = 48
     python = VllmTier(make_expert(label, capacity), refuses=False)
     for misses, found in kept:

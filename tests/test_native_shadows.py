@@ -43,6 +43,11 @@ def sessions(seed: int, n_requests: int, *, shared: int = 8, sessions: int = 24)
     return requests
 
 
+def columns(pairs: list) -> tuple[list, list]:
+    """A request's `(key, meta)` pairs as `(keys, metas)`, as `auto` passes them."""
+    return [key for key, _ in pairs], [meta for _, meta in pairs]
+
+
 def sampled(requests: list, rate: float) -> list:
     """Each request's blocks whose key bits fall below `rate` of the hash space (as `auto`'s
     sampled shadows see them), empty requests dropped."""
@@ -212,20 +217,25 @@ def test_the_native_learned_expert_reads_each_blocks_modality(seed, keys, capaci
 
 
 def test_native_sample_of_a_request_is_the_python_one():
-    """`native.sampled` (C) keeps the pairs `key_bits` puts below the threshold, in order, for
-    every kind of key: vLLM digests, short bytes, ints of any sign and size, other hashables."""
+    """`native.sampled` (C) keeps the keys `key_bits` puts below the threshold and their metas,
+    in order, for every kind of key: vLLM digests, short bytes, ints of any sign and size, other
+    hashables."""
     rng = random.Random(7)
     keys = [rng.randbytes(32) for _ in range(300)] + [b"", b"ab", rng.randbytes(7)]
     keys += [rng.getrandbits(80) - (1 << 79) for _ in range(300)] + [0, -1, True]
     keys += [("session", i) for i in range(100)] + ["a string key"]
-    pairs = [(key, BlockMeta(tokens=TOKENS, position=i)) for i, key in enumerate(keys)]
+    metas = [BlockMeta(tokens=TOKENS, position=i) for i in range(len(keys))]
     for rate in (0.0, 0.01, 0.3, 0.999):
         threshold = round(rate * (1 << 64))
-        expected = [p for p in pairs if native.key_bits(p[0]) < threshold]
-        assert native.sampled(pairs, threshold) == expected
-    assert 0 < len(native.sampled(pairs, 1 << 63)) < len(pairs)
-    with pytest.raises(TypeError, match="tuples"):
-        native.sampled([b"not a pair"], 1 << 63)
+        kept = [i for i, key in enumerate(keys) if native.key_bits(key) < threshold]
+        expected = ([keys[i] for i in kept], [metas[i] for i in kept])
+        assert native.sampled((keys, metas), threshold) == expected
+        assert native.sampled((tuple(keys), tuple(metas)), threshold) == expected
+    assert 0 < len(native.sampled((keys, metas), 1 << 63)[0]) < len(keys)
+    with pytest.raises(TypeError, match=r"expected \(keys, metas\)"):
+        native.sampled([(b"a pair", metas[0])], 1 << 63)
+    with pytest.raises(ValueError, match="keys and metas of different lengths"):
+        native.sampled((keys, metas[:-1]), 1 << 63)
 
 
 def prefix_fields(policy) -> dict:
@@ -393,24 +403,25 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
     assert {r["expert"] for r in rows} == set(native.LABELS) - UNSAMPLED_ONLY
 
 
-def test_known_pairs_in_c_are_the_python_ones(monkeypatch):
+def test_known_blocks_in_c_are_the_python_ones(monkeypatch):
     """`native.known` (the blocks of a request `auto` holds or declined) in C and in Python:
-    the same pairs in the same order, the first dict's meta before the second's."""
+    the same keys and metas in the same order, the first dict's meta before the second's."""
     first = {k: BlockMeta(tokens=TOKENS, position=k) for k in range(0, 40, 2)}
     second = {k: BlockMeta(tokens=TOKENS, position=-k) for k in range(0, 60, 3)}
     keys = [5, 4, 3, 60, 6, 6, 0, 57, 1]
     in_c = native.known(keys, first, second)
     monkeypatch.setattr(native, "_shadows", None)
     assert in_c == native.known(keys, first, second)
-    assert [k for k, _ in in_c] == [4, 3, 6, 6, 0, 57]
-    assert in_c[2][1] is first[6] and in_c[1][1] is second[3]
+    assert in_c[0] == [4, 3, 6, 6, 0, 57]
+    assert in_c[1][2] is first[6] and in_c[1][1] is second[3]
 
 
 @pytest.mark.parametrize("start", [0, 3, 9, 12])
 @pytest.mark.parametrize("held", [True, False])
 def test_a_requests_absent_and_resident_keys_in_c_are_the_python_ones(monkeypatch, start, held):
     """`native.note_split` (vLLM 0.26's touch: the keys to note, the resident ones) in C and in
-    Python: the same pairs or indices in the same order, a repeated absent key each time."""
+    Python: the same keys and metas, or indices, in the same order, a repeated absent key each
+    time."""
     keys = (b"a", b"b", b"c", b"d", b"b", b"e", b"f", b"c", b"g", b"h", b"a", b"i")
     chunks, pending = dict.fromkeys([b"b", b"f", b"h"]), dict.fromkeys([b"d", b"i"])
     metas = [BlockMeta(tokens=TOKENS, position=TOKENS * i) for i in range(len(keys))]
@@ -419,7 +430,7 @@ def test_a_requests_absent_and_resident_keys_in_c_are_the_python_ones(monkeypatc
     assert in_c == [native.note_split(keys, start, chunks, pending, m, held) for m in (metas, None)]
     absent = [i for i in (0, 2, 5, 7, 8, 10) if i >= start]
     assert in_c[1] == (absent, [b"b", b"b", b"f", b"h"] if held else None)
-    assert [pair[1] for pair in in_c[0][0]] == [metas[i] for i in absent]
+    assert in_c[0][0] == ([keys[i] for i in absent], [metas[i] for i in absent])
     assert chunks == dict.fromkeys([b"b", b"f", b"h"]) and len(pending) == 2  # neither changes
 
 
@@ -449,7 +460,7 @@ def test_a_rebuild_that_keeps_only_the_held_blocks_is_one_that_removes_the_other
 
 @pytest.mark.parametrize("threshold", [None, 1 << 63])
 def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
-    """`ShadowSet.replay_pairs` (the merge of a request's misses and hits, its sample, ids,
+    """`ShadowSet.replay_columns` (the merge of a request's misses and hits, its sample, ids,
     columns and registry of ids, in C) gives the hits, block counts, registries and worths of
     `replay(merged(...))` on sampled pairs: keys noted twice with other metas, hits among the
     misses, positions out of order and tied, bytes keys that share their first 8 bytes (one
@@ -470,8 +481,8 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
                 for _ in range(n)
             ]  # fmt: skip
 
-        misses, hits = pairs(rng.randint(0, 12)), pairs(rng.randint(0, 6))
-        got = fused.replay_pairs(misses, hits, threshold)
+        misses, hits = columns(pairs(rng.randint(0, 12))), columns(pairs(rng.randint(0, 6)))
+        got = fused.replay_columns(misses, hits, threshold)
         if threshold is not None:
             misses, hits = native.sampled(misses, threshold), native.sampled(hits, threshold)
         request = merged(misses, hits)
@@ -505,9 +516,9 @@ def test_a_modality_index_out_of_range_is_refused_by_either_call():
     shadows = native.shadows(["predictive"], 8)
     with pytest.raises(ValueError, match="modality 5; expected 0, 1 or 2"):
         shadows.replay([1], [0], [TOKENS], None, [5])
-    pair = (1, BlockMeta(tokens=TOKENS, position=0))
+    request = ([1], [BlockMeta(tokens=TOKENS, position=0)])
     with pytest.raises(ValueError, match="modality 7; expected 0, 1 or 2"):
-        shadows.replay_request([pair], [], None, None, None, None, {}, {Modality.TEXT: 7})
+        shadows.replay_request(request, ([], []), None, None, None, None, {}, {Modality.TEXT: 7})
     assert shadows.replay([1], [0], [TOKENS], None, [0]) == [0]
 
 
@@ -515,7 +526,7 @@ def test_a_modality_index_out_of_range_is_refused_by_either_call():
 def test_a_deferred_request_end_returns_the_previous_ones_result_on_a_thread_or_inline(
     monkeypatch, thread
 ):
-    """`replay_pairs(..., deferred=True)` stores the request on a background thread (or in the
+    """`replay_columns(..., deferred=True)` stores the request on a background thread (or in the
     caller with HKV_SHADOW_THREAD=0) and returns the previous deferred request's result (None
     for the first, and after a request with no block sampled), which is what the same calls
     gave at once; every other call on the shadows sees the deferred request stored; a copy made
@@ -535,9 +546,10 @@ def test_a_deferred_request_end_returns_the_previous_ones_result_on_a_thread_or_
         threshold = 0 if i % 37 == 5 else 1 << 62  # now and then nothing sampled
         misses = [(rng.choice(pool), BlockMeta(16, 16 * j)) for j in range(rng.randint(0, 30))]
         hits = [(rng.choice(pool), BlockMeta(16, 16 * j)) for j in range(rng.randint(0, 10))]
-        got = deferred.replay_pairs(misses, hits, threshold, deferred=True)
+        misses, hits = columns(misses), columns(hits)
+        got = deferred.replay_columns(misses, hits, threshold, deferred=True)
         assert got == waiting
-        waiting = direct.replay_pairs(misses, hits, threshold)
+        waiting = direct.replay_columns(misses, hits, threshold)
         assert deferred._native.sizes() == direct._native.sizes()  # waits for the thread
         if i == 150:
             twin = copy.deepcopy(deferred)  # Python shadows from here, the result carried

@@ -566,10 +566,10 @@ def test_auto_admits_now_as_its_leader_once_misses_are_noted():
     meta = BlockMeta(tokens=16, position=0)
     policy = make_policy("auto", 64, first="lip")
     assert not policy.admits_everything and not policy.admits_now
-    policy.note_misses([(1, meta)])
+    policy.note_misses([1], [meta])
     assert policy.admits_now
     declining = make_policy("auto", 64, first="lru+st2")
-    declining.note_misses([(1, meta)])
+    declining.note_misses([1], [meta])
     assert not declining.admits_now and not declining.admit(1, meta)
     assert make_policy("lru", 8).admits_now and not make_policy("cost_aware", 8).admits_now
 

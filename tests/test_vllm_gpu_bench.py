@@ -509,7 +509,7 @@ def test_vllm_026_reports_every_request_even_with_nothing_resident():
     p = adapter.policy_class("hkv_auto")(cache_capacity=8, block_tokens=16)
     auto = p.policy
     p.touch([b"a", b"b"], OldReqContext("r1"))  # nothing resident
-    assert auto._refs == 2 and auto._pending == []  # replayed now, not kept for the next one
+    assert auto._refs == 2 and auto._pending == ([], [])  # replayed now, not kept for the next one
     for key in (b"a", b"b"):
         p.insert(key, Status())
     p.touch([b"a", b"b", b"c"], OldReqContext("r2"))  # a, b resident; c a miss

@@ -12,7 +12,7 @@ from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
 from hkv.policies.history import History
-from hkv.policies.native import known, sampled
+from hkv.policies.native import Columns, known, sampled
 from hkv.policies.shadow import (
     EXPERTS,
     ShadowSet,
@@ -76,13 +76,13 @@ class AutoPolicy(EvictionPolicy):
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
     replayed once per expert (nine by default), in C where hkv's extension is built (one C call
-    a request end: `ShadowSet.replay_pairs`). A tier larger than `sample_above` blocks has its
+    a request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
     shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
     Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds
     `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
     (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's
     at that fraction of the cost (stored on a background thread in C while the engine goes on,
-    their hits count at the next request's end, in Python too: `ShadowSet.replay_pairs`'s
+    their hits count at the next request's end, in Python too: `ShadowSet.replay_columns`'s
     `deferred`). That holds for a policy whose behaviour scales with the tier; `predictive`
     counts its labels in absolute numbers, so a sampled shadow of it would learn more slowly
     than the full tier: it has no sampled shadow (it never leads a sampled tier
@@ -173,7 +173,7 @@ class AutoPolicy(EvictionPolicy):
         self._aside: dict[Key, BlockMeta] = {}  # held, but given up by the leader: evicted first
         self._metas: dict[Key, BlockMeta] = {}  # every held key's meta (for the shadows)
         self._declined: dict[Key, BlockMeta] = {}  # recent misses the leader declined
-        self._pending: list[tuple[Key, BlockMeta]] = []  # misses since the last request's end
+        self._pending: Columns = ([], [])  # misses since the last request's end: keys, metas
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
         self._ended = False  # a request's end was reported (`after_request`)
         self._last_admitted: int | None = -1  # the last miss's position; None: caller known
@@ -207,7 +207,7 @@ class AutoPolicy(EvictionPolicy):
         if not self._noted:
             if not self._ended and self._last_admitted is not None:
                 self._per_block_caller(meta.position)
-            self._keep([(key, meta)])
+            self._keep([key], [meta])
         if self._live.admit(key, meta):
             return True
         declined = self._declined
@@ -238,15 +238,15 @@ class AutoPolicy(EvictionPolicy):
                 live.insert(key, meta)
         self._live, self._leader = live, self.experts.index(PER_BLOCK_FIRST)
 
-    def note_misses(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:
+    def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         self._noted = True
-        self._keep(misses)
+        self._keep(keys, metas)
 
-    def _keep(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:
-        pending = self._pending
-        if len(pending) > 4 * self.capacity_blocks + 1024:
-            pending.clear()  # misses of requests whose end never came
-        pending.extend(misses)
+    def _keep(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
+        if len(self._pending[0]) > 4 * self.capacity_blocks + 1024:
+            self._pending = ([], [])  # misses of requests whose end never came
+        self._pending[0].extend(keys)
+        self._pending[1].extend(metas)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
         live, aside = self._live, self._aside
@@ -305,21 +305,21 @@ class AutoPolicy(EvictionPolicy):
         for key in back:  # held aside and wanted again: the leader takes it (it has room)
             live.insert(key, aside.pop(key))
         live.after_request(stored, reused)
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, ([], [])
         if not self.capacity_blocks:
             return
         metas, declined = self._metas, self._declined
         found = known(reused if isinstance(reused, list) else list(reused), metas, declined)
         threshold = self._threshold if self._sampled else None
-        if threshold is not None and (pending or found):  # kept whole (merged at a rebuild)
+        if threshold is not None and (pending[0] or found[0]):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)
         shadows, deferred = self._shadows, self._sampled
         if shadows.fused:  # merged, sampled and replayed in one C call
-            out = shadows.replay_pairs(pending, found, threshold, deferred=deferred)
+            out = shadows.replay_columns(pending, found, threshold, deferred=deferred)
         else:
             if threshold is not None:
                 pending, found = sampled(pending, threshold), sampled(found, threshold)
-            request = merged(pending, found) if pending or found else None
+            request = merged(pending, found) if pending[0] or found[0] else None
             out = (shadows.replay(request), len(request)) if request else None
             out = shadows.defer(out) if deferred else out
         if out is not None:

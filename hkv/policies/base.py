@@ -198,11 +198,12 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False
     """True for yardsticks that need the future requests (`belady`): no server can run them."""
 
-    def note_misses(self, misses: Sequence[tuple[Key, BlockMeta]]) -> None:  # noqa: B027
-        """A request's blocks that are absent from the tier, with their metas, before its store
-        (vLLM's `on_store_miss`, which names them all even when the store then fails; `admit`
-        hears only of those stored). Optional: the default ignores them (`auto` replays them
-        in its shadow tiers)."""
+    def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:  # noqa: B027
+        """A request's blocks that are absent from the tier, `keys` and their `metas` (one list
+        each, of one length), before its store (vLLM's `on_store_miss`, which names them all
+        even when the store then fails; `admit` hears only of those stored). The lists are the
+        policy's to keep. Optional: the default ignores them (`auto` replays them in its shadow
+        tiers)."""
 
     @property
     def notes_misses(self) -> bool:

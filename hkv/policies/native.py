@@ -49,33 +49,42 @@ def key_bits(key: Key) -> int:
     return (hash(key) * GOLDEN) & MASK
 
 
-def sampled(pairs: list, threshold: int) -> list:
-    """The `(key, meta)` pairs of `pairs` whose key's bits (`key_bits`) are below `threshold`,
-    in order: `auto`'s sample of a request (in C where built)."""
+Columns = tuple[list, list]
+"""A request's blocks as two lists of one length, its keys and their metas: what `auto` and the
+vLLM adapter pass around instead of a `(key, meta)` pair a block (a pair a block would be a tier
+or two of small objects outliving their request, for the garbage collector to walk)."""
+
+
+def sampled(columns: Columns, threshold: int) -> Columns:
+    """Of `(keys, metas)`, those whose key's bits (`key_bits`) are below `threshold`, in order:
+    `auto`'s sample of a request (in C where built)."""
     if _shadows is not None:
-        return _shadows.sampled(pairs, threshold)
-    return [pair for pair in pairs if key_bits(pair[0]) < threshold]
+        return _shadows.sampled(columns, threshold)
+    keys, metas = columns
+    kept = [i for i, key in enumerate(keys) if key_bits(key) < threshold]
+    return [keys[i] for i in kept], [metas[i] for i in kept]
 
 
-def known(keys: list, first: dict, second: dict) -> list:
-    """`(key, meta)` of each of `keys` whose meta is in `first`, else in `second`, in order (in
+def known(keys: list, first: dict, second: dict) -> Columns:
+    """Of `keys`, those whose meta is in `first`, else in `second`, in order, with that meta (in
     C where built): the blocks of a request `auto` holds or declined."""
     if _shadows is not None:
         return _shadows.known(keys, first, second)
-    return [(k, m) for k in keys if (m := first.get(k) or second.get(k)) is not None]
+    found = [(k, m) for k in keys if (m := first.get(k) or second.get(k)) is not None]
+    return [k for k, _ in found], [m for _, m in found]
 
 
 def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool):
     """One pass over a request's keys (in C where built): `(noted, resident)`. `noted`: of
-    `keys[start:]`, those in neither `chunks` nor `pending`, in order, each as `(key, metas[i])`
-    where `metas` is a list, else as its index `i`; `resident`: where `held`, the keys of all of
-    `keys` in `chunks`, in order, else None."""
+    `keys[start:]`, those in neither `chunks` nor `pending`, in order: where `metas` is a list,
+    as `(their keys, their metas[i])`, else as their indices `i`; `resident`: where `held`, the
+    keys of all of `keys` in `chunks`, in order, else None."""
     if _shadows is not None:
         return _shadows.note_split(keys, start, chunks, pending, metas, held)
     absent = [
         i for i in range(start, len(keys)) if keys[i] not in chunks and keys[i] not in pending
     ]
-    noted = absent if metas is None else [(keys[i], metas[i]) for i in absent]
+    noted = absent if metas is None else ([keys[i] for i in absent], [metas[i] for i in absent])
     return noted, (list(filter(chunks.__contains__, keys)) if held else None)
 
 

@@ -21,6 +21,7 @@ from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
+from hkv.policies.native import Columns
 from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
@@ -156,14 +157,14 @@ class ShadowSet:
 
     @property
     def fused(self) -> bool:
-        """Whether every shadow runs in C: then `replay_pairs` takes a request's end whole."""
+        """Whether every shadow runs in C: then `replay_columns` takes a request's end whole."""
         return self._native is not None and not self._python
 
-    def replay_pairs(self, misses: list, hits: list, threshold=None, *, deferred=False):
-        """`replay(merged(misses, hits))` of the pairs whose key's bits are below `threshold`
-        (None: all), in one C call (`fused` sets only): the merge, the sample, the ids, the
-        columns and the registry of ids (`_keep`) included. Returns (each expert's hits, the
-        blocks replayed), or None where no block is left.
+    def replay_columns(self, misses: Columns, hits: Columns, threshold=None, *, deferred=False):
+        """`replay(merged(misses, hits))` of the blocks whose key's bits are below `threshold`
+        (None: all), misses and hits each `(keys, metas)`, in one C call (`fused` sets only):
+        the merge, the sample, the ids, the columns and the registry of ids (`_keep`) included.
+        Returns (each expert's hits, the blocks replayed), or None where no block is left.
 
         `deferred`: the shadows store the request on a background thread while the caller goes
         on, and what is returned is the previous deferred request's result, as `defer` returns
@@ -186,7 +187,7 @@ class ShadowSet:
 
     def defer(self, out: tuple[list[int], int] | None) -> tuple[list[int], int] | None:
         """A request's `(hits, blocks)` (None: nothing replayed) kept until the next request's
-        end, which gets it back: what `replay_pairs(..., deferred=True)` returns, for shadows
+        end, which gets it back: what `replay_columns(..., deferred=True)` returns, for shadows
         replayed in Python."""
         out, self._deferred = self._deferred, out
         return out
@@ -294,7 +295,7 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     refuses=False)` would leave it, replayed in C and handed to its Python policy; None where
     the extension is not built or the expert is not one of `HANDED_OVER`. Each request is its
     `(key, meta)` pairs in prefix order (a list), or its misses and the hits found (a tuple of
-    two such lists, as `History.kept` gives them), merged as `merged` does, in C (one
+    two `(keys, metas)`, as `History.kept` gives them), merged as `merged` does, in C (one
     `replay_request` a request: the merge, the columns and the ids with no Python loop).
     `worths`: a memo of cost_aware's values by shape to share (a `ShadowSet`'s); `held`: the
     keys the tier holds, where only those may stay resident (the prefix-value experts' other
@@ -310,7 +311,10 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     metas: dict[int, BlockMeta] | None = None if live else {}  # (a NativeLeader reads none)
     native, value, memo = tier._native, tier._value, tier._worths
     for request in requests:
-        misses, found = request if isinstance(request, tuple) else (request, [])
+        if isinstance(request, tuple):
+            misses, found = request
+        else:
+            misses, found = (list(map(_KEY, request)), list(map(_META, request))), NO_BLOCKS
         native.replay_request(misses, found, None, keys, metas, value, memo, None)
     if live:
         return NativeLeader(label, capacity_blocks, ext.leader(native, keys, held),
@@ -359,11 +363,16 @@ class _UnpinnedMetas:
         return _unpinned(self.metas[i])
 
 
-def merged(misses: list[tuple[Key, BlockMeta]], hits: list[tuple[Key, BlockMeta]]) -> list:
-    """A request's `(key, meta)` pairs in prefix order, once each: its misses (the last meta
-    noted for a key), then the hits that are not among them."""
-    pairs = dict(misses)
-    for key, meta in hits:
+NO_BLOCKS: Columns = ((), ())
+"""A request's `(keys, metas)` where it has no block of that kind."""
+
+
+def merged(misses: Columns, hits: Columns) -> list:
+    """A request's `(key, meta)` pairs in prefix order, once each, from its misses and its hits
+    (each `(keys, metas)`): its misses (the last meta noted for a key), then the hits that are
+    not among them."""
+    pairs = dict(zip(*misses, strict=True))
+    for key, meta in zip(*hits, strict=True):
         if key not in pairs:
             pairs[key] = meta
     return sorted(pairs.items(), key=_position)

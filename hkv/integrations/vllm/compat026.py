@@ -67,12 +67,12 @@ def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any
         metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
     chunks, pending = adapter.chunks, adapter.pending_meta
     noted, resident = note_split(keys, start, chunks, pending, metas, held)
-    if spans and noted:
+    if spans:  # indices: their metas worked out here
         meta = span_meta(spans, adapter.block_tokens)
-        noted = [(keys[i], meta(i)) for i in noted]
-    if noted:
-        pending.update(noted)
-        adapter.note_misses(noted)
+        noted = [keys[i] for i in noted], list(map(meta, noted))
+    if noted[0]:
+        pending.update(zip(*noted, strict=True))
+        adapter.note_misses(*noted)
     return resident
 
 

@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache
 from itertools import compress, groupby, islice
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
@@ -214,25 +214,26 @@ class HkvCachePolicy(CachePolicy):
         if self.shared_meta is None:
             metas = block_metas(keys, req_context, self.block_tokens, self.text_metas)
             pending.update(zip(keys, metas, strict=True))
-            misses = [(key, pending[key]) for key in keys]
+            metas = list(map(pending.__getitem__, keys))  # a key given twice: its last meta
         else:
-            misses = [(key, self.shared_meta) for key in keys]
-        self.note_misses(misses)
+            metas = [self.shared_meta] * len(keys)
+        self.note_misses(keys, metas)
 
-    def note_misses(self, misses: list[tuple[Any, BlockMeta]]) -> None:
-        """Tell the policy of a request's store misses (if it listens) and take its admission
-        decisions for them, used when vLLM inserts them (`_hand_over`)."""
+    def note_misses(self, keys: list[Any], metas: list[BlockMeta]) -> None:
+        """Tell the policy of a request's store misses, `keys` and their `metas` (if it
+        listens) and take its admission decisions for them, used when vLLM inserts them
+        (`_hand_over`)."""
         self.sync()
         policy = self.policy
         if policy.notes_misses:
-            policy.note_misses(misses)
+            policy.note_misses(keys, metas)
         if self.admits_all:
             return
         if not policy.admits_now:  # a key again: a later request's offer, asked afresh
             self.settle()
-            self.decided.update((key, policy.admit(key, meta)) for key, meta in misses)
+            self.decided.update(zip(keys, map(policy.admit, keys, metas), strict=True))
         elif self.decided:  # `auto` led by a policy that admits everything: no call a key
-            self.decided.update(dict.fromkeys(map(itemgetter(0), misses), True))
+            self.decided.update(dict.fromkeys(keys, True))
         else:  # nor a verdict kept, until the policy no longer admits everything (`settle`)
             self.unrecorded = True
 

@@ -14,10 +14,10 @@ static int append_new(PyObject *list, PyObject *item) {
 }
 
 /* note_split(keys, start, chunks, pending, metas, held): one pass over a request's keys.
- * noted: of keys[start:], those in neither dict `chunks` nor dict `pending`, in order, each as
- * (key, metas[i]) where `metas` is a list (as long as `keys` at least), else as its index i;
- * resident: where `held` is true, the keys of all of `keys` in `chunks`, in order, else None.
- * Neither dict changes. */
+ * noted: of keys[start:], those in neither dict `chunks` nor dict `pending`, in order: where
+ * `metas` is a list (as long as `keys` at least), as `(their keys, their metas[i])`, two lists;
+ * else as their indices i; resident: where `held` is true, the keys of all of `keys` in
+ * `chunks`, in order, else None. Neither dict changes. */
 PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *keys, *chunks, *pending, *metas;
@@ -30,15 +30,16 @@ PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     if (!seq) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    int pairs = metas != Py_None;
-    if (pairs && (!PyList_Check(metas) || PyList_GET_SIZE(metas) < n)) {
+    int with_metas = metas != Py_None;
+    if (with_metas && (!PyList_Check(metas) || PyList_GET_SIZE(metas) < n)) {
         PyErr_SetString(PyExc_ValueError, "note_split: metas must be None or a list of a meta "
                                           "per key");
         Py_DECREF(seq);
         return NULL;
     }
     PyObject *noted = PyList_New(0), *resident = held ? PyList_New(0) : Py_NewRef(Py_None);
-    if (!noted || !resident) goto fail;
+    PyObject *noted_metas = with_metas ? PyList_New(0) : NULL;
+    if (!noted || !resident || (with_metas && !noted_metas)) goto fail;
     for (Py_ssize_t i = held ? 0 : (start > 0 ? start : 0); i < n; i++) {
         PyObject *key = items[i];
         int in_chunks = PyDict_Contains(chunks, key);
@@ -51,18 +52,18 @@ PyObject *hkv_note_split(PyObject *module, PyObject *args) {
         int in_pending = PyDict_Contains(pending, key);
         if (in_pending < 0) goto fail;
         if (in_pending) continue;
-        PyObject *item = pairs ? PyTuple_Pack(2, key, PyList_GET_ITEM(metas, i))
-                               : PyLong_FromSsize_t(i);
-        if (append_new(noted, item) < 0) goto fail;
+        if (with_metas ? PyList_Append(noted, key) < 0 ||
+                        PyList_Append(noted_metas, PyList_GET_ITEM(metas, i)) < 0
+                  : append_new(noted, PyLong_FromSsize_t(i)) < 0)
+            goto fail;
     }
     Py_DECREF(seq);
-    PyObject *out = PyTuple_Pack(2, noted, resident);
-    Py_DECREF(noted);
-    Py_DECREF(resident);
-    return out;
+    if (with_metas) return Py_BuildValue("((NN)N)", noted, noted_metas, resident);
+    return Py_BuildValue("(NN)", noted, resident);
 fail:
     Py_DECREF(seq);
     Py_XDECREF(noted);
+    Py_XDECREF(noted_metas);
     Py_XDECREF(resident);
     return NULL;
 }

@@ -314,30 +314,65 @@ static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block 
     return r->value != Py_None ? worth_of(r, meta, b, slot, &b->worth) : 0;
 }
 
-/* pairs of a list into the merge (a dict): each `(key, meta)` whose key's bits are below
- * `threshold` (all: `filter` 0); with `overwrite` 0, a key already there keeps its meta */
-static int merge_into(PyObject *merged, PyObject *pairs, int filter, uint64_t threshold,
+/* a request's columns, `(keys, metas)`: two lists or tuples of one length, as borrowed item
+ * arrays (`*hold` keeps the two sequences alive until released with `columns_release`): the
+ * length, or -1 with an exception */
+static Py_ssize_t columns_items(PyObject *cols, const char *where, PyObject *hold[2],
+                                PyObject ***keys, PyObject ***metas) {
+    hold[0] = hold[1] = NULL;
+    if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s: expected (keys, metas), two lists", where);
+        return -1;
+    }
+    for (int c = 0; c < 2; c++) {
+        hold[c] = PySequence_Fast(PyTuple_GET_ITEM(cols, c), where);
+        if (!hold[c]) goto fail;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hold[0]);
+    if (PySequence_Fast_GET_SIZE(hold[1]) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: keys and metas of different lengths", where);
+        goto fail;
+    }
+    *keys = PySequence_Fast_ITEMS(hold[0]);
+    *metas = PySequence_Fast_ITEMS(hold[1]);
+    return n;
+fail:
+    Py_CLEAR(hold[0]);
+    Py_CLEAR(hold[1]);
+    return -1;
+}
+
+static void columns_release(PyObject *hold[2]) {
+    Py_CLEAR(hold[0]);
+    Py_CLEAR(hold[1]);
+}
+
+/* a request's columns into the merge (a dict): each key whose bits are below `threshold` (all:
+ * `filter` 0) with its meta; with `overwrite` 0, a key already there keeps its meta */
+static int merge_into(PyObject *merged, PyObject *cols, int filter, uint64_t threshold,
                       int overwrite) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs); i++) {
-        PyObject *pair = PyList_GET_ITEM(pairs, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "Shadows.replay_request: expected (key, meta) tuples");
-            return -1;
-        }
-        PyObject *key = PyTuple_GET_ITEM(pair, 0);
+    PyObject *hold[2], **keys, **metas;
+    Py_ssize_t n = columns_items(cols, "Shadows.replay_request", hold, &keys, &metas);
+    if (n < 0) return -1;
+    int r = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = keys[i];
         uint64_t bits;
         if (filter && (hkv_key_bits(key, &bits) < 0 || bits >= threshold)) {
-            if (PyErr_Occurred()) return -1;
+            if (PyErr_Occurred()) goto done;
             continue;
         }
         if (!overwrite) {
             int here = PyDict_Contains(merged, key);
-            if (here < 0) return -1;
+            if (here < 0) goto done;
             if (here) continue;
         }
-        if (PyDict_SetItem(merged, key, PyTuple_GET_ITEM(pair, 1)) < 0) return -1;
+        if (PyDict_SetItem(merged, key, metas[i]) < 0) goto done;
     }
-    return 0;
+    r = 0;
+done:
+    columns_release(hold);
+    return r;
 }
 
 /* a stable sort of `order` (indices) by `positions` */
@@ -410,14 +445,13 @@ static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
 }
 
 /* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index,
- * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_pairs`); `ids_keys`
- * None: no registry; `ids_metas` None: the keys' alone */
+ * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_columns`), its misses and
+ * hits each `(keys, metas)`; `ids_keys` None: no registry; `ids_metas` None: the keys' alone */
 static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas, *before = NULL;
     block_reader reader = {.self = self, .last_meta = NULL};
     int deferred = 0;
-    if (!PyArg_ParseTuple(args, "O!O!OOOOOO|p", &PyList_Type, &misses, &PyList_Type, &found,
-                          &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
+    if (!PyArg_ParseTuple(args, "OOOOOOOO|p", &misses, &found, &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
                           &reader.modality_index, &deferred))
         return NULL;
     if (deferred && !(before = take_deferred(self, 1))) return NULL;
@@ -566,60 +600,59 @@ int hkv_key_bits(PyObject *key, uint64_t *bits) {
     return 0;
 }
 
-/* sampled(pairs, threshold): the `(key, meta)` pairs of a list whose key's bits are below
- * `threshold` (`auto._sample`), in order */
-static PyObject *sampled(PyObject *module, PyObject *args) {
-    (void)module;
-    PyObject *pairs;
-    unsigned long long threshold;
-    if (!PyArg_ParseTuple(args, "O!K", &PyList_Type, &pairs, &threshold)) return NULL;
-    PyObject *out = PyList_New(0);
-    if (!out) return NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs); i++) {
-        PyObject *pair = PyList_GET_ITEM(pairs, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) < 1) {
-            PyErr_SetString(PyExc_TypeError, "sampled: expected a list of (key, meta) tuples");
-            Py_DECREF(out);
-            return NULL;
-        }
-        uint64_t bits;
-        if (hkv_key_bits(PyTuple_GET_ITEM(pair, 0), &bits) < 0 ||
-            (bits < threshold && PyList_Append(out, pair) < 0)) {
-            Py_DECREF(out);
-            return NULL;
-        }
+/* two new lists, keys and metas, as a `(keys, metas)` tuple (stealing both): NULL on error */
+static PyObject *columns_pack(PyObject *keys, PyObject *metas) {
+    if (!keys || !metas) {
+        Py_XDECREF(keys);
+        Py_XDECREF(metas);
+        return NULL;
     }
-    return out;
+    return Py_BuildValue("(NN)", keys, metas);
 }
 
-/* known(keys, first, second): `(key, meta)` for each key of a list found in dict `first`, else
- * in dict `second` (its meta from there), in order; keys in neither are left out */
+/* append `key` and `meta` to the two lists: 0, or -1 */
+static int columns_append(PyObject *keys, PyObject *metas, PyObject *key, PyObject *meta) {
+    return PyList_Append(keys, key) < 0 || PyList_Append(metas, meta) < 0 ? -1 : 0;
+}
+
+/* sampled(columns, threshold): of a request's `(keys, metas)`, those whose key's bits are below
+ * `threshold` (`auto`'s sample), in order, as `(keys, metas)` lists */
+static PyObject *sampled(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *cols, *hold[2], **keys, **metas;
+    unsigned long long threshold;
+    if (!PyArg_ParseTuple(args, "OK", &cols, &threshold)) return NULL;
+    Py_ssize_t n = columns_items(cols, "sampled", hold, &keys, &metas);
+    if (n < 0) return NULL;
+    PyObject *out_keys = PyList_New(0), *out_metas = PyList_New(0);
+    for (Py_ssize_t i = 0; out_keys && out_metas && i < n; i++) {
+        uint64_t bits;
+        if (hkv_key_bits(keys[i], &bits) < 0 ||
+            (bits < threshold && columns_append(out_keys, out_metas, keys[i], metas[i]) < 0))
+            Py_CLEAR(out_keys);
+    }
+    columns_release(hold);
+    return columns_pack(out_keys, out_metas);
+}
+
+/* known(keys, first, second): of a list of keys, those found in dict `first`, else in dict
+ * `second`, in order, with their metas from there, as `(keys, metas)` lists; keys in neither are
+ * left out */
 static PyObject *known(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *keys, *first, *second;
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &keys, &PyDict_Type, &first,
                           &PyDict_Type, &second))
         return NULL;
-    PyObject *out = PyList_New(0);
-    if (!out) return NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+    PyObject *out_keys = PyList_New(0), *out_metas = PyList_New(0);
+    for (Py_ssize_t i = 0; out_keys && out_metas && i < PyList_GET_SIZE(keys); i++) {
         PyObject *key = PyList_GET_ITEM(keys, i);
         PyObject *meta = PyDict_GetItemWithError(first, key);
         if (!meta && !PyErr_Occurred()) meta = PyDict_GetItemWithError(second, key);
-        if (!meta) {
-            if (PyErr_Occurred()) goto fail;
-            continue;
-        }
-        PyObject *pair = PyTuple_Pack(2, key, meta);
-        if (!pair) goto fail;
-        int r = PyList_Append(out, pair);
-        Py_DECREF(pair);
-        if (r < 0) goto fail;
+        if (meta ? columns_append(out_keys, out_metas, key, meta) < 0 : PyErr_Occurred() != NULL)
+            Py_CLEAR(out_keys);
     }
-    return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
+    return columns_pack(out_keys, out_metas);
 }
 
 /* key_ids(keys): `native.key_bits` of each key of a list */
@@ -662,12 +695,12 @@ hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i) {
 static PyMethodDef module_methods[] = {
     {"key_ids", key_ids, METH_O, "key_ids(keys): the 64-bit id of each key (native.key_bits)"},
     {"known", known, METH_VARARGS,
-     "known(keys, first, second): (key, meta) of each key found in dict first, else second"},
+     "known(keys, first, second): (keys, metas) of the keys found in dict first, else second"},
     {"note_split", hkv_note_split, METH_VARARGS,
      "note_split(keys, start, chunks, pending, metas, held): a request's absent keys (from "
      "start) and, if held, its resident ones (native.note_split)"},
     {"sampled", sampled, METH_VARARGS,
-     "sampled(pairs, threshold): the (key, meta) pairs whose key's bits are below threshold"},
+     "sampled(columns, threshold): of (keys, metas), those whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -868,7 +901,8 @@ static PyObject *Shadows_predictive_state(Shadows *self, PyObject *args) {
 static PyMethodDef Shadows_methods[] = {
     {"replay_request", (PyCFunction)Shadows_replay_request, METH_VARARGS,
      "replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, "
-     "modality_index): a request's (key, meta) pairs merged (misses first, the last meta of "
+     "modality_index): a request's misses and hits, each (keys, metas), merged (misses first, "
+     "the last meta of "
      "a key; then the hits not among them), sampled below threshold (None: all), in order of "
      "position, stored in every shadow tier: (hits per expert, blocks), or None for none; "
      "deferred: stored by a background thread, and the result returned is the previous "
