@@ -2297,6 +2297,68 @@ CLAIMS += [
 ]
 
 
+def h200_5160b55() -> dict[str, Any]:
+    """The five cells at 5160b55 (a request's blocks as columns), `hkv_lru` beside lru."""
+    return result("vllm_h200_time_5160b55.json")
+
+
+def _5160b55_parts() -> tuple[Any, ...]:
+    """hkv_lru's largest gap to lru's cached share (points, checked to be at most it), its wall
+    and TTFT against lru's (%, fewest and most) over the cells; auto's wall time on the anchor at
+    16 GiB and the skewed variant at 12 GiB (%), its TTFT there; its policy time over lru's and
+    hkv_lru's (fewest, most); the skewed variant at 8 GiB's switch (ms, fewest and most)."""
+    now = h200_5160b55()
+    rows = bench_vllm_auto.time_rows(now)
+    mine = {(r["workload"], r["cpu_gib"], r["policy"]): r for r in rows}
+    control = [r for r in rows if r["policy"] == "hkv_lru"]
+    gap = max(abs(r["cached_frac"] - mine[(r["workload"], r["cpu_gib"], "lru")]["cached_frac"])
+              for r in control)  # fmt: skip
+    assert 100 * gap <= 0.13
+    wall, ttft = ([100 * r[k] for r in control] for k in ("wall_vs_lru", "ttft_vs_lru"))
+    auto = [r for r in rows if r["policy"] == "hkv_auto"]
+    close = [mine[("anchor", 16.0, "hkv_auto")], mine[("skewed (Zipf 1)", 12.0, "hkv_auto")]]
+    ms = one_switch_ms(now, 1.0, 8.0)
+    times = [[r["policy_x_lru"] for r in group] for group in (auto, control)]
+    return (min(wall), max(wall), min(ttft), max(ttft), *(100 * r["wall_vs_lru"] for r in close),
+            *(100 * r["ttft_vs_lru"] for r in close), min(times[0]), max(times[0]), min(ms),
+            max(ms), min(times[1]), max(times[1]))  # fmt: skip
+
+
+def _5160b55_summary() -> tuple[float, ...]:
+    """auto's median wall time against lru's (%) on the anchor at 8 and 12 GiB, the skewed
+    variant at 8 GiB, the anchor at 16 GiB and the skewed variant at 12 GiB; hkv_lru's range."""
+    rows = bench_vllm_auto.time_rows(h200_5160b55())
+    auto = {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == "hkv_auto"}
+    cells = (("anchor", 8.0), ("anchor", 12.0), ("skewed (Zipf 1)", 8.0), ("anchor", 16.0))
+    cells += (("skewed (Zipf 1)", 12.0),)
+    return (*(100 * auto[c]["wall_vs_lru"] for c in cells), *_5160b55_parts()[:2])
+
+
+CLAIMS += [
+    *engine_tables(h200_5160b55),
+    (
+        "its median wall time against lru's ran from {:+.1f} % to {:+.1f} % over the five cells "
+        "(mean TTFT {:+.1f} % to {:+.1f} %)",
+        lambda: _5160b55_parts()[:4],
+    ),
+    (
+        "`auto`'s {:+.1f} % on the anchor at 16 GiB and {:+.1f} % on the skewed variant at 12 GiB, "
+        "where it caches what lru caches, are inside that band, and its mean TTFT there was "
+        "{:+.1f} % and {:+.1f} %. Its policy time was {:.2f}x to {:.2f}x lru's by the medians, the "
+        "most on the skewed variant at 8 GiB, where its one switch (request 73, to `cost_aware`) "
+        "took {:.0f}-{:.0f} ms; `hkv_lru`'s was {:.2f}x to {:.2f}x lru's.",
+        lambda: _5160b55_parts()[4:],
+    ),
+    (
+        "the anchor at 8 and 12 GiB came out {:+.1f} % and {:+.1f} % in median wall time against "
+        "lru's and the skewed variant at 8 GiB {:+.1f} %; the anchor at 16 GiB and the skewed "
+        "variant at 12 GiB came out {:+.1f} % and {:+.1f} %, inside the {:+.1f} % to {:+.1f} % "
+        "that `hkv_lru` made of lru's share.",
+        _5160b55_summary,
+    ),
+]
+
+
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
     text = " ".join(snippet.format(*values()).split())
