@@ -692,3 +692,28 @@ def test_a_requests_metas_at_once_are_each_blocks_own(ends, params, shared_ones)
     expected = [block_meta(k, ctx, 16) for k in keys]
     assert got == expected
     assert sum(any(m is one for one in shared) for m in got) == shared_ones
+
+
+def test_positions_are_read_from_the_contexts_dictionary_and_agree_with_its_method():
+    """`position_getter` reads a request's positions from the dictionary this vLLM's
+    `ReqContext` keeps (one C call a key where vLLM hands the policy every key of a request):
+    when vLLM renames it, this fails and the method is used, slower, as on a context without it.
+    Either way the keys come out in prefix order, an unknown position leaving them as given."""
+    from types import SimpleNamespace
+
+    from hkv.integrations.vllm.request import in_prefix_order, position_getter
+
+    ctx = ReqContext(req_id="positions")
+    keys = [key(i) for i in range(5)]
+    for k, end in zip(keys, [64, 16, 48, 32, 80], strict=True):
+        ctx.set_offload_key_position(k, end)
+    get = position_getter(ctx)
+    assert getattr(get, "__self__", None) is ctx._offload_key_positions  # the fast path
+    assert [get(k) for k in keys] == [ctx.get_offload_key_position(k) for k in keys]
+    method_only = SimpleNamespace(get_offload_key_position=ctx.get_offload_key_position)
+    assert position_getter(method_only) == ctx.get_offload_key_position
+    assert position_getter(SimpleNamespace()) is None
+    ordered = [keys[1], keys[3], keys[2], keys[0], keys[4]]
+    assert in_prefix_order(keys, ctx) == in_prefix_order(keys, method_only) == ordered
+    assert in_prefix_order([*keys, key(99)], ctx) == [*keys, key(99)]
+    assert in_prefix_order(keys, SimpleNamespace()) == keys

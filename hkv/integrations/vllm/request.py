@@ -145,7 +145,7 @@ def block_metas(
     `block_tokens`, with every shorter block of the request whole too) takes the shared meta of
     its position from `text_metas` (`extend_text_metas`), so a request's store misses cost a
     position lookup each instead of a new meta; any other block is worked out by `block_meta`."""
-    get = getattr(req_context, "get_offload_key_position", None)
+    get = position_getter(req_context)
     regular = get is not None and _whole(req_context, block_tokens)
     if not regular or request_spans(req_context) is not None:
         return [block_meta(key, req_context, block_tokens) for key in keys]
@@ -197,13 +197,21 @@ def extend_text_metas(metas: list[BlockMeta], blocks: int, block_tokens: int) ->
 
 def in_prefix_order(keys: Sequence[Any], req_context: Any) -> list[Any]:
     """`keys` sorted by their position in the request (as given when a position is unknown)."""
-    get = getattr(req_context, "get_offload_key_position", None)
-    if get is None:
+    get = position_getter(req_context)
+    if get is None or None in map(get, keys):
         return list(keys)
-    positions = {key: get(key) for key in keys}
-    if any(p is None for p in positions.values()):
-        return list(keys)
-    return sorted(keys, key=positions.__getitem__)
+    return sorted(keys, key=get)
+
+
+def position_getter(req_context: Any) -> Callable[[Any], int | None] | None:
+    """`key -> its end position in the request, or None`, for a request's context: the `get` of
+    the position dictionary a vLLM >= 0.32 `ReqContext` keeps, which answers as its
+    `get_offload_key_position` does without a Python call a key (vLLM calls the policy with a
+    request's every key), else that method; None where the context has neither (0.26)."""
+    positions = getattr(req_context, "_offload_key_positions", None)
+    if type(positions) is dict:
+        return positions.get
+    return getattr(req_context, "get_offload_key_position", None)
 
 
 class _EndPositions(list):
