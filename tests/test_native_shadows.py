@@ -593,3 +593,18 @@ def test_a_sampled_auto_with_native_shadows_refuses_a_copy_with_what_to_do():
     run(python_auto, requests[:60])
     twin = copy.deepcopy(python_auto)
     assert run(twin, requests[60:]) == run(python_auto, requests[60:])
+
+
+def test_the_c_ids_of_keys_are_key_bits():
+    """The ids C gives keys (`native.key_ids`: bytes keys of any length, read in one load
+    where they hold 8 bytes or more, ints and other hashables) are `native.key_bits`'s."""
+    keys = [bytes(range(n, 2 * n)) for n in range(13)] + [
+        b"\xff" * 40,
+        0,
+        7,
+        -3,
+        2**70,
+        "k",
+        (1, 2),
+    ]
+    assert native.key_ids(keys) == [native.key_bits(k) for k in keys]

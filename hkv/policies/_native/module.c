@@ -280,11 +280,10 @@ static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int mod
     return 0;
 }
 
-/* one block of the request: its id and the meta's fields the shadows read */
+/* one block of the request: its id and the meta's fields the shadows read (its position, read
+ * already, in b->position) */
 static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block *b) {
-    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, NAME_POSITION, &b->position) < 0 ||
-        int_attr(meta, NAME_TOKENS, &b->tokens) < 0)
-        return -1;
+    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, NAME_TOKENS, &b->tokens) < 0) return -1;
     b->worth = 0.0;
     b->modality = 0;
     if (r->value == Py_None && r->modality_index == Py_None) return 0;
@@ -504,6 +503,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         key = keys[order[j]];
         meta = metas[order[j]];
         hkv_block *b = &self->blocks[j];
+        b->position = positions[order[j]];
         if (read_block(&reader, key, meta, b) < 0) goto done;
         if (reg_keys != Py_None) { /* the registry of ids (`ShadowSet._keep`) */
             PyObject *id = PyLong_FromUnsignedLongLong(b->key);
@@ -583,6 +583,13 @@ int hkv_key_bits(PyObject *key, uint64_t *bits) {
         const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(key);
         Py_ssize_t n = PyBytes_GET_SIZE(key);
         uint64_t v = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (n >= 8) { /* the loop's value in one load */
+            memcpy(&v, data, sizeof v);
+            *bits = v;
+            return 0;
+        }
+#endif
         for (Py_ssize_t i = (n < 8 ? n : 8) - 1; i >= 0; i--) v = (v << 8) | data[i];
         *bits = v;
         return 0;
