@@ -152,7 +152,20 @@ def check_flags(r: dict[str, Any]) -> None:
     assert all(p in unknown["message"] for p in ("lru", "cost_aware", "modality_aware"))
 
 
+def load_engine(r: dict[str, Any]) -> dict[str, Any]:
+    """The H200 engine file a notebook read (its `ENGINE_TIME`, as its results name it)."""
+    from hkv.report.bench_results import load_result
+
+    return load_result(r["engine_time"]["file"])
+
+
 def check_policies(r: dict[str, Any]) -> None:
+    from hkv.report import bench_vllm_auto
+
+    engine = load_engine(r)
+    assert r["engine_time"]["noise_band"] == bench_vllm_auto.noise_band(engine)
+    assert r["engine_time"]["verdicts"] == bench_vllm_auto.verdicts(engine)
+    assert len(r["engine_time"]["verdicts"]) == len(bench_vllm_auto.against_lru(engine)) >= 5
     online, offline = r["online_policies"], r["offline_policies"]
     assert "lru" in online and "belady" in offline and "random" not in online
     # the six-block example: LRU's second turns hit only the system prompt (2 blocks each, like
@@ -269,6 +282,9 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     assert low["block_refs"] == high["block_refs"] == r["lru"]["block_refs"]
     assert 0.0 < low["block_hit_rate"] < high["block_hit_rate"] <= 1.0
     assert low["recompute_s_saved"] < high["recompute_s_saved"]
+    from hkv.report import bench_vllm_auto
+
+    assert r["engine_time"]["rows"] == bench_vllm_auto.against_lru(load_engine(r))
     formats = r["article_config_formats"]
     assert formats["text"] == {"quantization": "q8", "lossless": False}
     assert formats["audio"]["lossless"] is True

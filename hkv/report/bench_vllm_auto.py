@@ -259,3 +259,62 @@ def engine_report(results: dict[str, Any]) -> str:
     findings = time_findings(results, {"runs": []})
     parts = [f"hkv {results['versions']['hkv']}", time_table(results), *findings]
     return "\n".join([*parts, *method_lines(results)])
+
+
+def against_lru(results: dict[str, Any], policy: str = "hkv_auto") -> list[dict[str, Any]]:
+    """Per engine, `policy` beside vLLM's lru in what a user waits (`time_rows`' medians): the
+    cached share, the wall time and the mean TTFT of both, and `policy`'s change against lru."""
+    rows = time_rows(results)
+    lru = {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == "lru"}
+    out = []
+    for row in rows:
+        base = lru.get((row["workload"], row["cpu_gib"]))
+        if row["policy"] != policy or base is None:
+            continue
+        out.append({
+            "engine": f"{row['workload']}, {row['cpu_gib']:g} GiB CPU tier",
+            "cached, lru": base["cached_frac"], f"cached, {policy}": row["cached_frac"],
+            "wall s, lru": base["wall_s"], f"wall s, {policy}": row["wall_s"],
+            "wall vs lru": row["wall_vs_lru"],
+            "mean TTFT s, lru": base["ttft_mean_s"], f"mean TTFT s, {policy}": row["ttft_mean_s"],
+            "TTFT vs lru": row["ttft_vs_lru"],
+        })  # fmt: skip
+    return out
+
+
+def noise_band(results: dict[str, Any], twin: str = "hkv_lru") -> dict[str, float] | None:
+    """How far these engines move between runs, read off `twin`, a policy that decides as lru
+    does (hkv's lru behind hkv's adapter): the lowest and highest of its median wall-time
+    changes against lru's over the engines, and the largest gap between the two's cached
+    shares (points, which says how alike they decided). None where `twin` did not run."""
+    rows = [r for r in time_rows(results) if r["policy"] == twin and "wall_vs_lru" in r]
+    if not rows:
+        return None
+    lru = {(r["workload"], r["cpu_gib"]): r for r in time_rows(results) if r["policy"] == "lru"}
+    gaps = [abs(r["cached_frac"] - lru[(r["workload"], r["cpu_gib"])]["cached_frac"]) for r in rows]
+    walls = [r["wall_vs_lru"] for r in rows]
+    return {"low": min(walls), "high": max(walls), "cached_gap_points": 100 * max(gaps),
+            "engines": len(rows)}  # fmt: skip
+
+
+def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv_lru") -> list[str]:
+    """A sentence per engine: `policy`'s median wall time against lru's, read against the
+    noise band of `twin` (`noise_band`): faster or slower beyond it, or within it."""
+    band = noise_band(results, twin)
+    lines = []
+    for row in against_lru(results, policy):
+        change, ttft = row["wall vs lru"], row["TTFT vs lru"]
+        text = (f"{row['engine']}: {policy} {row[f'wall s, {policy}']:.2f} s of wall time against "
+                f"lru's {row['wall s, lru']:.2f} s ({100 * change:+.1f} %), mean TTFT "
+                f"{100 * ttft:+.1f} %")  # fmt: skip
+        if band is not None:
+            if change < band["low"]:
+                where = "faster than lru beyond"
+            elif change > band["high"]:
+                where = "slower than lru beyond"
+            else:
+                where = "within"
+            text += (f"; {where} the {100 * band['low']:+.1f} % to {100 * band['high']:+.1f} % "
+                     f"that {twin}, deciding as lru does, moved")  # fmt: skip
+        lines.append(text + ".")
+    return lines
