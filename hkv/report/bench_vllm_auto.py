@@ -263,7 +263,8 @@ def engine_report(results: dict[str, Any]) -> str:
 
 def against_lru(results: dict[str, Any], policy: str = "hkv_auto") -> list[dict[str, Any]]:
     """Per engine, `policy` beside vLLM's lru in what a user waits (`time_rows`' medians): the
-    cached share, the wall time and the mean TTFT of both, and `policy`'s change against lru."""
+    cached share, the wall time and the mean TTFT of both, `policy`'s change against lru, and
+    the seconds each policy's own code took (`policy_s`)."""
     rows = time_rows(results)
     lru = {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == "lru"}
     out = []
@@ -278,6 +279,8 @@ def against_lru(results: dict[str, Any], policy: str = "hkv_auto") -> list[dict[
             "wall vs lru": row["wall_vs_lru"],
             "mean TTFT s, lru": base["ttft_mean_s"], f"mean TTFT s, {policy}": row["ttft_mean_s"],
             "TTFT vs lru": row["ttft_vs_lru"],
+            "policy s, lru": base["policy_s"],
+            f"policy s, {policy}": row["policy_s"],
         })  # fmt: skip
     return out
 
@@ -298,15 +301,17 @@ def noise_band(results: dict[str, Any], twin: str = "hkv_lru") -> dict[str, floa
 
 
 def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv_lru") -> list[str]:
-    """A sentence per engine: `policy`'s median wall time against lru's, read against the
-    noise band of `twin` (`noise_band`): faster or slower beyond it, or within it."""
+    """A sentence per engine: `policy`'s median wall time against lru's, and its policy time,
+    read against the noise band of `twin` (`noise_band`): faster or slower beyond it, or
+    within it."""
     band = noise_band(results, twin)
     lines = []
     for row in against_lru(results, policy):
         change, ttft = row["wall vs lru"], row["TTFT vs lru"]
         text = (f"{row['engine']}: {policy} {row[f'wall s, {policy}']:.2f} s of wall time against "
                 f"lru's {row['wall s, lru']:.2f} s ({100 * change:+.1f} %), mean TTFT "
-                f"{100 * ttft:+.1f} %")  # fmt: skip
+                f"{100 * ttft:+.1f} %, its own code {row[f'policy s, {policy}']:.2f} s against "
+                f"lru's {row['policy s, lru']:.2f} s")  # fmt: skip
         if band is not None:
             if change < band["low"]:
                 where = "faster than lru beyond"
