@@ -288,22 +288,24 @@ def against_lru(results: dict[str, Any], policy: str = "hkv_auto") -> list[dict[
 def noise_band(results: dict[str, Any], twin: str = "hkv_lru") -> dict[str, float] | None:
     """How far these engines move between runs, read off `twin`, a policy that decides as lru
     does (hkv's lru behind hkv's adapter): the lowest and highest of its median wall-time
-    changes against lru's over the engines, and the largest gap between the two's cached
-    shares (points, which says how alike they decided). None where `twin` did not run."""
+    changes against lru's over the engines, `half_width` the largest of them either way (which
+    of two policies deciding alike comes out ahead is chance, so the band is that much either
+    side of lru's), and the largest gap between the two's cached shares (points, which says how
+    alike they decided). None where `twin` did not run."""
     rows = [r for r in time_rows(results) if r["policy"] == twin and "wall_vs_lru" in r]
     if not rows:
         return None
     lru = {(r["workload"], r["cpu_gib"]): r for r in time_rows(results) if r["policy"] == "lru"}
     gaps = [abs(r["cached_frac"] - lru[(r["workload"], r["cpu_gib"])]["cached_frac"]) for r in rows]
     walls = [r["wall_vs_lru"] for r in rows]
-    return {"low": min(walls), "high": max(walls), "cached_gap_points": 100 * max(gaps),
-            "engines": len(rows)}  # fmt: skip
+    return {"low": min(walls), "high": max(walls), "half_width": max(map(abs, walls)),
+            "cached_gap_points": 100 * max(gaps), "engines": len(rows)}  # fmt: skip
 
 
 def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv_lru") -> list[str]:
     """A sentence per engine: `policy`'s median wall time against lru's, and its policy time,
-    read against the noise band of `twin` (`noise_band`): faster or slower beyond it, or
-    within it."""
+    read against the noise band of `twin` (`noise_band`, `half_width` either side of lru's):
+    faster or slower beyond it, or within it."""
     band = noise_band(results, twin)
     lines = []
     for row in against_lru(results, policy):
@@ -313,13 +315,11 @@ def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv
                 f"{100 * ttft:+.1f} %, its own code {row[f'policy s, {policy}']:.2f} s against "
                 f"lru's {row['policy s, lru']:.2f} s")  # fmt: skip
         if band is not None:
-            if change < band["low"]:
-                where = "faster than lru beyond"
-            elif change > band["high"]:
-                where = "slower than lru beyond"
-            else:
-                where = "within"
-            text += (f"; {where} the {100 * band['low']:+.1f} % to {100 * band['high']:+.1f} % "
-                     f"that {twin}, deciding as lru does, moved")  # fmt: skip
+            width = band["half_width"]
+            where = "faster than lru beyond" if change < -width else "within"
+            where = "slower than lru beyond" if change > width else where
+            text += (f"; {where} the {100 * width:.1f} % either way that {twin}, deciding as lru "
+                     f"does, moved from it ({100 * band['low']:+.1f} % to "
+                     f"{100 * band['high']:+.1f} %)")  # fmt: skip
         lines.append(text + ".")
     return lines
