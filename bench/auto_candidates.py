@@ -146,15 +146,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    candidates = {"default": {}}
-    for text in args.candidate:
+    args.candidates = candidates(parser, args.candidate)
+    return args
+
+
+def candidates(parser: argparse.ArgumentParser, texts: list[str]) -> dict[str, dict]:
+    """`default` (`auto` as shipped) and each `--candidate NAME=JSON`, by name; a spec that is
+    not JSON ends the run with the parser's error."""
+    out: dict[str, dict] = {"default": {}}
+    for text in texts:
         name, _, spec = text.partition("=")
         try:
-            candidates[name] = json.loads(spec)
+            out[name] = json.loads(spec)
         except json.JSONDecodeError as exc:
             parser.error(f"--candidate {name}: not JSON ({exc.msg}); expected NAME={{...}}")
-    args.candidates = candidates
-    return args
+    return out
 
 
 def _competitor_row(cell: dict, ours: dict) -> dict:

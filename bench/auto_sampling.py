@@ -25,7 +25,6 @@ seed.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.auto_candidates import ANCHOR_CELLS, VARIANT_CELLS
+from bench.auto_candidates import candidates as parse_candidates
 from hkv.report import save_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,13 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/auto_sampling.json")
     args = parser.parse_args(argv)
-    candidates = {"default": {}}
-    for text in args.candidate:
-        name, _, spec = text.partition("=")
-        try:
-            candidates[name] = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            parser.error(f"--candidate {name}: not JSON ({exc.msg}); expected NAME={{...}}")
+    candidates = parse_candidates(parser, args.candidate)
     salts = [0] + [0x5EED0000 + i for i in range(1, args.salts)]
     cells = ANCHOR_CELLS + (VARIANT_CELLS if args.variants else ())
     jobs = [("lru", {}, p, g, 0) for p, g in cells]
