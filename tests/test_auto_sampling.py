@@ -48,3 +48,19 @@ def test_the_anchor_at_8_gib_spread_as_docs_say(name):
     anchor8 = next(e for e in data["cells"] if (e["popularity"], e["cpu_gib"]) == (0.0, 8.0))
     spread = anchor8[name]["prefill_frac"]
     assert (spread["max"] - spread["min"] > 0.01) == (name == "default")
+
+
+def test_the_026_files_summary_is_its_rows_and_a_salt_keeps_a_keys_length():
+    from bench import auto_sampling026 as in_026
+
+    key = bytes(range(12))
+    assert in_026.salted_key(key, 0) == key
+    assert len(in_026.salted_key(key, 3)) == 12 and in_026.salted_key(key, 3) != key
+    assert in_026.salted_key(key, 3) == in_026.salted_key(bytes(range(12)), 3)
+    data = json.loads((RESULTS.parent / "auto_sampling_vllm026.json").read_text())
+    names = list(data["parameters"]["candidates"])
+    rows = [{**r, "switches": [tuple(s) for s in r["switches"]]} for r in data["rows"]]
+    assert in_026.summarize(rows, names) == data["cells"]
+    for row in rows:  # switched back: some switch returned to `lip`, the leader it started as
+        assert row["switched_back"] == any(label == "lip" for _, label in row["switches"])
+    assert any(row["switched_back"] for row in rows)

@@ -2472,6 +2472,15 @@ def _sampling_spread() -> tuple[float, ...]:
     )
 
 
+def _sampling_026() -> tuple[int, ...]:
+    """auto_sampling_vllm026.json: the seeds that switched to another leader and back on the
+    anchor at 8 GiB, as shipped and with 4,096 sampled keys."""
+    data = result("auto_sampling_vllm026.json")
+    a8 = next(e for e in data["cells"] if (e["popularity"], e["cpu_gib"]) == (0.0, 8.0))
+    return tuple(x for n in ("default", "sample_4096")
+                 for x in (a8[n]["switched_back"], a8[n]["seeds"]))  # fmt: skip
+
+
 def _4c4a2aa_beyond() -> tuple[float, ...]:
     """hkv_lru's range against lru (%), auto's wall and TTFT on the anchor at 8 GiB, checked to
     be beyond that range either way."""
@@ -2502,6 +2511,11 @@ CLAIMS += [
         "and their variants the means summed to {:.1f} against {:.1f} points and the worst seeds "
         "to {:.1f} against {:.1f}.",
         _sampling_spread,
+    ),
+    (
+        "`auto` switched to another leader and back on the anchor at 8 GiB in {} of {} seeds as "
+        "shipped and in {} of {} with 4,096 sampled keys, so the default stays at 1,024.",
+        _sampling_026,
     ),
     (
         "`hkv_lru` moved {:+.1f} % to {:+.1f} % from lru's median wall time here, so `auto`'s "
