@@ -35,7 +35,6 @@ STATED: dict[str, dict[str, str]] = {
         "512": "BLOCK_TOKENS (parameters cell)",
         **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
         **dict.fromkeys(["3", "4", "6", "7", "05", "03", "08"], SECTION),
-        "0.26": "the vLLM version ENGINE_TIME records (test_notebooks: check_policies)",
     },
     "05_predictive": {
         **dict.fromkeys(["0", "1", "3"], "the learned table's feature values and bounds"),
@@ -45,7 +44,6 @@ STATED: dict[str, dict[str, str]] = {
     },
     "06_failure_modes": {
         **dict.fromkeys(["1", "2", "3", "07", "08"], SECTION),
-        "0.26": "the vLLM version ENGINE_TIME records (test_notebooks: check_failure_modes)",
         **dict.fromkeys(["0.8", "32 GB", "80 %"], "the article's quoted setup"),
         **dict.fromkeys(["70 %", "0.7"], "HOST_RAM_FRACTION (checked below)"),
         "16": "the 16-bit KV of fp16/bf16",

@@ -163,7 +163,7 @@ def check_policies(r: dict[str, Any]) -> None:
     from hkv.report import bench_vllm_auto
 
     engine = load_engine(r)
-    assert engine["versions"]["vllm"].startswith("0.26")  # as the Markdown says
+    assert engine["versions"]["vllm"].startswith("0.26")  # the rig the Markdown describes
     assert r["engine_time"]["noise_band"] == bench_vllm_auto.noise_band(engine)
     assert r["engine_time"]["verdicts"] == bench_vllm_auto.verdicts(engine)
     assert len(r["engine_time"]["verdicts"]) == len(bench_vllm_auto.against_lru(engine)) >= 5
@@ -286,7 +286,7 @@ def check_failure_modes(r: dict[str, Any]) -> None:
     from hkv.report import bench_vllm_auto
 
     engine = load_engine(r)
-    assert engine["versions"]["vllm"].startswith("0.26")  # as the Markdown says
+    assert engine["versions"]["vllm"].startswith("0.26")  # the rig the Markdown describes
     assert r["engine_time"]["rows"] == bench_vllm_auto.against_lru(engine)
     formats = r["article_config_formats"]
     assert formats["text"] == {"quantization": "q8", "lossless": False}
