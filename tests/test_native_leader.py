@@ -126,7 +126,12 @@ def auto_run(native_shadows: bool, requests: list, capacity: int, experts: tuple
     from hkv.sim.replay import replay
     from hkv.sim.trace import Request, Trace
 
-    sampling = {"sample_blocks": 64, "sample_above": 64, "margin_rebuild": 0.005}  # many switches
+    sampling = {
+        "sample_blocks": 64,
+        "sample_above": 64,
+        "margin_rebuild": 0.005,
+        "evidence_rebuild": 0.0,
+    }  # many switches
     policy = make_policy("auto", capacity, native=native_shadows, experts=experts, **sampling)
     log, leaders = [], set()
     for request in requests:

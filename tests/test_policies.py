@@ -543,20 +543,25 @@ def test_auto_samples_its_shadows_above_sample_blocks_and_still_finds_the_leader
     """The revisited sessions above, 100 times as many and a tier 100 times as large: with
     shadows of 120 blocks that see a tenth of the keys, `auto` hands the tier to the static
     ranking as soon as with full shadows and hits as much; its shadows replay about a tenth of
-    the references. At or below `sample_above` blocks nothing is sampled."""
+    the references (all with no `evidence_rebuild`). With it, the rebuild waits for a lead seen
+    over 0.35 x 120 sampled references (about 100 requests of 4 blocks here), and hits a little
+    less. At or below `sample_above` blocks nothing is sampled."""
     sessions = [[100 * s + b for b in range(4)] for s in range(600)]
     trace = trace_of(*(sessions * 6))
     runs = {}
-    for sampling in ({"sample_blocks": 120, "sample_above": 120}, {"sample_above": 2048}):
+    sampled_params = {"sample_blocks": 120, "sample_above": 120}
+    for sampling in (sampled_params | {"evidence_rebuild": 0.0}, {"sample_above": 2048},
+                     sampled_params):  # fmt: skip
         params = {"experts": ["lru", "depth_lfu_static"], "first": "lru", **sampling}
         policy = make_policy("auto", 1200, **params)
         runs[len(runs)] = policy, replay(trace, policy, store="per_request").block_hits
-    (sampled, hits), (full, full_hits) = runs[0], runs[1]
+    (sampled, hits), (full, full_hits), (waited, waited_hits) = runs[0], runs[1], runs[2]
     assert sampled._sampled and sampled._shadows.blocks == 120
     assert not full._sampled
-    assert sampled.leader == full.leader == "depth_lfu_static"
-    assert sampled.switches == full.switches == 1
+    assert sampled.leader == full.leader == waited.leader == "depth_lfu_static"
+    assert sampled.switches == full.switches == waited.switches == 1
     assert hits >= 0.98 * full_hits > 0
+    assert 0.95 * full_hits <= waited_hits < hits
     assert 0.05 * full._refs < sampled._refs < 0.2 * full._refs
 
 
@@ -633,9 +638,8 @@ def test_a_sampled_tier_rebuilds_a_leader_only_for_a_lead_that_holds(wait):
     one request that is gone at the next sets none off. A switch back to a retired leader
     resumes it and happens at once."""
     sampling = {"sample_blocks": 64, "sample_above": 64}
-    policy = make_policy(
-        "auto", 4096, experts=["lru", "cost_aware"], first="lru", confirm_rebuild=wait, **sampling
-    )
+    policy = make_policy("auto", 4096, experts=["lru", "cost_aware"], first="lru",
+                         confirm_rebuild=wait, evidence_rebuild=0.0, **sampling)  # fmt: skip
     hits = iter([[0, 10], [20, 0], [0, 30], [0, 10], [100, 0]])  # each expert's, per request
     leaders = []
     for _ in range(5):
@@ -646,6 +650,26 @@ def test_a_sampled_tier_rebuilds_a_leader_only_for_a_lead_that_holds(wait):
     else:  # the one-request lead is ignored; the held one rebuilds; the way back resumes
         assert leaders == ["lru", "lru", "lru", "cost_aware", "lru"]
     assert policy.switches == (4 if wait == 1 else 2)
+
+
+@pytest.mark.parametrize("evidence", [0.0, 1.0])
+def test_a_sampled_tier_rebuilds_only_for_a_lead_seen_over_enough_references(evidence):
+    """With `evidence_rebuild` x `sample_blocks` (64 here) sampled block references, a rebuild
+    waits until the challenger has led by `margin` over that many references since its lead
+    began: two requests of 10 do not suffice, a lapse starts the count afresh, seven requests
+    after it do. Without it (0), two requests rebuild, and the way back resumes at once."""
+    sampling = {"sample_blocks": 64, "sample_above": 64}
+    policy = make_policy("auto", 4096, experts=["lru", "cost_aware"], first="lru",
+                         evidence_rebuild=evidence, **sampling)  # fmt: skip
+    leaders = []
+    for hits in [[0, 10]] * 3 + [[40, 0]] + [[0, 10]] * 9:  # each expert's, per request of 10
+        policy._score(hits, 10)
+        leaders.append(policy.leader)
+    if evidence:  # 30 references, lapsed; then a tie, then 7 x 10 >= 64 after it
+        assert leaders == ["lru"] * 11 + ["cost_aware"] * 2 and policy.switches == 1
+    else:
+        assert leaders[:5] == ["lru", "cost_aware", "cost_aware", "lru", "lru"]
+        assert leaders[5:] == ["cost_aware"] * 8 and policy.switches == 3
 
 
 @pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])
@@ -666,6 +690,7 @@ def test_auto_hyperparameters_are_checked_by_name():
         ("sample_blocks", 16),
         ("sample_above", 100),
         ("confirm_rebuild", 0),
+        ("evidence_rebuild", -1.0),
         ("native", "yes"),
     )
     for field, value in bad:

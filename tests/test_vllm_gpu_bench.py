@@ -631,7 +631,8 @@ wait came in (3 switches at 150 blocks instead of 6; 60 blocks is not sampled). 
 (`margin_rebuild` 0.02): at 150 blocks no lead is worth a rebuild and `lip` runs throughout.
 `sampled_no_wait` and `sampled_wait` at 150 blocks re-recorded when a sampled tier's hits began
 to count at the next request's end (its shadows replay on a background thread): the same
-switch counts (6 and 3), each a request later, alike in C (threaded or not) and Python."""
+switch counts (6 and 3), each a request later, alike in C (threaded or not) and Python. Both
+also with no `evidence_rebuild` (which came later: `sampled` is alike with it)."""
 MIN_SWITCHES = {"default": 4, "sampled_no_wait": 4, "sampled_wait": 3, "sampled": 0}
 
 
@@ -645,7 +646,7 @@ def test_vllm_026_auto_decisions_match_the_recorded_reference(case, native):
     if case.startswith("sampled"):  # 150 blocks sampled to 64; 60 not sampled
         params |= {"sample_blocks": 64, "sample_above": 64}
     if case in ("sampled_no_wait", "sampled_wait"):  # recorded before `margin_rebuild`
-        params["margin_rebuild"] = 0.005
+        params |= {"margin_rebuild": 0.005, "evidence_rebuild": 0.0}  # (and `evidence_rebuild`)
     if case == "sampled_no_wait":
         params["confirm_rebuild"] = 1
     requests = vllm026.prompts(MEDIUM_MM)
@@ -875,7 +876,7 @@ def test_the_engine_logs_autos_leaders_and_times_each_switch():
     from tests.test_native_shadows import sessions
 
     policy = make_policy("auto", 200, experts=("lip", "cost_aware"), sample_blocks=64,
-                         sample_above=64)  # fmt: skip
+                         sample_above=64, evidence_rebuild=0.0)  # fmt: skip
     cells = engine.time_inner_parts(policy)
     for request in sessions(12, 500, sessions=60):
         keys = tuple(k for k, _ in request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -41,74 +41,69 @@ HISTORY_TIERS = 2
 
 @dataclass(eq=False)
 class AutoPolicy(EvictionPolicy):
-    """Follow the leader: every expert policy runs in a shadow tier; the best lately runs the
-    real one.
+    """Follow the leader: every expert policy runs in a shadow tier; the best lately runs the real
+    one.
 
-    No single policy wins everywhere (hkv's policy suite: vLLM's `lru` + `store_threshold` 2
-    leads on Mooncake's trace, a frequency-per-depth ranking on small tiers under shared
-    prompts, plain `lru` on strongly skewed sessions at large tiers). So `auto` does not guess
-    the regime: each expert (`experts`, labels of `shadow.EXPERTS`) replays every request in a
-    shadow tier of the same capacity that holds keys only, and scores its prefix hits, decayed
-    with a half-life of `half_life` x `capacity_blocks` block references. The tier itself is
-    run by one live instance of the leading expert, so its decisions, admission included, are
-    the leader's own. It starts as `first`, by default `lip` (LRU insertion: a new block is the
-    next to go until it is reused), which holds the first sessions of a cycle whole from its
-    first round, where waiting for the shadows to agree costs a round-robin workload a whole
-    round. Whole sessions are what turn hits into time: a tier that keeps the heads of every
-    session (`depth_lfu_static`, the first before) saves only the shallow, cheap part of each
-    prompt, so its hits save fewer prefill seconds (`bench.auto_candidates`, the two-tier
-    model of the H200 engine at 8 GiB: 72.1 % of the prefill seconds left starting there,
-    61.5 % starting as `lip`; `bip` alone 63.4 %, vLLM's `lru` 83.0 %; on the suite's cells
-    2 of 32 behind the bar against 3, on the held-out cells 11 of 112 against 8, with more
-    prefill seconds saved on both). When another expert's score passes the leader's
-    by more than `margin` of the (decayed) references, that is by `100 x margin` points of hit
-    rate, the tier switches: the new expert's shadow is copied, with its whole learned state,
-    as the live instance; blocks the shadow holds that the tier does not are dropped from the
-    copy (a tier cannot conjure them), and blocks the tier holds that the shadow had given up
-    are kept aside and evicted first (at once with `confirm` 1; with `confirm` n, once the same
-    expert has led by the margin after n requests in a row: 2 and 3 kept the suite's 2 cells of
-    32 behind the bar and left 13 and 12 held-out cells of 112 behind it against 11, with fewer
-    prefill seconds saved on both, `data/results/auto_candidates_confirm.json`). This is the
-    multi-expert idea of ACME and LeCaR (Ari et al., "ACME: Adaptive Caching Using Multiple
-    Experts", WDAS 2002; Vietri et al., "Driving Cache Replacement with ML-based LeCaR",
-    HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would,
-    and the tier is its leader's whole policy, not a blend.
+    No single policy wins everywhere (hkv's policy suite: vLLM's `lru` + `store_threshold` 2 leads
+    on Mooncake's trace, a frequency-per-depth ranking on small tiers under shared prompts, plain
+    `lru` on strongly skewed sessions at large tiers). So `auto` does not guess the regime: each
+    expert (`experts`, labels of `shadow.EXPERTS`) replays every request in a shadow tier of the
+    same capacity that holds keys only, and scores its prefix hits, decayed with a half-life of
+    `half_life` x `capacity_blocks` block references. The tier itself is run by one live instance of
+    the leading expert, so its decisions, admission included, are the leader's own. It starts as
+    `first`, by default `lip` (LRU insertion: a new block is the next to go until it is reused),
+    which holds the first sessions of a cycle whole from its first round, where waiting for the
+    shadows to agree costs a round-robin workload a whole round. Whole sessions are what turn hits
+    into time: a tier that keeps the heads of every session (`depth_lfu_static`, the first before)
+    saves only the shallow, cheap part of each prompt, so its hits save fewer prefill seconds (the
+    two-tier model of the H200 engine at 8 GiB: 72.1 % of them left starting there, 61.5 % as `lip`,
+    `bip` 63.4 %, vLLM's `lru` 83.0 %, `data/results/auto_candidates.json`). When another expert's
+    score passes the leader's by more than `margin` of the (decayed) references (0.005: half a point
+    of hit rate), the tier switches: the new expert's shadow is copied, with its whole learned
+    state, as the live instance; blocks the shadow holds that the tier does not are dropped from the
+    copy (a tier cannot conjure them), and blocks the tier holds that the shadow had given up are
+    kept aside and evicted first (at once with `confirm` 1; after n requests in a row with `confirm`
+    n: 2 or 3 left more held-out cells behind, `auto_candidates_confirm.json` in data/results/).
+    This is the multi-expert idea of ACME and LeCaR (Ari et al., "ACME: Adaptive Caching Using
+    Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache Replacement with ML-based LeCaR",
+    HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would, and
+    the tier is its leader's whole policy, not a blend.
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
-    replayed once per expert (nine by default), in C where hkv's extension is built (one C call
-    a request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
+    replayed once per expert (nine by default), in C where hkv's extension is built (one C call a
+    request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
     shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
-    Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds
-    `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
-    (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's
-    at that fraction of the cost (stored on a background thread in C while the engine goes on,
-    their hits count at the next request's end, in Python too: `ShadowSet.replay_columns`'s
-    `deferred`). That holds for a policy whose behaviour scales with the tier; `predictive`
-    counts its labels in absolute numbers, so a sampled shadow of it would learn more slowly
-    than the full tier: it has no sampled shadow (it never leads a sampled tier
-    unless it is `first`; docs/policies.md gives what sampling and the miniatures' size cost and
-    saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
-    counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so
-    at a switch the new leader is built by replaying the last requests (`HISTORY_TIERS`
-    tier-sizes of block references, kept whole) through a full tier of its own, which gives it
-    the recency, frequencies, ghosts and admission counts that window teaches, then fitted to
-    the tier as a copied shadow is. Its cost, one expert over that window, is paid at the switch
-    only (a window of one tier-size halves it, and cost those two Mooncake tiers 0.7 and 1.0
-    points). A switch back to an expert that led within that window costs far less: its last
-    live instance resumes, caught up on the requests since it led (`_rebuild`). A rebuild stalls
-    the engine, so it waits for a lead that has held `confirm_rebuild` requests in a row
+    Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks`
+    blocks and sees only the keys whose hash falls in the same fraction (`sample_blocks /
+    capacity_blocks`) of the hash space, so its hits estimate the full tier's at that fraction of
+    the cost (stored on a background thread in C while the engine goes on, their hits count at the
+    next request's end, in Python too: `ShadowSet.replay_columns`'s `deferred`). That holds for a
+    policy whose behaviour scales with the tier; `predictive` counts its labels in absolute numbers,
+    so a sampled shadow of it would learn more slowly than the full tier: it has no sampled shadow
+    (it never leads a sampled tier unless it is `first`; docs/policies.md gives what sampling cost
+    and saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
+    counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so at a
+    switch the new leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of
+    block references, kept whole) through a full tier of its own, which gives it the recency,
+    frequencies, ghosts and admission counts that window teaches, then fitted to the tier as a
+    copied shadow is. Its cost, one expert over that window, is paid at the switch only. A switch
+    back to an expert that led within that window costs far less: its last live instance resumes,
+    caught up on the requests since it led (`_rebuild`). A rebuild stalls the engine, so it waits
+    for a lead that has held `confirm_rebuild` requests in a row
     (`data/results/auto_candidates_rebuild.json`) and by `margin_rebuild` (2 points of hit rate,
-    against `margin`'s 0.5: fewer stalls, and less prefill time left on the whole in the
-    two-tier model of the engine's workloads and of variants of them,
-    `data/results/auto_candidates_margin.json`).
+    against `margin`'s 0.5: fewer stalls, and less prefill time left on the whole in the two-tier
+    model of the engine's workloads and of variants of them,
+    `data/results/auto_candidates_margin.json`). A sampled lead can rest on a request or two, so the
+    rebuild also waits until the challenger has led by `margin` over `evidence_rebuild` x
+    `sample_blocks` sampled references since its lead began (without it the anchor at 8 GiB left
+    `lip` and came back within three requests for 2 of 8 salted key sets: `bench.auto_sampling026`).
 
-    The shadows replay a request when `after_request(stored, reused)` reports it: its absent
-    blocks are those named by `note_misses` (vLLM's adapter: every store miss, also when the
-    store then fails) or, where no caller notes misses (hkv's replay), those offered to
-    `admit`; its other blocks are the reused ones (vLLM 0.26 reports a request at its lookup,
-    its misses noted just before). Where no end of request is ever reported (the per-block
-    replay of docs/design.md §2, the block manager), the shadows never run and `auto` is its
-    `first` expert throughout.
+    The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
+    are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
+    fails) or, where no caller notes misses (hkv's replay), those offered to `admit`; its other
+    blocks are the reused ones (vLLM 0.26 reports a request at its lookup, its misses noted just
+    before). Where no end of request is ever reported (the per-block replay of docs/design.md §2,
+    the block manager), the shadows never run and `auto` is its `first` expert throughout.
     """
 
     cost_model: Any = field(default=None, repr=False)
@@ -119,6 +114,7 @@ class AutoPolicy(EvictionPolicy):
     confirm: int = 1
     confirm_rebuild: int = 2
     margin_rebuild: float = 0.02
+    evidence_rebuild: float = 0.35
     first: str | None = None
     sample_blocks: int = 1024
     sample_above: int = 8192
@@ -144,6 +140,7 @@ class AutoPolicy(EvictionPolicy):
         check_float(self.name, "half_life", self.half_life, 0.0, open_low=True)
         check_float(self.name, "margin", self.margin, 0.0, 1.0)
         check_float(self.name, "margin_rebuild", self.margin_rebuild, 0.0, 1.0)
+        check_float(self.name, "evidence_rebuild", self.evidence_rebuild, 0.0, 64.0)
         check_int(self.name, "confirm", self.confirm, 1)
         check_int(self.name, "confirm_rebuild", self.confirm_rebuild, 1)
         check_int(self.name, "sample_blocks", self.sample_blocks, 64)
@@ -178,7 +175,7 @@ class AutoPolicy(EvictionPolicy):
         self._ended = False  # a request's end was reported (`after_request`)
         self._last_admitted: int | None = -1  # the last miss's position; None: caller known
         self.switches = 0
-        self._lead = (-1, 0)  # a challenger ahead by the margin, and for how many requests
+        self._lead = (-1, 0, 0, 0)  # who leads: requests, refs ahead by margin; by margin_rebuild
 
     @property
     def leader(self) -> str:
@@ -198,8 +195,7 @@ class AutoPolicy(EvictionPolicy):
         return key in self._live or key in self._aside
 
     def __iter__(self) -> Iterator[Key]:
-        yield from self._aside
-        yield from self._live
+        return chain(self._aside, self._live)
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """The leader decides; the miss is kept for the shadows unless `note_misses` names
@@ -334,16 +330,20 @@ class AutoPolicy(EvictionPolicy):
                 scores[i] = scores[i] * decay + hits
         self._refs = self._refs * decay + refs
         best = max(range(len(scores)), key=scores.__getitem__)
-        rebuild = self._sampled and self._resumable(best) is None  # a stall: a lead that holds
-        margin = max(self.margin, self.margin_rebuild) if rebuild else self.margin
-        if scores[best] - scores[self._leader] <= margin * self._refs:
-            self._lead = (-1, 0)
+        lead = scores[best] - scores[self._leader]
+        if lead <= self.margin * self._refs:
+            self._lead = (-1, 0, 0, 0)
             return
-        streak = self._lead[1] + 1 if self._lead[0] == best else 1
-        self._lead = (best, streak)
-        needed = max(self.confirm, self.confirm_rebuild) if rebuild else self.confirm
-        if streak >= needed:
-            self._lead = (-1, 0)
+        held, seen, strong = self._lead[1:] if self._lead[0] == best else (0, 0, 0)
+        strong = strong + 1 if lead > self.margin_rebuild * self._refs else 0
+        self._lead = (best, held + 1, seen + refs, strong)
+        if self._sampled and self._resumable(best) is None:  # a rebuild stalls: a lead that holds
+            evidence = self.evidence_rebuild * self._shadow_blocks
+            ready = strong >= max(self.confirm, self.confirm_rebuild) and seen + refs >= evidence
+        else:
+            ready = held + 1 >= self.confirm
+        if ready:
+            self._lead = (-1, 0, 0, 0)
             self._switch(best)
 
     def _switch(self, best: int) -> None:
