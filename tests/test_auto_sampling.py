@@ -28,8 +28,9 @@ def test_a_salt_keeps_equal_ids_equal_and_distinct_ones_distinct_and_moves_the_s
     assert abs(len(after) / len(ids) - 1 / 16) < 0.02
 
 
-def test_the_committed_summary_is_the_one_its_rows_give():
-    data = json.loads(RESULTS.read_text())
+@pytest.mark.parametrize("file", ["auto_sampling.json", "auto_sampling_evidence.json"])
+def test_the_committed_summary_is_the_one_its_rows_give(file):
+    data = json.loads((RESULTS.parent / file).read_text())
     names = list(data["parameters"]["candidates"])
     cells = [tuple(c) for c in data["parameters"]["cells"]]
     assert names[0] == "default" and len(cells) == 17
@@ -50,14 +51,17 @@ def test_the_anchor_at_8_gib_spread_as_docs_say(name):
     assert (spread["max"] - spread["min"] > 0.01) == (name == "default")
 
 
-def test_the_026_files_summary_is_its_rows_and_a_salt_keeps_a_keys_length():
+@pytest.mark.parametrize(
+    "file", ["auto_sampling_vllm026.json", "auto_sampling_vllm026_evidence.json"]
+)
+def test_the_026_files_summary_is_its_rows_and_a_salt_keeps_a_keys_length(file):
     from bench import auto_sampling026 as in_026
 
     key = bytes(range(12))
     assert in_026.salted_key(key, 0) == key
     assert len(in_026.salted_key(key, 3)) == 12 and in_026.salted_key(key, 3) != key
     assert in_026.salted_key(key, 3) == in_026.salted_key(bytes(range(12)), 3)
-    data = json.loads((RESULTS.parent / "auto_sampling_vllm026.json").read_text())
+    data = json.loads((RESULTS.parent / file).read_text())
     names = list(data["parameters"]["candidates"])
     rows = [{**r, "switches": [tuple(s) for s in r["switches"]]} for r in data["rows"]]
     assert in_026.summarize(rows, names) == data["cells"]

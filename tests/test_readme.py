@@ -2506,21 +2506,168 @@ CLAIMS += [
     ),
     ("to `lip` at 42 in every repeat, and cached {:.1f} % against {:.1f} %", _4c4a2aa_sampled),
     (
-        "anchor at 8 GiB `auto` as shipped leaves {:.1f} % to {:.1f} % of the prefill seconds, "
-        "with 4,096 sampled keys {:.1f} % in every seed; over the seventeen cells of the engines "
-        "and their variants the means summed to {:.1f} against {:.1f} points and the worst seeds "
-        "to {:.1f} against {:.1f}.",
+        "anchor at 8 GiB `auto` as shipped then leaves {:.1f} % to {:.1f} % of the prefill "
+        "seconds, with 4,096 sampled keys {:.1f} % in every seed; over the seventeen cells of "
+        "the engines and their variants the means summed to {:.1f} against {:.1f} points and the "
+        "worst seeds to {:.1f} against {:.1f}.",
         _sampling_spread,
     ),
     (
         "`auto` switched to another leader and back on the anchor at 8 GiB in {} of {} seeds as "
-        "shipped and in {} of {} with 4,096 sampled keys, so the default stays at 1,024.",
+        "shipped then and in {} of {} with 4,096 sampled keys, so the default stays at 1,024.",
         _sampling_026,
     ),
     (
         "`hkv_lru` moved {:+.1f} % to {:+.1f} % from lru's median wall time here, so `auto`'s "
         "{:+.1f} % on the anchor at 8 GiB (mean TTFT {:+.1f} %) is beyond that noise",
         _4c4a2aa_beyond,
+    ),
+]
+
+
+def h200_1cfa5f7() -> dict[str, Any]:
+    """The five cells at 1cfa5f7 (`evidence_rebuild`), `hkv_bip` beside them on the anchor at 8."""
+    return result("vllm_h200_time_1cfa5f7.json")
+
+
+def _1cfa5f7_rows(policy: str = "hkv_auto") -> dict[tuple[str, float], dict[str, Any]]:
+    rows = bench_vllm_auto.time_rows(h200_1cfa5f7())
+    return {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == policy}
+
+
+def _1cfa5f7_in_short() -> tuple[float, ...]:
+    """auto's wall and TTFT cuts (%) on the anchor at 8 and 12 GiB, then its wall (%) at 16 GiB
+    and on the skewed variant at 8 and 12 GiB; no switch on the anchor in any run."""
+    auto = _1cfa5f7_rows()
+    runs = h200_1cfa5f7()["runs"]
+    assert all(r["policy_leaders"] == ["lip"] for r in runs
+               if r["policy"] == "hkv_auto" and r["popularity"] == 0.0)  # fmt: skip
+    a8, a12 = auto[("anchor", 8.0)], auto[("anchor", 12.0)]
+    s8, s12 = auto[("skewed (Zipf 1)", 8.0)], auto[("skewed (Zipf 1)", 12.0)]
+    return (-100 * a8["wall_vs_lru"], -100 * a12["wall_vs_lru"], -100 * a8["ttft_vs_lru"],
+            -100 * a12["ttft_vs_lru"], 100 * auto[("anchor", 16.0)]["wall_vs_lru"],
+            100 * s8["wall_vs_lru"], 100 * s12["wall_vs_lru"])  # fmt: skip
+
+
+def _evidence_026() -> tuple[Any, ...]:
+    """auto_sampling_vllm026_evidence.json: the anchor at 8 GiB's switches back and loaded
+    blocks with `evidence_rebuild` and without, and the skewed variant at 8 GiB's mean blocks."""
+    cells = {(c["popularity"], c["cpu_gib"]): c
+             for c in result("auto_sampling_vllm026_evidence.json")["cells"]}  # fmt: skip
+    a8, s8 = cells[(0.0, 8.0)], cells[(1.0, 8.0)]
+    now, was = a8["default"], a8["no_evidence"]
+    assert (
+        now["switched_back"] < was["switched_back"]
+        and now["loaded_blocks"]["min"] == (now["loaded_blocks"]["max"])
+    )
+    assert s8["default"]["loaded_blocks"]["mean"] >= s8["no_evidence"]["loaded_blocks"]["mean"]
+    s8_now, s8_was = (s8[n]["loaded_blocks"]["mean"] for n in ("default", "no_evidence"))
+    return (now["switched_back"], now["seeds"], was["switched_back"], was["seeds"],
+            now["loaded_blocks"]["max"], was["loaded_blocks"]["mean"], s8_now, s8_was)  # fmt: skip
+
+
+def _evidence_model() -> tuple[float, ...]:
+    """auto_sampling_evidence.json: the anchor at 8 GiB's prefill left (%) with and without, the
+    sums over the cells of the means and the worst seeds (points), each lower with it."""
+    data = result("auto_sampling_evidence.json")
+    a8 = next(c for c in data["cells"] if (c["popularity"], c["cpu_gib"]) == (0.0, 8.0))
+    now, was = a8["default"]["prefill_frac"], a8["no_evidence"]["prefill_frac"]
+    tot_now, tot_was = data["totals"]["default"], data["totals"]["no_evidence"]
+    assert tot_now["mean_sum"] < tot_was["mean_sum"] and tot_now["worst_sum"] < tot_was["worst_sum"]
+    return (100 * now["min"], 100 * now["max"], 100 * was["min"], 100 * was["max"],
+            100 * tot_now["mean_sum"], 100 * tot_was["mean_sum"], 100 * tot_now["worst_sum"],
+            100 * tot_was["worst_sum"])  # fmt: skip
+
+
+def _evidence_suite() -> tuple[int, ...]:
+    entry = result("auto_candidates_evidence.json")["candidates"]["default"]
+    assert entry["params"] == {}  # `auto` as shipped, `evidence_rebuild` 0.35
+    return (entry["suite"]["missing_the_bar"], entry["suite"]["cells"],
+            entry["heldout"]["missing_the_bar"], entry["heldout"]["cells"])  # fmt: skip
+
+
+def _1cfa5f7_bip() -> tuple[float, ...]:
+    """On the anchor at 8 GiB: auto's cuts and policy ratio, bip's cuts, both cached shares, the
+    medians and means of their walls (bip's median the lower, auto's mean the lower), their
+    runs' ranges."""
+    import statistics
+
+    auto, bip = _1cfa5f7_rows()[("anchor", 8.0)], _1cfa5f7_rows("hkv_bip")[("anchor", 8.0)]
+    runs = [r for r in h200_1cfa5f7()["runs"] if (r["popularity"], r["cpu_gib"]) == (0.0, 8.0)]
+    walls = {p: [r["wall_s"] for r in runs if r["policy"] == p] for p in ("hkv_auto", "hkv_bip")}
+    mean_a, mean_b = statistics.mean(walls["hkv_auto"]), statistics.mean(walls["hkv_bip"])
+    assert bip["wall_s"] < auto["wall_s"] and mean_a < mean_b
+    return (-100 * auto["wall_vs_lru"], -100 * auto["ttft_vs_lru"], auto["policy_x_lru"],
+            -100 * bip["wall_vs_lru"], -100 * bip["ttft_vs_lru"], 100 * bip["cached_frac"],
+            100 * auto["cached_frac"], 100 * (auto["wall_s"] / bip["wall_s"] - 1), auto["wall_s"],
+            bip["wall_s"], 100 * (1 - mean_a / mean_b), mean_a, mean_b, min(walls["hkv_auto"]),
+            max(walls["hkv_auto"]), min(walls["hkv_bip"]), max(walls["hkv_bip"]))  # fmt: skip
+
+
+def _1cfa5f7_s12() -> tuple[float, ...]:
+    """The skewed variant at 12 GiB: the blocks auto and lru loaded (one number for every run),
+    auto's extra policy seconds, its wall gap (%), each policy's range of runs, the noise band."""
+    key, data = (1.0, 12.0), h200_1cfa5f7()
+    runs = [r for r in data["runs"] if (r["popularity"], r["cpu_gib"]) == key]
+    loaded = {r["loaded_blocks"] for r in runs if r["policy"] in ("lru", "hkv_auto")}
+    assert len(loaded) == 1
+    auto, lru = (_1cfa5f7_rows(p)[("skewed (Zipf 1)", 12.0)] for p in ("hkv_auto", "lru"))
+    band = bench_vllm_auto.noise_band(data)
+    assert auto["wall_vs_lru"] > band["half_width"]
+
+    def span(policy):
+        walls = [r["wall_s"] for r in runs if r["policy"] == policy]
+        return min(walls), max(walls)
+
+    extra = auto["policy_s"] - lru["policy_s"]
+    return (loaded.pop(), extra, 100 * auto["wall_vs_lru"], *span("hkv_auto"), *span("lru"),
+            *span("hkv_lru"), 100 * band["half_width"])  # fmt: skip
+
+
+CLAIMS += [
+    *engine_tables(h200_1cfa5f7),
+    (
+        "switch waited for a lead seen over enough references, by {:.1f} % and {:.1f} % and by "
+        "{:.1f} % and {:.1f} %. Where the tier",
+        lambda: _1cfa5f7_in_short()[:4],
+    ),
+    (
+        "moves with the noise between repeats ({:+.1f} % to {:+.1f} % of lru's in that last "
+        "session, {:+.1f} % where it loaded the same blocks as lru)",
+        lambda: (min(_1cfa5f7_in_short()[4:]), max(_1cfa5f7_in_short()[4:]), _1cfa5f7_s12()[2]),
+    ),
+    (
+        "wall time by {:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by {:.1f} % and "
+        "{:.1f} %; it came out {:+.1f} % and {:+.1f} % on the anchor at 16 GiB and the skewed "
+        "variant at 8 GiB, and {:+.1f} % on the skewed variant at 12 GiB,",
+        _1cfa5f7_in_short,
+    ),
+    (
+        "away and back in {} of {} seeds against {} of {} without it, and loaded {:,} blocks in "
+        "every seed ({:,.0f} on average without it); on the skewed variant at 8 GiB {:,.0f} "
+        "against {:,.0f}.",
+        _evidence_026,
+    ),
+    (
+        "the anchor at 8 GiB leaves {:.1f} % to {:.1f} % of the prefill seconds ({:.1f} % to "
+        "{:.1f} % without), the means summed to {:.1f} against {:.1f} points and the worst seeds "
+        "to {:.1f} against {:.1f}.",
+        _evidence_model,
+    ),
+    ("{} of {} and {} of {} behind the bar). Of the", _evidence_suite),
+    (
+        "On the anchor at 8 GiB `auto` cut the median wall time by {:.1f} % and the mean TTFT by "
+        "{:.1f} % against lru, at {:.1f}x lru's policy time. `hkv_bip` beside it cut them by "
+        "{:.1f} % and {:.1f} %, with less cached ({:.1f} % against {:.1f} %): `auto`'s median is "
+        "{:.1f} % above `hkv_bip`'s ({:.2f} s against {:.2f} s) and its mean {:.1f} % below "
+        "({:.2f} s against {:.2f} s), its runs {:.2f}-{:.2f} s and `hkv_bip`'s {:.2f}-{:.2f} s.",
+        _1cfa5f7_bip,
+    ),
+    (
+        "{:,} blocks in every run and `auto` spent {:.2f} s more in its policy, yet its median "
+        "wall time came out {:+.1f} % (runs {:.1f}-{:.1f} s; lru's {:.1f}-{:.1f} s, `hkv_lru`'s "
+        "{:.1f}-{:.1f} s): beyond the {:.1f} % either way",
+        _1cfa5f7_s12,
     ),
 ]
 
