@@ -2624,8 +2624,27 @@ def _1cfa5f7_s12() -> tuple[float, ...]:
             *span("hkv_lru"), 100 * band["half_width"])  # fmt: skip
 
 
+def _1cfa5f7_s12_again() -> tuple[float, ...]:
+    """The second engine of the skewed variant at 12 GiB: the same blocks as the first file's,
+    auto's median and mean wall against lru's (%), lru's runs' range."""
+    import statistics
+
+    runs = result("vllm_h200_time_1cfa5f7_s12.json")["runs"]
+    assert {r["loaded_blocks"] for r in runs} == {_1cfa5f7_s12()[0]}
+    walls = {p: [r["wall_s"] for r in runs if r["policy"] == p] for p in ("lru", "hkv_auto")}
+    lru, auto = walls["lru"], walls["hkv_auto"]
+    median = statistics.median(auto) / statistics.median(lru) - 1
+    mean = statistics.mean(auto) / statistics.mean(lru) - 1
+    return 100 * median, 100 * mean, min(lru), max(lru)
+
+
 CLAIMS += [
     *engine_tables(h200_1cfa5f7),
+    (
+        "the same blocks again: `auto`'s median wall time came out {:+.1f} % and its mean "
+        "{:+.1f} % against lru's, lru's own runs {:.1f}-{:.1f} s.",
+        _1cfa5f7_s12_again,
+    ),
     (
         "switch waited for a lead seen over enough references, by {:.1f} % and {:.1f} % and by "
         "{:.1f} % and {:.1f} %. Where the tier",
