@@ -106,15 +106,20 @@ def totals(summary: list[dict], names: list[str]) -> dict[str, dict[str, float]]
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.auto_sampling", description=__doc__.splitlines()[0]
-    )
+def salted_parser(prog: str, doc: str, out: str) -> argparse.ArgumentParser:
+    """The options this bench and `bench.auto_sampling026` share (`out`: the default results
+    file, under data/results/)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--salts", type=int, default=8, help="seeds: 0 (unsalted) to N - 1")
     parser.add_argument("--candidate", action="append", default=[], help="NAME=JSON")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "data/results" / out)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = salted_parser("python -m bench.auto_sampling", __doc__, "auto_sampling.json")
     parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
-    parser.add_argument("--out", type=Path, default=ROOT / "data/results/auto_sampling.json")
     args = parser.parse_args(argv)
     candidates = parse_candidates(parser, args.candidate)
     salts = [0] + [0x5EED0000 + i for i in range(1, args.salts)]

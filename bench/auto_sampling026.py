@@ -15,22 +15,18 @@ made `auto` switch to another leader and back to the first.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from bench.auto_candidates import ANCHOR_CELLS
 from bench.auto_candidates import candidates as parse_candidates
-from bench.auto_sampling import spread
+from bench.auto_sampling import salted_parser, spread
 from hkv.report import save_results
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def salted_key(key: bytes, salt: int) -> bytes:
@@ -78,14 +74,8 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.auto_sampling026", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--salts", type=int, default=8, help="seeds: 0 (unsalted) to N - 1")
-    parser.add_argument("--candidate", action="append", default=[], help="NAME=JSON")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "data/results/auto_sampling_vllm026.json"
+    parser = salted_parser(
+        "python -m bench.auto_sampling026", __doc__, "auto_sampling_vllm026.json"
     )
     args = parser.parse_args(argv)
     candidates = parse_candidates(parser, args.candidate)
