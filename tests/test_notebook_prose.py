@@ -33,7 +33,6 @@ STATED: dict[str, dict[str, str]] = {
     "04_policies": {
         **dict.fromkeys(["0", "1", "2", "5"], "the six-block example's block ids and steps"),
         "512": "BLOCK_TOKENS (parameters cell)",
-        **dict.fromkeys(["1 %", "5 %"], "policies.json's capacities (test_notebooks: mooncake)"),
         **dict.fromkeys(["3", "4", "6", "7", "05", "03", "08"], SECTION),
     },
     "05_predictive": {
