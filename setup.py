@@ -21,7 +21,7 @@ setup(
             sources=[str(NATIVE / name) for name in SOURCES],
             depends=[str(NATIVE / name) for name in ("shadow.h", "leader.h", "worker.h", "adapter.h")],
             # no fused multiply-add: the prefix experts' float priorities must round as Python's
-            extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11"],
+            extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11", "-fvisibility=hidden"],
             optional=True,
         ),
         Extension(

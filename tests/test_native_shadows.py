@@ -491,6 +491,30 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
     assert (fused._keys, fused._metas, fused._worths) == (steps._keys, steps._metas, steps._worths)
 
 
+def test_the_c_registry_of_ids_registers_a_block_again_only_where_its_meta_or_registry_changed():
+    """A request end registers each block's id with its key and meta (`ShadowSet._keep`) once:
+    a block met again with the same meta object is not written again; another meta is; and a
+    new registry (`ShadowSet._prune` replaces both dicts) is filled afresh."""
+    shadows = native.shadows(["lru"], 8)
+    first, second = BlockMeta(16, 0), BlockMeta(16, 16)
+
+    def end(key, meta, keys, metas):
+        shadows.replay_request(([key], [meta]), ([], []), None, keys, metas, None, {}, None)
+
+    keys, metas = {}, {}
+    end(b"k" * 8, first, keys, metas)
+    ((i, key),) = keys.items()
+    assert key == b"k" * 8 and metas == {i: first}
+    keys[i] = "unwritten"  # what a second write would replace
+    end(b"k" * 8, first, keys, metas)
+    assert keys[i] == "unwritten"
+    end(b"k" * 8, second, keys, metas)
+    assert keys[i] == b"k" * 8 and metas[i] is second
+    pruned_keys, pruned_metas = {}, {}
+    end(b"k" * 8, second, pruned_keys, pruned_metas)
+    assert pruned_keys == {i: b"k" * 8} and pruned_metas[i] is second
+
+
 def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
     """`bench.shadow_cost` replays a trace's requests through each default expert's native
     shadow and through all of them, and reports seconds a pass and time a block reference."""

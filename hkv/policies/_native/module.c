@@ -48,6 +48,11 @@ typedef struct {
     hkv_worker *worker;
     int64_t *job_hits;
     Py_ssize_t job_refs; /* its blocks; 0: no result waiting */
+    /* the registry of ids (`replay_request`'s ids_keys, held): each id it has, with the address
+     * of the meta it has for the id (of the key where no metas are kept), which it keeps alive;
+     * a block registered alike already is not registered again */
+    PyObject *registry;
+    hkv_map registered;
 } Shadows;
 
 /* until the deferred replay in flight, if any, is done: every method reads the tiers after it */
@@ -79,6 +84,8 @@ static void Shadows_dealloc(Shadows *self) {
     hkv_request_free(&self->request);
     for (int j = 0; j < self->n_held; j++) Py_DECREF(self->held[j]);
     if (self->worths) hkv_map_free(&self->worth_at);
+    if (self->registry) hkv_map_free(&self->registered);
+    Py_XDECREF(self->registry);
     PyMem_Free(self->worths);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -374,6 +381,33 @@ done:
     return r;
 }
 
+/* block `id` with `obj` (its meta, or its key where no metas are kept) into the registry of ids
+ * `keys` and `metas` (None: not kept), unless registered alike already (the registry remembered
+ * is `keys`; another dict: none is): 0, or -1 with an exception */
+static int register_block(Shadows *self, PyObject *keys, PyObject *metas, uint64_t id,
+                          PyObject *key, PyObject *meta) {
+    if (keys != self->registry) {
+        if (!self->registry && hkv_map_init(&self->registered, 1024) < 0) goto oom;
+        hkv_map_clear(&self->registered);
+        Py_XSETREF(self->registry, Py_NewRef(keys));
+    }
+    int64_t obj = (int64_t)(intptr_t)(metas != Py_None ? meta : key);
+    int64_t *at = hkv_map_get(&self->registered, id);
+    if (at && *at == obj) return 0; /* the same meta object: the registry holds it already */
+    PyObject *i = PyLong_FromUnsignedLongLong(id);
+    int bad = !i || PyDict_SetItem(keys, i, key) < 0 ||
+              (metas != Py_None && PyDict_SetItem(metas, i, meta) < 0);
+    Py_XDECREF(i);
+    if (bad) {
+        hkv_map_del(&self->registered, id, NULL); /* registered no longer known */
+        return -1;
+    }
+    if (hkv_map_put(&self->registered, id, obj) >= 0) return 0;
+oom:
+    PyErr_NoMemory();
+    return -1;
+}
+
 /* a stable sort of `order` (indices) by `positions` */
 static void sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *positions,
                              Py_ssize_t n) {
@@ -505,13 +539,9 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         hkv_block *b = &self->blocks[j];
         b->position = positions[order[j]];
         if (read_block(&reader, key, meta, b) < 0) goto done;
-        if (reg_keys != Py_None) { /* the registry of ids (`ShadowSet._keep`) */
-            PyObject *id = PyLong_FromUnsignedLongLong(b->key);
-            int bad = !id || PyDict_SetItem(reg_keys, id, key) < 0 ||
-                      (reg_metas != Py_None && PyDict_SetItem(reg_metas, id, meta) < 0);
-            Py_XDECREF(id);
-            if (bad) goto done;
-        }
+        /* the registry of ids (`ShadowSet._keep`) */
+        if (reg_keys != Py_None && register_block(self, reg_keys, reg_metas, b->key, key, meta) < 0)
+            goto done;
     }
     if (deferred) {
         if (defer_filled(self, n) == 0) result = Py_NewRef(before);
@@ -732,11 +762,11 @@ static int map_lists(PyObject *d, const hkv_map *m, const char *keys_name, const
     Py_ssize_t n = 0;
     for (size_t i = 0; i < m->cap; i++) {
         if (!m->used[i]) continue;
-        PyObject *key = PyLong_FromUnsignedLongLong(m->keys[i]), *val = NULL;
+        PyObject *key = PyLong_FromUnsignedLongLong(hkv_map_key(m, i)), *val = NULL;
         if (key && vals) {
             double x;
-            memcpy(&x, &m->vals[i], sizeof x);
-            val = as_double ? PyFloat_FromDouble(x) : PyLong_FromLongLong(m->vals[i]);
+            memcpy(&x, &m->slots[i].val, sizeof x);
+            val = as_double ? PyFloat_FromDouble(x) : PyLong_FromLongLong(m->slots[i].val);
         }
         if (!key || (vals && !val)) {
             Py_XDECREF(key);

@@ -457,8 +457,8 @@ static PyObject *seen_lists(const pred_t *p) {
     for (size_t i = 0; i < p->seen.cap; i++) {
         if (!lists[0] || !lists[1] || !lists[2] || !lists[3] || !lists[4]) break;
         if (!p->seen.used[i]) continue;
-        const record_t *r = &p->records[p->seen.vals[i]];
-        PyObject *items[5] = {PyLong_FromUnsignedLongLong(p->seen.keys[i]),
+        const record_t *r = &p->records[p->seen.slots[i].val];
+        PyObject *items[5] = {PyLong_FromUnsignedLongLong(hkv_map_key(&p->seen, i)),
                               PyLong_FromLongLong(r->clock),
                               r->bucket < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(r->bucket),
                               PyLong_FromLongLong(r->count), PyLong_FromLongLong(r->serial)};
@@ -504,8 +504,8 @@ PyObject *hkv_predictive_state(hkv_expert *e) {
     PyObject *pending = PyDict_New();
     for (size_t i = 0; pending && i < p->pending.cap; i++) {
         if (!p->pending.used[i]) continue;
-        PyObject *k = PyLong_FromUnsignedLongLong(p->pending.keys[i]);
-        PyObject *v = PyLong_FromLongLong(p->pending.vals[i]);
+        PyObject *k = PyLong_FromUnsignedLongLong(hkv_map_key(&p->pending, i));
+        PyObject *v = PyLong_FromLongLong(p->pending.slots[i].val);
         if (!k || !v || PyDict_SetItem(pending, k, v) < 0) Py_CLEAR(pending);
         Py_XDECREF(k);
         Py_XDECREF(v);

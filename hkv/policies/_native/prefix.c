@@ -108,8 +108,8 @@ static int halve_counts(prefix_t *p) {
     p->refs_until_halving = p->history_refs;
     if (hkv_map_init(&halved, p->counts.len / 2) < 0) return -1;
     for (size_t i = 0; i < p->counts.cap; i++)
-        if (p->counts.used[i] && p->counts.vals[i] > 1 &&
-            hkv_map_put(&halved, p->counts.keys[i], p->counts.vals[i] >> 1) < 0) {
+        if (p->counts.used[i] && p->counts.slots[i].val > 1 &&
+            hkv_map_put(&halved, hkv_map_key(&p->counts, i), p->counts.slots[i].val >> 1) < 0) {
             hkv_map_free(&halved);
             return -1;
         }

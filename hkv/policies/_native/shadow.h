@@ -20,10 +20,18 @@ typedef struct {
     int32_t modality; /* 0 text, 1 vision, 2 audio (`predictive`'s feature) */
 } hkv_block;
 
-/* ---- u64 -> int64 hash map (open addressing, linear probing, backward-shift delete) ---- */
+/* ---- u64 -> int64 hash map (open addressing, linear probing, backward-shift delete) ----
+ * A slot holds its key mixed (`hkv_mix`, a bijection: every bit of the key moves every bit of
+ * the slot) beside its value, one cache line a probe; its home is the mixed key's low bits, so a
+ * deletion's shift and a growth read it instead of hashing again; the use of each slot is a
+ * byte array (a clear is one memset of a byte a slot). Read a slot's key with `hkv_map_key`. */
 typedef struct {
-    uint64_t *keys;
-    int64_t *vals;
+    uint64_t key; /* hkv_mix(key) */
+    int64_t val;
+} hkv_slot;
+
+typedef struct {
+    hkv_slot *slots;
     uint8_t *used;
     size_t cap; /* a power of two */
     size_t len;
@@ -33,9 +41,46 @@ int hkv_map_init(hkv_map *m, size_t hint); /* 0, or -1 out of memory */
 void hkv_map_free(hkv_map *m);
 void hkv_map_clear(hkv_map *m);
 int hkv_map_copy(hkv_map *dst, const hkv_map *src); /* dst uninitialised: 0, or -1 OOM */
-int64_t *hkv_map_get(const hkv_map *m, uint64_t key); /* the value's slot, NULL if absent */
 int hkv_map_put(hkv_map *m, uint64_t key, int64_t val); /* 1 inserted, 0 overwritten, -1 OOM */
 int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old); /* 1 removed (old set), 0 absent */
+
+/* MurmurHash3's 64-bit finalizer: ids are spread in the engine (a digest's first bytes), but not
+ * always (8-byte big-endian block numbers, as a replay makes them, leave the low bits of an id
+ * zero), and a map whose keys share a slot probes linearly through all of them. */
+static inline uint64_t hkv_mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+/* `hkv_mix`'s inverse (x ^= x >> 33 is its own; the odd multipliers' inverses mod 2^64) */
+static inline uint64_t hkv_unmix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0x9cb4b2f8129337dbull;
+    h ^= h >> 33;
+    h *= 0x4f74430c22a54005ull;
+    h ^= h >> 33;
+    return h;
+}
+
+/* the key of used slot i */
+static inline uint64_t hkv_map_key(const hkv_map *m, size_t i) {
+    return hkv_unmix(m->slots[i].key);
+}
+
+/* the value's slot, NULL if absent (inline: the shadows' hottest call) */
+static inline int64_t *hkv_map_get(const hkv_map *m, uint64_t key) {
+    uint64_t h = hkv_mix(key);
+    size_t mask = m->cap - 1, i = (size_t)h & mask;
+    while (m->used[i]) {
+        if (m->slots[i].key == h) return &m->slots[i].val;
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
 
 /* ---- ordered set: keys in insertion order with a payload, O(1) push/move/delete (a Python
  * dict or OrderedDict of keys: iteration from the front is the oldest first) ---- */

@@ -4,29 +4,14 @@
 
 #include "shadow.h"
 
-/* Every bit of the key moves every bit of the slot (MurmurHash3's 64-bit finalizer): ids are
- * spread in the engine (a digest's first bytes), but not always (8-byte big-endian block numbers,
- * as a replay makes them, leave the low bits of an id zero), and a map whose keys share a slot
- * probes linearly through all of them. */
-static inline size_t slot_of(uint64_t key, size_t mask) {
-    uint64_t h = key;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return (size_t)h & mask;
-}
-
 int hkv_map_init(hkv_map *m, size_t hint) {
     size_t cap = 16;
     while (cap < 2 * hint + 2) cap <<= 1;
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
+    m->slots = malloc(cap * sizeof *m->slots);
     m->used = calloc(cap, 1);
     m->cap = cap;
     m->len = 0;
-    if (!m->keys || !m->vals || !m->used) {
+    if (!m->slots || !m->used) {
         hkv_map_free(m);
         return -1;
     }
@@ -34,27 +19,23 @@ int hkv_map_init(hkv_map *m, size_t hint) {
 }
 
 void hkv_map_free(hkv_map *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     free(m->used);
-    m->keys = NULL;
-    m->vals = NULL;
+    m->slots = NULL;
     m->used = NULL;
     m->cap = m->len = 0;
 }
 
 int hkv_map_copy(hkv_map *dst, const hkv_map *src) {
-    dst->keys = malloc(src->cap * sizeof *dst->keys);
-    dst->vals = malloc(src->cap * sizeof *dst->vals);
+    dst->slots = malloc(src->cap * sizeof *dst->slots);
     dst->used = malloc(src->cap);
     dst->cap = src->cap;
     dst->len = src->len;
-    if (!dst->keys || !dst->vals || !dst->used) {
+    if (!dst->slots || !dst->used) {
         hkv_map_free(dst);
         return -1;
     }
-    memcpy(dst->keys, src->keys, src->cap * sizeof *dst->keys);
-    memcpy(dst->vals, src->vals, src->cap * sizeof *dst->vals);
+    memcpy(dst->slots, src->slots, src->cap * sizeof *dst->slots);
     memcpy(dst->used, src->used, src->cap);
     return 0;
 }
@@ -64,20 +45,17 @@ void hkv_map_clear(hkv_map *m) {
     m->len = 0;
 }
 
-int64_t *hkv_map_get(const hkv_map *m, uint64_t key) {
-    size_t mask = m->cap - 1, i = slot_of(key, mask);
-    while (m->used[i]) {
-        if (m->keys[i] == key) return &m->vals[i];
-        i = (i + 1) & mask;
-    }
-    return NULL;
-}
-
 static int grow(hkv_map *m) {
     hkv_map bigger;
     if (hkv_map_init(&bigger, m->cap) < 0) return -1; /* twice the slots */
     for (size_t i = 0; i < m->cap; i++)
-        if (m->used[i]) hkv_map_put(&bigger, m->keys[i], m->vals[i]);
+        if (m->used[i]) { /* mixed already: its home is its low bits */
+            size_t j = (size_t)m->slots[i].key & (bigger.cap - 1);
+            while (bigger.used[j]) j = (j + 1) & (bigger.cap - 1);
+            bigger.used[j] = 1;
+            bigger.slots[j] = m->slots[i];
+        }
+    bigger.len = m->len;
     hkv_map_free(m);
     *m = bigger;
     return 0;
@@ -85,37 +63,37 @@ static int grow(hkv_map *m) {
 
 int hkv_map_put(hkv_map *m, uint64_t key, int64_t val) {
     if (2 * (m->len + 1) > m->cap && grow(m) < 0) return -1;
-    size_t mask = m->cap - 1, i = slot_of(key, mask);
+    uint64_t h = hkv_mix(key);
+    size_t mask = m->cap - 1, i = (size_t)h & mask;
     while (m->used[i]) {
-        if (m->keys[i] == key) {
-            m->vals[i] = val;
+        if (m->slots[i].key == h) {
+            m->slots[i].val = val;
             return 0;
         }
         i = (i + 1) & mask;
     }
     m->used[i] = 1;
-    m->keys[i] = key;
-    m->vals[i] = val;
+    m->slots[i] = (hkv_slot){h, val};
     m->len++;
     return 1;
 }
 
 int hkv_map_del(hkv_map *m, uint64_t key, int64_t *old) {
-    size_t mask = m->cap - 1, i = slot_of(key, mask);
-    while (m->used[i] && m->keys[i] != key) i = (i + 1) & mask;
+    uint64_t h = hkv_mix(key);
+    size_t mask = m->cap - 1, i = (size_t)h & mask;
+    while (m->used[i] && m->slots[i].key != h) i = (i + 1) & mask;
     if (!m->used[i]) return 0;
-    if (old) *old = m->vals[i];
+    if (old) *old = m->slots[i].val;
     /* backward-shift deletion: no tombstones */
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
         if (!m->used[j]) break;
-        size_t home = slot_of(m->keys[j], mask);
+        size_t home = (size_t)m->slots[j].key & mask;
         /* move j into the hole at i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (stays) continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
+        m->slots[i] = m->slots[j];
         i = j;
     }
     m->used[i] = 0;
