@@ -694,6 +694,34 @@ def test_a_requests_metas_at_once_are_each_blocks_own(ends, params, shared_ones)
     assert sum(any(m is one for one in shared) for m in got) == shared_ones
 
 
+@pytest.mark.parametrize("in_c", [True, False])
+def test_whole_text_blocks_met_before_take_their_shared_metas_in_one_call(monkeypatch, in_c):
+    """`native.text_metas` (C where built, else Python: the same answers) gives each key the
+    shared meta of its position once every end is a whole block within those met, and None
+    otherwise; `block_metas` then returns what `block_meta` gives block by block."""
+    from hkv.integrations.vllm.request import block_meta, block_metas
+    from hkv.policies import native
+
+    if not in_c:
+        monkeypatch.setattr(native, "_shadows", None)
+    elif native._shadows is None:
+        pytest.skip("hkv's C extension is not built here")
+    ctx = ReqContext(req_id="whole")
+    keys = [key(i) for i in range(4)]
+    for k, end in zip(keys, [16, 32, 48, 64], strict=True):
+        ctx.set_offload_key_position(k, end)
+    shared: list = []
+    ends = ctx._offload_key_positions
+    assert native.text_metas(keys, ends, 16, shared) is None  # none met yet
+    first = block_metas(keys, ctx, 16, shared)  # block by block: the shared metas made
+    assert native.text_metas(keys, ends, 16, shared) == first
+    assert all(a is b for a, b in zip(block_metas(keys, ctx, 16, shared), first, strict=True))
+    assert first == [block_meta(k, ctx, 16) for k in keys]
+    for odd in ({**ends, keys[2]: 40}, {**ends, keys[2]: 0}, {**ends, keys[2]: 16 * 9}):
+        assert native.text_metas(keys, odd, 16, shared) is None
+    assert native.text_metas([*keys, key(99)], ends, 16, shared) is None  # no end
+
+
 def test_positions_are_read_from_the_contexts_dictionary_and_agree_with_its_method():
     """`position_getter` reads a request's positions from the dictionary this vLLM's
     `ReqContext` keeps (one C call a key where vLLM hands the policy every key of a request):

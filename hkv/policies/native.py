@@ -88,6 +88,26 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool)
     return noted, (list(filter(chunks.__contains__, keys)) if held else None)
 
 
+def text_metas(keys: list, ends: dict, block_tokens: int, metas: list) -> list | None:
+    """Each key's shared meta of a whole text block, `metas[end // block_tokens - 1]` for its
+    end in `ends` (in C where built); None where a key has no end there, or one that is not a
+    positive multiple of `block_tokens` or past `metas` (the caller works those out)."""
+    if _shadows is not None:
+        return _shadows.text_metas(keys, ends, block_tokens, metas)
+    out = []
+    for key in keys:
+        end = ends.get(key)
+        if (
+            type(end) is not int
+            or end <= 0
+            or end % block_tokens
+            or end // block_tokens > len(metas)
+        ):
+            return None
+        out.append(metas[end // block_tokens - 1])
+    return out
+
+
 def key_ids(keys: list) -> list[int]:
     """`key_bits` of each key (in C where built)."""
     if _shadows is not None:

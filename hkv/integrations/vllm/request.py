@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
+from hkv.policies.native import text_metas as whole_text_metas
 
 MODALITY_PARAM = "hkv_modalities"
 EXPECTED = (
@@ -149,6 +150,11 @@ def block_metas(
     regular = get is not None and _whole(req_context, block_tokens)
     if not regular or request_spans(req_context) is not None:
         return [block_meta(key, req_context, block_tokens) for key in keys]
+    ends = getattr(req_context, "_offload_key_positions", None)
+    if type(ends) is dict and type(keys) is list:  # every block whole and met before: one C call
+        shared = whole_text_metas(keys, ends, block_tokens, text_metas)
+        if shared is not None:
+            return shared
     out = []
     for key in keys:
         end = get(key)

@@ -1,5 +1,6 @@
 /* vLLM adapter helpers: one walk over a request's keys in C where Python would take several
- * (hkv/integrations/vllm/compat026.py; the same results in Python: `native.note_split`). */
+ * (hkv/integrations/vllm/compat026.py and request.py; the same results in Python:
+ * `native.note_split`, `native.text_metas`). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -66,4 +67,40 @@ fail:
     Py_XDECREF(noted_metas);
     Py_XDECREF(resident);
     return NULL;
+}
+
+/* text_metas(keys, ends, block_tokens, metas): each key's shared whole-text-block meta,
+ * metas[end // block_tokens - 1] for its end in dict `ends`, as a new list; None where a key
+ * has no end there, an end that is not a positive multiple of block_tokens, or one past the
+ * metas given (the caller works those out). */
+PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *keys, *ends, *metas;
+    Py_ssize_t block_tokens;
+    if (!PyArg_ParseTuple(args, "O!O!nO!", &PyList_Type, &keys, &PyDict_Type, &ends,
+                          &block_tokens, &PyList_Type, &metas))
+        return NULL;
+    if (block_tokens < 1) {
+        PyErr_Format(PyExc_ValueError, "text_metas: block_tokens %zd; expected >= 1", block_tokens);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), known = PyList_GET_SIZE(metas);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *end = PyDict_GetItemWithError(ends, PyList_GET_ITEM(keys, i));
+        if (!end || !PyLong_CheckExact(end)) goto none; /* (or an error, raised below) */
+        long long at = PyLong_AsLongLong(end);
+        if (at == -1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* beyond 64 bits: the caller's */
+            goto none;
+        }
+        if (at <= 0 || at % block_tokens || at / block_tokens > known) goto none;
+        PyList_SET_ITEM(out, i, Py_NewRef(PyList_GET_ITEM(metas, at / block_tokens - 1)));
+    }
+    return out;
+none:
+    Py_DECREF(out);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
 }

@@ -5,5 +5,6 @@
 #include <Python.h>
 
 PyObject *hkv_note_split(PyObject *module, PyObject *args);
+PyObject *hkv_text_metas(PyObject *module, PyObject *args);
 
 #endif

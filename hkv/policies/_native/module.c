@@ -736,6 +736,9 @@ static PyMethodDef module_methods[] = {
     {"note_split", hkv_note_split, METH_VARARGS,
      "note_split(keys, start, chunks, pending, metas, held): a request's absent keys (from "
      "start) and, if held, its resident ones (native.note_split)"},
+    {"text_metas", hkv_text_metas, METH_VARARGS,
+     "text_metas(keys, ends, block_tokens, metas): each key's metas[end // block_tokens - 1], "
+     "or None where one is not a whole block within them (native.text_metas)"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(columns, threshold): of (keys, metas), those whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
