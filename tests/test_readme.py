@@ -1614,6 +1614,36 @@ CLAIMS += [
 ]
 
 
+def shadow_speedup() -> tuple[Any, ...]:
+    """All nine shadows' microseconds a block reference (fewest, most) in the run before
+    bfd8e41 and now, `shadow_cost_cpu.json`; `auto`'s share of vLLM lru's speed (fewest, most)
+    then and now, `replay_speed_vllm_cpu.json`; the prefix-value experts' nanoseconds a reference
+    (fewest, most) now, each the dearest expert of every cell."""
+    cost, speed = result("shadow_cost_cpu.json"), result("replay_speed_vllm_cpu.json")
+    before, now = cost["previous"]["all_us_per_ref"], [c["all_us_per_ref"] for c in cost["cells"]]
+    assert max(now) < max(before) and min(now) < min(before)  # what the paragraph says moved
+    then = [row["auto"] for row in speed["previous"]["vs_lru_median"].values()]
+    ratios = through_vllm_ratios("auto")
+    prefix = ("cost_aware", "depth_lfu", "depth_lfu_static")
+    ns = [c["experts"][label]["ns_per_ref"] for c in cost["cells"] for label in prefix]
+    for c in cost["cells"]:  # the dearest of each cell is a prefix-value expert
+        assert max(c["experts"], key=lambda label: c["experts"][label]["ns_per_ref"]) in prefix
+    return (min(before), max(before), min(now), max(now), min(then), max(then), min(ratios),
+            max(ratios), min(ns), max(ns))  # fmt: skip
+
+
+CLAIMS += [
+    (
+        "went\nfrom {:.2f}-{:.2f} to {:.2f}-{:.2f} us a block reference (c0aa77c's run, kept "
+        "in the file as\n`previous`), and through vLLM's manager `auto`'s share of vLLM lru's "
+        "speed moved from\n{:.2f}x-{:.2f}x to {:.2f}x-{:.2f}x. The prefix-value experts "
+        "(`cost_aware`, `depth_lfu`,\n`depth_lfu_static`) remain the dearest, at {} to {} ns a "
+        "reference each",
+        shadow_speedup,
+    ),
+]
+
+
 def h200_601309a() -> dict[str, Any]:
     """The engines of hkv 601309a on a second H200 host (`vllm_h200_time_601309a.json`)."""
     return result("vllm_h200_time_601309a.json")
