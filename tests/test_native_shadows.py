@@ -339,7 +339,7 @@ def test_a_native_shadow_handed_to_python_is_its_python_shadow(label, seed, n, c
 @pytest.mark.parametrize("label", sorted(HANDED_OVER))
 @pytest.mark.parametrize(("seed", "n", "capacity"), [(0, 200, 64), (1, 300, 17), (2, 150, 512)])
 def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
-    """`auto`'s switch to a prefix-value or recency expert replays its history in C
+    """`auto`'s switch to a prefix-value, recency or queue expert replays its history in C
     (`rebuilt_in_c`) and hands the state to the Python policy: every field a decision reads is
     what the Python replay leaves, and the two go on deciding alike."""
     from hkv.policies.shadow import rebuilt_in_c
@@ -358,7 +358,7 @@ def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
     for i, request in enumerate(requests[cut:]):
         assert replay_request(native, request) == replay_request(python, request), i
         assert set(native) == set(python), i
-    assert rebuilt_in_c("lru", capacity, requests[:cut], {}) is None  # replayed in Python
+    assert rebuilt_in_c("predictive", capacity, requests[:cut], {}) is None  # never handed over
 
 
 def test_a_switch_holds_the_garbage_collector_off_and_gives_it_back():
