@@ -254,7 +254,9 @@ class AutoPolicy(EvictionPolicy):
         self._metas[key] = meta
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
-        if self._aside:  # the tier's checks, key by key
+        aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
+        full = len(self) + len(keys) > self.capacity_blocks
+        if aside and (full or not aside.keys().isdisjoint(keys)):
             super().insert_each(keys, metas)
             return
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
@@ -389,9 +391,7 @@ class AutoPolicy(EvictionPolicy):
         tier = VllmTier(policy, refuses=False)
         for request in requests:
             tier.store(request)
-        for label, (_, since) in list(self._retired.items()):  # beyond reach: freed
-            if since < history.oldest:
-                del self._retired[label]
+        self._retired = {e: old for e, old in self._retired.items() if old[1] >= history.oldest}
         return tier.policy
 
     def _resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
