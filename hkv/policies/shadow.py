@@ -285,12 +285,10 @@ eighth of `auto`'s shadow time there (Mooncake's trace at 439 blocks, through vL
 HANDED_OVER = frozenset(
     {"arc", "cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru", "lru+st2", "s3fifo"}
 )
-"""The experts a switch rebuilds in C and hands to Python (`rebuilt_in_c`): those for which
-that beats replaying them in Python (`python -m bench.auto_rebuild`,
-data/results/auto_rebuild_cpu.json): every native expert but `predictive`, which a sampled tier
-never shadows (`lru` and `s3fifo` since the C map's slots hold their key, bfd8e41; before, their
-Python replays were about as fast). A full tier's switch hands over every expert's C shadow
-(`ShadowSet.copied`)."""
+"""The experts a switch rebuilds in C and hands to Python (`rebuilt_in_c`), faster than their
+Python replay (`python -m bench.auto_rebuild`, data/results/auto_rebuild_cpu.json): every
+native one but `predictive`, which a sampled tier never shadows (`lru` and `s3fifo` since the C
+map's slots hold their key, bfd8e41). A full tier's switch hands over every C shadow (`copied`)."""
 
 
 def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, worths=None,
