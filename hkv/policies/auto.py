@@ -391,7 +391,7 @@ class AutoPolicy(EvictionPolicy):
         tier = VllmTier(policy, refuses=False)
         for request in requests:
             tier.store(request)
-        self._retired = {e: old for e, old in self._retired.items() if old[1] >= history.oldest}
+        self._retired = {k: v for k, v in self._retired.items() if v[1] >= history.oldest}
         return tier.policy
 
     def _resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
