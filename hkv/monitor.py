@@ -159,11 +159,12 @@ def environment_report() -> dict[str, Any]:
 
 def native_report() -> dict[str, Any]:
     """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), which experts, and
-    which of them lead the tier from C where a switch rebuilds them (`leader.NativeLeader`)."""
+    which of them lead the tier from C inside vLLM (`leader.NativeLeader`: `lip` or `lru` from
+    the start, any of them after a switch that rebuilds or copies it in C)."""
     from hkv.policies import native
-    from hkv.policies.leader import PREFIX_EXPERTS
+    from hkv.policies.leader import LIVE_IN_C
 
-    leaders = sorted(PREFIX_EXPERTS) if native.built() else []
+    leaders = sorted(LIVE_IN_C) if native.built() else []
     return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders,
             "threaded": native.threaded()}  # fmt: skip
 

@@ -114,7 +114,8 @@ def test_doctor_reports_this_machine():
     assert isinstance(out["gpus"], list)
     from hkv.policies import native
 
-    leaders = ["cost_aware", "depth_lfu", "depth_lfu_static"] if native.built() else []
+    leaders = ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru"]
+    leaders = leaders if native.built() else []
     assert out["native_shadows"] == {
         "built": native.built(),
         "experts": sorted(native.LABELS),
@@ -127,7 +128,7 @@ def test_doctor_reports_this_machine():
         off = hkv("doctor", env={"HKV_SHADOW_THREAD": "0"}).stdout
         assert "sampled shadows replay each request on the caller" in off
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
-    assert ("auto's leaders rebuilt in C, kept there: cost_aware" in text) == native.built()
+    assert ("auto's leaders in C inside vLLM: cost_aware" in text) == native.built()
     from hkv.storage import slot_io
 
     assert out["native_disk_io"]["built"] == slot_io.built()

@@ -1,6 +1,6 @@
-"""`NativeLeader` (hkv/policies/leader.py, hkv/policies/_native/leader.c): a prefix-value expert
-running `auto`'s tier from C decides as its Python policy does, call by call, and `auto` with it
-as with a Python leader."""
+"""`NativeLeader` (hkv/policies/leader.py, hkv/policies/_native/leader.c): an expert (prefix-value,
+`lru` or `lip`) running `auto`'s tier from C decides as its Python policy does, call by call, and
+`auto` with it as with a Python leader."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from hkv.blocks import BlockMeta, Modality
 from hkv.policies import make_policy, native
-from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
+from hkv.policies.leader import LIVE_IN_C, PREFIX_EXPERTS, QUEUE_EXPERTS, NativeLeader
 from hkv.policies.shadow import NO_BLOCKS, make_expert
 
 pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
@@ -38,7 +38,7 @@ def chain(rng: random.Random, keys: list, resident: list) -> list:
     return head + [rng.choice(keys) for _ in range(rng.randint(1, 12))]
 
 
-@pytest.mark.parametrize("label", sorted(PREFIX_EXPERTS))
+@pytest.mark.parametrize("label", sorted(LIVE_IN_C))
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
     """Every call the tier makes (admit, insert_each, touch_all, refresh_all, after_request,
@@ -67,10 +67,12 @@ def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
                     continue  # the eviction was refused: nothing stored
             python.insert_each(taken, [metas[k] for k in taken])
             assert leader.insert_each(taken, [metas[k] for k in taken]) == [], step
-        elif op < 0.55:
-            reused = [k for k in dict.fromkeys(request) if k in python]
-            python.after_request([], reused)
-            leader.after_request([], reused)
+        elif op < 0.55:  # a request's end: some of its keys stored, the others reused
+            held_now = [k for k in dict.fromkeys(request) if k in python]
+            stored = [k for k in held_now if rng.random() < 0.4]
+            reused = [k for k in held_now if k not in stored]
+            python.after_request(stored, reused)
+            leader.after_request(stored, reused)
         elif op < 0.7:
             python.touch_all(request)
             leader.touch_all(request)
@@ -214,14 +216,14 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     fields = prefix_fields if label in PREFIX_EXPERTS else queue_fields
     assert fields(rebuilt) == fields(python.policy)
     live = rebuilt_in_c(label, capacity, kept, {}, live=True)
-    assert isinstance(live, NativeLeader) == (label in PREFIX_EXPERTS)
+    assert isinstance(live, NativeLeader) == (label in LIVE_IN_C)
     theirs, ours = VllmTier(python.policy, refuses=False), VllmTier(live, refuses=False)
     for i, request in enumerate(requests[160:]):
         assert replay_request(ours, request) == replay_request(theirs, request), i
         assert set(ours) == set(theirs), i
 
 
-@pytest.mark.parametrize("label", sorted(PREFIX_EXPERTS))
+@pytest.mark.parametrize("label", sorted(LIVE_IN_C))
 def test_a_copied_native_leader_decides_as_the_original_and_apart_from_it(label):
     """`copy.deepcopy` of a `NativeLeader` (a full tier's `auto` copied) clones its expert in C
     (`Shadows.cloned`): from then on the copy hits and holds what the original does, and what

@@ -124,6 +124,28 @@ def test_native_shadow_with_ids_whose_low_bits_are_all_zero(label):
     compare(label, requests, 128)
 
 
+def test_a_vllm_offload_keys_group_is_part_of_its_id_in_c_and_python():
+    """vLLM 0.32's offload key is a block's digest and its KV-cache group (4 big-endian bytes):
+    a hybrid model's groups of one block are separate blocks, so their ids differ (they used to
+    be the digest's first 8 bytes alike, and a live leader in C refused all but one of them);
+    group 0's id stays the digest's, and every other length of key is read as before."""
+    digest = bytes(range(7, 39))
+    keys = [digest + group.to_bytes(4, "big") for group in range(4)]
+    ids = [native.key_bits(k) for k in keys]
+    assert len(set(ids)) == 4 and ids[0] == int.from_bytes(digest[:8], "little")
+    assert ext_ids(keys) == ids
+    others = [digest, digest[:8], digest[:9] + b"\0\0\0\1", b"ab", digest + b"\0\0\0\0\1"]
+    assert [native.key_bits(k) for k in others[:2]] == [ids[0]] * 2
+    assert ext_ids(others) == [native.key_bits(k) for k in others]
+
+
+def ext_ids(keys: list) -> list[int]:
+    """The ids the C extension gives `keys`."""
+    from hkv.policies import _shadows
+
+    return list(_shadows.key_ids(keys))
+
+
 def auto_log(native_shadows: bool, requests: list, capacity: int, sampled: bool = True) -> list:
     """`auto` (sampled unless `sampled` is false) replayed per request: each request's hits,
     leader and switches."""

@@ -12,14 +12,9 @@ from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
 from hkv.policies.history import History
+from hkv.policies.leader import native_first
 from hkv.policies.native import Columns, known, sampled
-from hkv.policies.shadow import (
-    EXPERTS,
-    ShadowSet,
-    make_expert,
-    merged,
-    paused_gc,
-)
+from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged, paused_gc
 from hkv.policies.tier import VllmTier
 
 DEFAULT_EXPERTS = tuple(EXPERTS)
@@ -235,6 +230,8 @@ class AutoPolicy(EvictionPolicy):
         self._live, self._leader = live, self.experts.index(PER_BLOCK_FIRST)
 
     def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
+        if not self._noted and self._shadows.native:  # vLLM pins nothing: lead from C
+            self._live = native_first(self._live, self.leader, self.capacity_blocks)
         self._noted = True
         self._keep(keys, metas)
 

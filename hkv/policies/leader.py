@@ -1,4 +1,4 @@
-"""`NativeLeader`: a prefix-value expert running `auto`'s tier from C.
+"""`NativeLeader`: an expert running `auto`'s tier from C.
 
 A leader `auto` rebuilds in C (`shadow.rebuilt_in_c`) used to be handed to a fresh Python
 policy: a tier's worth of entries made at the switch, and then a Python heap push for every
@@ -6,7 +6,12 @@ block a request reuses, its priority below all others (a chain's priorities decr
 push climbs to the root (1.3-1.5 us a block on the H200 host, against 0.07-0.2 us for the queue
 experts). A prefix-value expert (`cost_aware`, `depth_lfu`, `depth_lfu_static`) now stays in
 C as the live leader: this class is its `EvictionPolicy`, the decisions its Python policy's
-(`PrefixValuePolicy`), which tests/test_native_leader.py checks call by call.
+(`PrefixValuePolicy`), which tests/test_native_leader.py checks call by call. So do the queue
+experts `lru` and `lip` (`QUEUE_EXPERTS`), `auto`'s first leader and the one it most often
+switches to: in Python their queues are C containers already, but each call still makes a
+Python key per block moved, and a switch to one made a tier's worth of `OrderedDict` entries
+(on the vLLM 0.26 stand-in, `bench.adapter_overhead`'s skewed variant at 8 GiB, the leaders'
+own calls were about a quarter of `auto`'s time before they ran here).
 
 Keys: the C side works on 64-bit ids (`native.key_bits`) and keeps each resident id's key; a
 key whose id another resident key has is not resident here and `insert` returns it (refused),
@@ -30,11 +35,15 @@ from hkv.policies.base import EMPTY, EvictionPolicy, Key
 _POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
 
 PREFIX_EXPERTS = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static"})
-"""The experts that run as a `NativeLeader` when rebuilt in C."""
+QUEUE_EXPERTS = frozenset({"lip", "lru"})
+LIVE_IN_C = PREFIX_EXPERTS | QUEUE_EXPERTS
+"""The experts that run as a `NativeLeader` where `auto` leads from C (vLLM notes its misses):
+a switch's rebuild or copy in C, and `lip` or `lru` as the first leader (`native_first`)."""
+_NAMES = {"lip": "bip"}  # their Python policies' names, as `make_expert` makes them
 
 
 class NativeLeader(EvictionPolicy):
-    """Expert `label` (of `PREFIX_EXPERTS`) in C (`leader`, a `_shadows.Leader` of expert 0 of
+    """Expert `label` (of `LIVE_IN_C`) in C (`leader`, a `_shadows.Leader` of expert 0 of
     the native `shadows`, which a copy clones); `value`: cost_aware's `value(meta)` (None for
     the depth experts, whose worth C works out), its memo by shape `worths` shared with the
     shadows'."""
@@ -43,7 +52,8 @@ class NativeLeader(EvictionPolicy):
                  shadows: Any = None):  # fmt: skip
         self.capacity_blocks = capacity_blocks
         self.label = label
-        self.name = "depth_lfu" if label.startswith("depth_lfu") else label
+        self.name = "depth_lfu" if label.startswith("depth_lfu") else _NAMES.get(label, label)
+        self._queue = label in QUEUE_EXPERTS  # reads no meta, admits everything
         self._c = leader
         self._shadows = shadows
         self._value = value
@@ -84,11 +94,17 @@ class NativeLeader(EvictionPolicy):
     def __iter__(self) -> Iterator[Key]:
         return iter(self._c.keys())
 
+    @property
+    def admits_everything(self) -> bool:
+        return self._queue
+
     def admit(self, key: Key, meta: BlockMeta) -> bool:
-        return self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
+        return self._queue or self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
 
     def insert(self, key: Key, meta: BlockMeta) -> bool:
         """Insert `key`; True where it is refused (its id is another resident key's)."""
+        if self._queue:
+            return self._c.insert_one(key, 0, 0, 0.0)
         return self._c.insert_one(key, meta.position, meta.tokens, self._worth(meta))
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[Key]:
@@ -96,6 +112,8 @@ class NativeLeader(EvictionPolicy):
         keys, metas = list(keys), list(metas)
         if len(keys) != len(metas):
             raise ValueError(f"insert_each: {len(keys)} keys, {len(metas)} metas")
+        if self._queue:
+            return self._c.insert(keys, None, None, None)
         worths = None if self._value is None else list(map(self._worth, metas))
         return self._c.insert(keys, list(map(_POSITION, metas)), list(map(_TOKENS, metas)), worths)
 
@@ -115,7 +133,21 @@ class NativeLeader(EvictionPolicy):
         return self._c.evict(n, protected)
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        self._c.after_request(reused if isinstance(reused, list) else list(reused))
+        stored = stored if isinstance(stored, list) or not self._queue else list(stored)
+        self._c.after_request(stored if self._queue else [], _listed(reused))
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"expert": self.label}
+
+
+def _listed(keys: Iterable[Key]) -> list[Key]:
+    return keys if isinstance(keys, list) else list(keys)
+
+
+def native_first(policy: EvictionPolicy, label: str, capacity_blocks: int) -> EvictionPolicy:
+    """`auto`'s first leader, `policy` (expert `label`, holding nothing yet), as a
+    `NativeLeader` where it is one of `QUEUE_EXPERTS` and the extension is built; else itself."""
+    if label not in QUEUE_EXPERTS or len(policy) or capacity_blocks < 1 or not native.built():
+        return policy
+    shadows = native.shadows([label], capacity_blocks)
+    return NativeLeader(label, capacity_blocks, native.leader(shadows, {}), shadows=shadows)

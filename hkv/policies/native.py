@@ -41,11 +41,17 @@ def threaded() -> bool:
 
 def key_bits(key: Key) -> int:
     """64 well-spread bits of a block key, the same in every process for ints and bytes (a
-    vLLM block hash is a digest already: its first 8 bytes)."""
+    vLLM block hash is a digest already: its first 8 bytes). vLLM 0.32's offload key is the
+    digest and its KV-cache group's index in 4 bytes (`make_offload_key`): where the length says
+    so (4 past a multiple of 8), the group is mixed in, or a hybrid model's groups of one block
+    would share an id (group 0's id is the digest's)."""
     if isinstance(key, int):
         return (key * GOLDEN) & MASK
     if isinstance(key, bytes):
-        return int.from_bytes(key[:8], "little")
+        bits = int.from_bytes(key[:8], "little")
+        if len(key) >= 12 and len(key) % 8 == 4:
+            bits ^= (int.from_bytes(key[-4:], "big") * GOLDEN) & MASK
+        return bits
     return (hash(key) * GOLDEN) & MASK
 
 

@@ -20,7 +20,7 @@ from hkv.errors import HkvError
 from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
-from hkv.policies.leader import PREFIX_EXPERTS, NativeLeader
+from hkv.policies.leader import LIVE_IN_C, NativeLeader
 from hkv.policies.native import Columns
 from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
@@ -108,7 +108,7 @@ class ShadowSet:
         """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow
         deep-copied (`memo`: objects shared, not copied), a native one handed to a fresh Python
         policy (the ids it names mapped back by the keys kept: `keys` at construction); with
-        `live`, a native prefix-value one cloned in C and run there, a `leader.NativeLeader`
+        `live`, a native one of `leader.LIVE_IN_C` cloned in C and run there, a `NativeLeader`
         holding only the keys in `held` (unless None), as `rebuilt_in_c(live=True)` leaves one."""
         tier = self.tiers[i]
         if tier is not None:
@@ -116,7 +116,7 @@ class ShadowSet:
         if self._keys is None:
             raise HkvError("ShadowSet.copied: a native shadow needs its keys kept (keys=True)")
         label, j = self._labels[i], self._fast.index(i)
-        if live and label in PREFIX_EXPERTS:
+        if live and label in LIVE_IN_C:
             twin = self._native.cloned(j)
             return NativeLeader(label, self.blocks, ext.leader(twin, self._keys, held),
                                 self._value, self._worths, twin)  # fmt: skip
@@ -301,14 +301,14 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     `replay_request` a request: the merge, the columns and the ids with no Python loop).
     `worths`: a memo of cost_aware's values by shape to share (a `ShadowSet`'s); `held`: the
     keys the tier holds, where only those may stay resident (the prefix-value experts' other
-    entries are not made, as if made and removed); `live`: a prefix-value expert stays in C, as
+    entries are not made, as if made and removed); `live`: one of `leader.LIVE_IN_C` stays in C, as
     a `leader.NativeLeader` (the same decisions)."""
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
     if worths is not None:
         tier._worths = worths
-    live = live and label in PREFIX_EXPERTS
+    live = live and label in LIVE_IN_C
     keys: dict[int, Key] = {}  # each id's key and (last) meta, as the replay met them
     metas: dict[int, BlockMeta] | None = None if live else {}  # (a NativeLeader reads none)
     native, value, memo = tier._native, tier._value, tier._worths

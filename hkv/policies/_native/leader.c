@@ -1,18 +1,21 @@
-/* hkv.policies._shadows.Leader: a prefix-value expert of a `Shadows` run as `auto`'s live
- * leader, on the tier's own keys (hkv/policies/leader.py wraps it as an `EvictionPolicy`).
+/* hkv.policies._shadows.Leader: a prefix-value or queue (lru, lip) expert of a `Shadows` run as
+ * `auto`'s live leader, on the tier's own keys (hkv/policies/leader.py wraps it as an
+ * `EvictionPolicy`).
  *
  *     leader = Leader(shadows, i, keys, held)  # expert i; keys: id -> key; held: None or keys
  *
  * It keeps each resident key by its id and answers for a key only where its id holds that very
  * key: a key whose 64-bit id is another resident key's (a collision)
  * is not resident here, and `insert` refuses it (the caller keeps it outside the leader). Every
- * call makes the decision its Python policy's method makes (`PrefixValuePolicy`). */
+ * call makes the decision its Python policy's method makes (`PrefixValuePolicy`, `LRUPolicy`,
+ * `BIPPolicy` with `bip_every` 0). */
 #include "leader.h"
 
 typedef struct {
     PyObject_HEAD
     PyObject *shadows; /* the `Shadows` holding the expert: kept alive */
     hkv_expert *expert;
+    int queue;         /* a queue expert (`hkv_queue_leader`), else a prefix-value one */
     hkv_map reg;       /* the resident keys: id -> slot of `objs` */
     PyObject **objs;   /* `capacity` slots: each resident key (a reference), else NULL */
     int64_t *free_objs, n_free;
@@ -90,10 +93,13 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
                                      &keys, &held))
         return -1;
     hkv_expert *e = hkv_shadows_expert(shadows, i);
-    hkv_prefix_state st;
+    hkv_prefix_state st = {0};
     if (!e) return -1;
-    if (!hkv_prefix_state_of(e, &st)) {
-        PyErr_SetString(PyExc_ValueError, "Leader: expert i is not a prefix-value expert");
+    int queue = hkv_queue_leader(e);
+    if (queue) st.size = e->ops->size(e);
+    else if (!hkv_prefix_state_of(e, &st)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Leader: expert i is neither a prefix-value expert nor lru or lip");
         return -1;
     }
     if (self->expert) {
@@ -115,7 +121,9 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         Py_INCREF(shadows);
         self->shadows = shadows;
         self->expert = e; /* (from here `dealloc` frees the keys kept) */
-        hkv_prefix_entries(e, ids, seqs, priorities);
+        self->queue = queue;
+        if (queue) hkv_queue_entries(e, ids);
+        else hkv_prefix_entries(e, ids, seqs, priorities);
     }
     for (int64_t j = 0; r == 0 && j < st.size; j++) {
         PyObject *id = PyLong_FromUnsignedLongLong(ids[j]);
@@ -123,6 +131,7 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         int keep = key && (held == Py_None || (r = PySequence_Contains(held, key)) > 0);
         if (!id || (!key && PyErr_Occurred()) || r < 0) r = -1;
         else if (keep) r = reg_add(self, ids[j], key);
+        else if (queue) hkv_queue_remove(e, ids[j]);
         else hkv_prefix_remove(e, ids[j]);
         Py_XDECREF(id);
     }
@@ -165,11 +174,11 @@ static PyObject *Leader_admit(Leader *self, PyObject *args) {
     return r < 0 ? PyErr_NoMemory() : PyBool_FromLong(r);
 }
 
-/* the ids of a list's keys into self->ids, each only where its key is resident here (else
- * left out): how many, or -1 */
-static Py_ssize_t resident_ids(Leader *self, PyObject *keys) {
-    Py_ssize_t n = PyList_GET_SIZE(keys), m = 0;
-    if (reserve(self, n) < 0) return -1;
+/* the ids of a list's keys into self->ids from `at` on, each only where its key is resident
+ * here (else left out): how many, or -1 */
+static Py_ssize_t resident_ids(Leader *self, PyObject *keys, Py_ssize_t at) {
+    Py_ssize_t n = PyList_GET_SIZE(keys), m = at;
+    if (reserve(self, at + n) < 0) return -1;
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *key = PyList_GET_ITEM(keys, j);
         uint64_t bits;
@@ -177,7 +186,7 @@ static Py_ssize_t resident_ids(Leader *self, PyObject *keys) {
         if (r < 0) return -1;
         if (r) self->ids[m++] = bits;
     }
-    return m;
+    return m - at;
 }
 
 /* touch(keys, refresh): `touch_all` (refresh False) or `refresh_all` of a list of keys */
@@ -186,23 +195,26 @@ static PyObject *Leader_touch(Leader *self, PyObject *args) {
     int refresh;
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!p", &PyList_Type, &keys, &refresh))
         return NULL;
-    Py_ssize_t m = resident_ids(self, keys);
+    Py_ssize_t m = resident_ids(self, keys, 0);
     if (m < 0) return NULL;
-    if (hkv_prefix_touch(self->expert, self->ids, m, refresh) < 0) return PyErr_NoMemory();
+    int r = self->queue ? hkv_queue_touch(self->expert, self->ids, m, refresh)
+                        : hkv_prefix_touch(self->expert, self->ids, m, refresh);
+    if (r < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
-/* after_request(reused): `PrefixValuePolicy.after_request` (its `stored` is unread) */
-static PyObject *Leader_after_request(Leader *self, PyObject *reused) {
-    if (ready(self) < 0) return NULL;
-    if (!PyList_Check(reused)) {
-        PyErr_SetString(PyExc_TypeError, "Leader.after_request: expected a list of keys");
+/* after_request(stored, reused): `EvictionPolicy.after_request` (a prefix-value expert's reads
+ * only `reused`), each a list of keys in prefix order */
+static PyObject *Leader_after_request(Leader *self, PyObject *args) {
+    PyObject *stored, *reused;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!O!", &PyList_Type, &stored, &PyList_Type,
+                                             &reused))
         return NULL;
-    }
-    Py_ssize_t m = resident_ids(self, reused);
-    if (m < 0) return NULL;
-    for (Py_ssize_t j = 0; j < m; j++) self->blocks[j] = (hkv_block){.key = self->ids[j]};
-    if (self->expert->ops->after_request(self->expert, NULL, 0, self->blocks, m) < 0)
+    Py_ssize_t ns = self->queue ? resident_ids(self, stored, 0) : 0;
+    Py_ssize_t nr = ns < 0 ? -1 : resident_ids(self, reused, ns);
+    if (nr < 0) return NULL;
+    for (Py_ssize_t j = 0; j < ns + nr; j++) self->blocks[j] = (hkv_block){.key = self->ids[j]};
+    if (self->expert->ops->after_request(self->expert, self->blocks, ns, self->blocks + ns, nr) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -212,8 +224,8 @@ static int block_at(Leader *self, Py_ssize_t j, PyObject *key, PyObject *positio
                     PyObject *tokens, PyObject *worths) {
     hkv_block *b = &self->blocks[j];
     if (hkv_key_bits(key, &b->key) < 0) return -1;
-    b->position = PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
-    b->tokens = PyLong_AsLongLong(PyList_GET_ITEM(tokens, j));
+    b->position = positions == Py_None ? 0 : PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
+    b->tokens = tokens == Py_None ? 0 : PyLong_AsLongLong(PyList_GET_ITEM(tokens, j));
     b->worth = worths == Py_None ? 0.0 : PyFloat_AsDouble(PyList_GET_ITEM(worths, j));
     return PyErr_Occurred() ? -1 : 0;
 }
@@ -233,19 +245,22 @@ static int insertable(Leader *self, PyObject *keys, Py_ssize_t j) {
 }
 
 /* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
- * for those whose id another resident key (or an earlier key of the list) has, returned.
+ * for those whose id another resident key (or an earlier key of the list) has, returned
+ * (positions, tokens and worths may be None: a queue expert reads none of them).
  * Nothing is inserted where a key is resident already (KeyError) or there is no room for
  * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
 static PyObject *Leader_insert(Leader *self, PyObject *args) {
     PyObject *keys, *positions, *tokens, *worths;
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &keys, &PyList_Type,
-                                             &positions, &PyList_Type, &tokens, &worths))
+    if (ready(self) < 0 ||
+        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &positions, &tokens, &worths))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (PyList_GET_SIZE(positions) != n || PyList_GET_SIZE(tokens) != n ||
-        (worths != Py_None && (!PyList_Check(worths) || PyList_GET_SIZE(worths) != n))) {
-        PyErr_SetString(PyExc_ValueError, "Leader.insert: keys, positions, tokens and worths "
-                                          "must be lists of one length (worths may be None)");
+    PyObject *columns[3] = {positions, tokens, worths};
+    for (int c = 0; c < 3; c++) {
+        if (columns[c] == Py_None || (PyList_Check(columns[c]) && PyList_GET_SIZE(columns[c]) == n))
+            continue;
+        PyErr_SetString(PyExc_ValueError, "Leader.insert: positions, tokens and worths must be "
+                                          "lists as long as keys, or None");
         return NULL;
     }
     if (reserve(self, n) < 0) return NULL;
@@ -321,7 +336,7 @@ static int guard(void *ctx, uint64_t bits) {
     return PySequence_Contains(g->protected, g->self->objs[*slot]);
 }
 
-/* evict(n, protected) -> keys | None: `PriorityPolicy.evict` (no block is pinned where `auto`
+/* evict(n, protected) -> keys | None: `PriorityPolicy.evict`, `QueuePolicy.evict` (no block is pinned where `auto`
  * runs a leader here: vLLM never pins, and hkv's block manager reports no request's end) */
 static PyObject *Leader_evict(Leader *self, PyObject *args) {
     Py_ssize_t n;
@@ -329,23 +344,27 @@ static PyObject *Leader_evict(Leader *self, PyObject *args) {
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "nO", &n, &protected)) return NULL;
     if (n <= 0) return PyList_New(0);
     guard_ctx g = {self, protected};
-    const hkv_item *victims;
-    int r = hkv_prefix_evict_where(self->expert, n, guard, &g, &victims);
+    const hkv_item *victims = NULL;
+    if (self->queue && reserve(self, n) < 0) return NULL;
+    int r = self->queue ? hkv_queue_evict_where(self->expert, n, guard, &g, self->ids)
+                        : hkv_prefix_evict_where(self->expert, n, guard, &g, &victims);
     if (r < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     if (r == 0) Py_RETURN_NONE;
     PyObject *out = PyList_New(n);
     if (!out) return NULL; /* (the victims are gone from the expert: their keys stay here) */
-    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(out, j, reg_pop(self, victims[j].key));
+    for (Py_ssize_t j = 0; j < n; j++)
+        PyList_SET_ITEM(out, j, reg_pop(self, self->queue ? self->ids[j] : victims[j].key));
     return out;
 }
 
-/* remove(key) -> bool: `PriorityPolicy.remove` (False where it is not resident) */
+/* remove(key) -> bool: `PriorityPolicy.remove`, `QueuePolicy.remove` (False where it is not resident) */
 static PyObject *Leader_remove(Leader *self, PyObject *key) {
     uint64_t bits;
     if (ready(self) < 0 || hkv_key_bits(key, &bits) < 0) return NULL;
     int r = resident(self, key, bits);
     if (r > 0) {
-        hkv_prefix_remove(self->expert, bits);
+        if (self->queue) hkv_queue_remove(self->expert, bits);
+        else hkv_prefix_remove(self->expert, bits);
         Py_DECREF(reg_pop(self, bits));
     }
     return r < 0 ? NULL : PyBool_FromLong(r);
@@ -374,8 +393,8 @@ static PyMethodDef Leader_methods[] = {
      "evict(n, protected) -> keys or None: the n lowest evictable keys, forgotten"},
     {"touch", (PyCFunction)Leader_touch, METH_VARARGS,
      "touch(keys, refresh): touch_all (refresh False) or refresh_all of the resident keys"},
-    {"after_request", (PyCFunction)Leader_after_request, METH_O,
-     "after_request(reused): the request's resident reused keys touched as one request"},
+    {"after_request", (PyCFunction)Leader_after_request, METH_VARARGS,
+     "after_request(stored, reused): the request's end, as `EvictionPolicy.after_request`"},
     {"remove", (PyCFunction)Leader_remove, METH_O, "remove(key) -> bool: forget a key"},
     {NULL, NULL, 0, NULL},
 };
@@ -389,7 +408,8 @@ static PyTypeObject LeaderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hkv.policies._shadows.Leader",
     .tp_basicsize = sizeof(Leader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Leader(shadows, i, keys, held): prefix-value expert i of a Shadows, run on keys",
+    .tp_doc = "Leader(shadows, i, keys, held): expert i of a Shadows (prefix-value, lru or lip), "
+              "run on keys",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Leader_init,
     .tp_dealloc = (destructor)Leader_dealloc,

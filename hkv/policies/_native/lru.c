@@ -222,3 +222,103 @@ int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, doub
     names[1] = "warm";
     return 2;
 }
+
+/* ---- lru and lip run as `auto`'s live leader (leader.c): the calls `QueuePolicy` makes ---- */
+int hkv_queue_leader(const hkv_expert *e) { return e->ops == &LRU_OPS || e->ops == &LIP_OPS; }
+
+/* the queues of an expert of `hkv_queue_leader`, in eviction order: lru's one from its front;
+ * lip's cold one from its back (newest first), then its warm one from the front */
+static int leader_queues(hkv_expert *e, hkv_oset **sets, int *backwards) {
+    if (e->ops == &LRU_OPS) {
+        sets[0] = &((lru_t *)e)->order;
+        backwards[0] = 0;
+        return 1;
+    }
+    sets[0] = &((lip_t *)e)->cold;
+    sets[1] = &((lip_t *)e)->warm;
+    backwards[0] = 1;
+    backwards[1] = 0;
+    return 2;
+}
+
+int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys) {
+    hkv_oset *sets[2];
+    int backwards[2], n = leader_queues(e, sets, backwards);
+    int64_t got = 0;
+    for (int q = 0; q < n; q++)
+        for (int32_t i = sets[q]->head; i >= 0; i = sets[q]->nodes[i].next)
+            keys[got++] = sets[q]->nodes[i].key;
+    return got;
+}
+
+int hkv_queue_remove(hkv_expert *e, uint64_t key) {
+    hkv_oset *sets[2];
+    int backwards[2], n = leader_queues(e, sets, backwards);
+    for (int q = 0; q < n; q++)
+        if (hkv_oset_del(sets[q], key, NULL)) return 1;
+    return 0;
+}
+
+/* lru: `touch_all` and `refresh_all` alike (each resident key to the recent end, in order);
+ * lip: `DIPPolicy.touch_all`, or its `refresh_all` (warm keys to the recent end in order, cold
+ * ones to the newest end in the reverse order) */
+int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh) {
+    if (e->ops == &LRU_OPS) {
+        for (int64_t i = 0; i < n; i++) hkv_oset_move_to_end(&((lru_t *)e)->order, keys[i]);
+        return 0;
+    }
+    lip_t *p = (lip_t *)e;
+    if (!refresh) {
+        for (int64_t i = 0; i < n; i++)
+            if (lip_touch(p, keys[i]) < 0) return -1;
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) hkv_oset_move_to_end(&p->warm, keys[i]);
+    for (int64_t i = n; i-- > 0;) hkv_oset_move_to_end(&p->cold, keys[i]);
+    return 0;
+}
+
+int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
+                          uint64_t *victims) {
+    hkv_oset *sets[2];
+    int backwards[2], nq = leader_queues(e, sets, backwards);
+    int32_t *picks = malloc((size_t)(n > 0 ? n : 1) * sizeof *picks);
+    int64_t got = 0, ends[2] = {0, 0};
+    if (!picks) return -1;
+    for (int q = 0; q < nq && got < n; q++) {
+        const hkv_oset *s = sets[q];
+        for (int32_t i = backwards[q] ? s->tail : s->head; i >= 0 && got < n;
+             i = backwards[q] ? s->nodes[i].prev : s->nodes[i].next) {
+            int g = guard(ctx, s->nodes[i].key);
+            if (g < 0) {
+                free(picks);
+                return -1;
+            }
+            if (!g) picks[got++] = i;
+        }
+        ends[q] = got;
+    }
+    int done = got == n;
+    for (int q = 0, j = 0; done && q < nq; q++)
+        for (; j < ends[q]; j++) {
+            victims[j] = sets[q]->nodes[picks[j]].key;
+            hkv_oset_del_node(sets[q], picks[j]);
+        }
+    free(picks);
+    return done;
+}
+
+hkv_expert *hkv_queue_clone(hkv_expert *e) {
+    hkv_expert *twin = e->ops == &LRU_OPS ? hkv_lru_new(e->capacity) : hkv_lip_new(e->capacity);
+    hkv_oset *sets[2], *copies[2];
+    int backwards[2], n = leader_queues(e, sets, backwards);
+    if (!twin) return NULL;
+    leader_queues(twin, copies, backwards);
+    for (int q = 0; q < n; q++)
+        for (int32_t i = sets[q]->head; i >= 0; i = sets[q]->nodes[i].next)
+            if (hkv_oset_push_back(copies[q], sets[q]->nodes[i].key, sets[q]->nodes[i].val) < 0) {
+                twin->ops->destroy(twin);
+                return NULL;
+            }
+    return twin;
+}

@@ -614,13 +614,16 @@ int hkv_key_bits(PyObject *key, uint64_t *bits) {
         Py_ssize_t n = PyBytes_GET_SIZE(key);
         uint64_t v = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        if (n >= 8) { /* the loop's value in one load */
+        if (n >= 8) /* the loop's value in one load */
             memcpy(&v, data, sizeof v);
-            *bits = v;
-            return 0;
-        }
+        else
 #endif
-        for (Py_ssize_t i = (n < 8 ? n : 8) - 1; i >= 0; i--) v = (v << 8) | data[i];
+            for (Py_ssize_t i = (n < 8 ? n : 8) - 1; i >= 0; i--) v = (v << 8) | data[i];
+        if (n >= 12 && n % 8 == 4) { /* a digest and a KV-cache group (vLLM's offload key) */
+            const unsigned char *g = data + n - 4;
+            uint64_t group = ((uint64_t)g[0] << 24) | ((uint64_t)g[1] << 16) | (g[2] << 8) | g[3];
+            v ^= group * 0x9E3779B97F4A7C15ULL;
+        }
         *bits = v;
         return 0;
     }
@@ -834,22 +837,24 @@ static int expert_arg(Shadows *self, PyObject *args, const char *method, Py_ssiz
     return -1;
 }
 
-/* cloned(i): a new Shadows of one tier, a copy of prefix-value expert i (its state alone: the
- * tier's blocks aside are not copied), which a full tier's switch runs as its live leader
- * (`ShadowSet.copied`) while expert i goes on as the shadow */
+/* cloned(i): a new Shadows of one tier, a copy of expert i, prefix-value, lru or lip (its
+ * state alone: the tier's blocks aside are not copied), which a full tier's switch runs as its
+ * live leader (`ShadowSet.copied`) while expert i goes on as the shadow */
 static PyObject *Shadows_cloned(Shadows *self, PyObject *args) {
     Py_ssize_t i;
     if (expert_arg(self, args, "cloned", &i) < 0) return NULL;
     hkv_expert *e = self->tiers[i].expert;
     hkv_prefix_state st;
-    if (!hkv_prefix_state_of(e, &st)) {
-        PyErr_SetString(PyExc_ValueError, "Shadows.cloned: expert i is not a prefix-value expert");
+    int queue = hkv_queue_leader(e);
+    if (!queue && !hkv_prefix_state_of(e, &st)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Shadows.cloned: expert i is neither a prefix-value expert nor lru or lip");
         return NULL;
     }
     Shadows *twin = (Shadows *)ShadowsType.tp_alloc(&ShadowsType, 0); /* zeroed */
     if (!twin) return NULL;
     twin->tiers = PyMem_Calloc(1, sizeof(hkv_tier));
-    hkv_expert *copy = twin->tiers ? hkv_prefix_clone(e) : NULL;
+    hkv_expert *copy = !twin->tiers ? NULL : queue ? hkv_queue_clone(e) : hkv_prefix_clone(e);
     if (!copy || hkv_tier_init(&twin->tiers[0], copy) < 0) {
         if (copy) copy->ops->destroy(copy);
         Py_DECREF(twin);
@@ -961,7 +966,7 @@ static PyMethodDef Shadows_methods[] = {
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
     {"cloned", (PyCFunction)Shadows_cloned, METH_VARARGS,
-     "cloned(i): a Shadows of one tier, a copy of prefix-value expert i"},
+     "cloned(i): a Shadows of one tier, a copy of expert i (prefix-value, lru or lip)"},
     {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
      "queues_state(i): expert i's queues, name -> (key ids front first, values), and arc's "
      "target, if it is a queue expert (lru, lip, lru+st2, arc, s3fifo), else None"},

@@ -213,6 +213,19 @@ int hkv_prefix_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64
 int hkv_prefix_remove(hkv_expert *e, uint64_t key);
 int hkv_prefix_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
 
+/* lru and lip run as `auto`'s live leader (leader.c), as `QueuePolicy` runs them: whether `e`
+ * is one; its resident keys into `keys` (room for its size), how many; `remove`: 1 removed, 0
+ * absent; `touch_all` (refresh 0) or `refresh_all` (1): 0, or -1 OOM; `evict` with a protection
+ * test, as `hkv_prefix_evict_where`, its victims in eviction order into `victims` (room for n);
+ * a deep copy deciding alike (NULL out of memory). */
+int hkv_queue_leader(const hkv_expert *e);
+int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys);
+int hkv_queue_remove(hkv_expert *e, uint64_t key);
+int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
+int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
+                          uint64_t *victims);
+hkv_expert *hkv_queue_clone(hkv_expert *e);
+
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
     hkv_expert *expert;
