@@ -253,3 +253,61 @@ def test_a_copied_native_leader_decides_as_the_original_and_apart_from_it(label)
     assert set(leader) == held  # one told, the other not
     with pytest.raises(Exception, match="cannot be copied"):
         copy.deepcopy(pair(label, capacity)[1])  # made without its shadows
+
+
+@pytest.mark.parametrize("label", sorted(QUEUE_EXPERTS))
+def test_autos_first_leader_runs_in_c_once_misses_are_noted(label):
+    """Inside vLLM (misses noted, nothing pinned) `auto`'s first leader, `lip` or `lru`, runs
+    from C from the first request on; with Python shadows, or where no miss is noted (hkv's
+    replay, which may pin), it stays the Python policy."""
+    m = BlockMeta(tokens=TOKENS, position=0)
+    for native_shadows, noted in ((True, True), (False, True), (True, False)):
+        auto = make_policy("auto", 64, first=label, native=native_shadows)
+        if noted:
+            auto.note_misses([1], [m])
+        auto.insert(1, m)
+        assert isinstance(auto._live, NativeLeader) == (native_shadows and noted)
+        assert auto.leader == label and auto.admits_now == noted and 1 in auto
+
+
+@pytest.mark.parametrize("label", sorted(LIVE_IN_C))
+def test_a_leader_built_from_the_keys_held_is_the_one_built_from_the_registry(label):
+    """A switch's rebuild gives its `NativeLeader` the tier's held keys (`keys` None): each
+    resident id's key is the held key with that id, the others are removed, as with a registry
+    of ids; `missing` names the held keys it does not hold, and `held_aside` keeps them aside
+    (None for a leader holding a key the tier does not, which the caller then removes)."""
+    from hkv.policies.leader import held_aside
+    from hkv.policies.tier import VllmTier, replay_request
+    from tests.test_native_shadows import sessions
+
+    capacity = 60
+    requests = sessions(4, 200)
+    built = []
+    for registry in (True, False):
+        shadows = native.shadows([label], capacity)
+        keys = {}
+        tier = VllmTier(NativeLeader(label, capacity, native.leader(shadows, {}), shadows=shadows))
+        for request in requests[:150]:
+            replay_request(tier, request)
+            keys.update((native.key_bits(k), k) for k, _ in request)
+        held = {k: m for request in requests[100:150] for k, m in request}
+        held = dict(list(held.items())[::2])
+        c = native.leader(shadows, keys if registry else None, held)
+        built.append((sorted(c.keys(), key=repr), c.missing(held)))
+        leader = NativeLeader(label, capacity, c, shadows=shadows)
+        aside = held_aside(leader, held)
+        assert aside is not None and set(aside) == set(held) - set(leader)
+    assert built[0] == built[1] and built[0][0]
+    extra = next(k for request in requests[150:] for k, _ in request if k not in held)
+    leader.insert(extra, BlockMeta(tokens=TOKENS, position=0))
+    assert held_aside(leader, held) is None
+
+
+def test_a_leader_built_from_the_keys_held_takes_the_later_of_two_keys_with_one_id():
+    m = BlockMeta(tokens=TOKENS, position=0)
+    first, twin = b"12345678" + b"a" * 24, b"12345678" + b"b" * 24
+    shadows = native.shadows(["lru"], 8)
+    NativeLeader("lru", 8, native.leader(shadows, {}), shadows=shadows).insert(first, m)
+    assert native.leader(shadows, None, {first: m, twin: m}).keys() == [twin]
+    with pytest.raises(TypeError, match="held a dict"):
+        native.leader(shadows, None, [first])

@@ -12,7 +12,7 @@ from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
 from hkv.policies.history import History
-from hkv.policies.leader import native_first
+from hkv.policies.leader import held_aside, native_first
 from hkv.policies.native import Columns, known, sampled
 from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged, paused_gc
 from hkv.policies.tier import VllmTier
@@ -347,7 +347,7 @@ class AutoPolicy(EvictionPolicy):
 
     def _switch(self, best: int) -> None:
         """The tier is run from now on by a copy of expert `best`'s shadow (sampled shadows: by
-        the expert replayed over the last requests), fitted to the tier; a prefix-value one in C
+        the expert replayed over the last requests), fitted to the tier; one of `LIVE_IN_C` in C
         where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
         with paused_gc():  # thousands of new objects, no cycle among them
             if self._sampled:
@@ -355,11 +355,14 @@ class AutoPolicy(EvictionPolicy):
             else:
                 memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
                 live = self._shadows.copied(best, memo, live=self._noted, held=self._metas)
-            held, resident = self._metas, list(live)
-            for key in [key for key in resident if key not in held]:
-                live.remove(key)
-            kept = held.keys() & resident  # what `live` holds now, as a set
-            self._aside = {key: meta for key, meta in held.items() if key not in kept}
+            held = self._metas
+            self._aside = held_aside(live, held)  # in C, for a NativeLeader of held keys only
+            if self._aside is None:
+                resident = list(live)
+                for key in [key for key in resident if key not in held]:
+                    live.remove(key)
+                kept = held.keys() & resident  # what `live` holds now, as a set
+                self._aside = {key: meta for key, meta in held.items() if key not in kept}
         self._live, self._leader = live, best
         self.switches += 1
 

@@ -144,6 +144,18 @@ def _listed(keys: Iterable[Key]) -> list[Key]:
     return keys if isinstance(keys, list) else list(keys)
 
 
+def held_aside(live: EvictionPolicy, held: dict[Key, BlockMeta]) -> dict | None:
+    """What `auto` keeps aside after a switch to `live`: the keys of `held` it does not hold,
+    with their metas, found in C where `live` is a `NativeLeader` that holds only keys of `held`
+    (as one built with `held` does); None otherwise (the caller works it out)."""
+    if not isinstance(live, NativeLeader):
+        return None
+    missing = live._c.missing(held)
+    if len(live) + len(missing) != len(held):  # it holds keys `held` has not (a resumed one)
+        return None
+    return {key: held[key] for key in missing}
+
+
 def native_first(policy: EvictionPolicy, label: str, capacity_blocks: int) -> EvictionPolicy:
     """`auto`'s first leader, `policy` (expert `label`, holding nothing yet), as a
     `NativeLeader` where it is one of `QUEUE_EXPERTS` and the extension is built; else itself."""

@@ -126,7 +126,8 @@ def shadows(labels, capacity_blocks: int):
     return _shadows.Shadows(tuple(labels), capacity_blocks)
 
 
-def leader(shadows, keys: dict, held=None, i: int = 0):
-    """Prefix-value expert `i` of native `shadows`, run on the tier's keys (`_shadows.Leader`):
-    `keys` maps each id it may hold to its key; only those in `held` (unless None) stay."""
+def leader(shadows, keys: dict | None, held=None, i: int = 0):
+    """Expert `i` of native `shadows` (prefix-value, `lru` or `lip`), run on the tier's keys
+    (`_shadows.Leader`): `keys` maps each id it may hold to its key; only those in `held`
+    (unless None) stay. `keys` None: each id's key is the key of dict `held` with that id."""
     return _shadows.Leader(shadows, i, keys, held)

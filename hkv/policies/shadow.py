@@ -309,8 +309,10 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     if worths is not None:
         tier._worths = worths
     live = live and label in LIVE_IN_C
-    keys: dict[int, Key] = {}  # each id's key and (last) meta, as the replay met them
-    metas: dict[int, BlockMeta] | None = None if live else {}  # (a NativeLeader reads none)
+    # each id's key and (last) meta, as the replay met them; a NativeLeader reads no meta, and
+    # one held to `held` (a dict) takes each id's key from there: no registry of ids to fill
+    keys: dict[int, Key] | None = None if live and isinstance(held, dict) else {}
+    metas: dict[int, BlockMeta] | None = None if live else {}
     native, value, memo = tier._native, tier._value, tier._worths
     for request in requests:
         if isinstance(request, tuple):

@@ -83,15 +83,38 @@ static void Leader_dealloc(Leader *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* the keys of dict `held` by id into `by_id` (id -> index in *objs, borrowed: `held` must
+ * outlive their use; of two keys with one id, the later): 0, or -1 with an exception */
+static int held_ids(PyObject *held, hkv_map *by_id, PyObject ***objs) {
+    Py_ssize_t pos = 0, n = 0;
+    PyObject *key, *value;
+    *objs = PyMem_Malloc((size_t)(PyDict_GET_SIZE(held) + 1) * sizeof **objs);
+    if (!*objs || hkv_map_init(by_id, (size_t)PyDict_GET_SIZE(held) + 1) < 0) goto oom;
+    while (PyDict_Next(held, &pos, &key, &value)) {
+        uint64_t bits;
+        if (hkv_key_bits(key, &bits) < 0) return -1;
+        (*objs)[n] = key;
+        if (hkv_map_put(by_id, bits, n++) < 0) goto oom;
+    }
+    return 0;
+oom:
+    PyErr_NoMemory();
+    return -1;
+}
+
 /* Leader(shadows, i, keys, held): the resident entries whose id `keys` maps to a key (in
- * `held`, unless it is None) stay; the others are removed, as `handed_over(held=...)` does */
+ * `held`, unless it is None) stay; the others are removed, as `handed_over(held=...)` does.
+ * `keys` None: each id's key is the key of dict `held` with that id (none left: removed). */
 static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"shadows", "i", "keys", "held", NULL};
     PyObject *shadows, *keys, *held;
     Py_ssize_t i;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO!O", kwlist, &shadows, &i, &PyDict_Type,
-                                     &keys, &held))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOO", kwlist, &shadows, &i, &keys, &held))
         return -1;
+    if (keys == Py_None ? !PyDict_Check(held) : !PyDict_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "Leader: keys must be a dict, or None with held a dict");
+        return -1;
+    }
     hkv_expert *e = hkv_shadows_expert(shadows, i);
     hkv_prefix_state st = {0};
     if (!e) return -1;
@@ -113,6 +136,9 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     int64_t *seqs = PyMem_Malloc((size_t)n * sizeof *seqs);
     double *priorities = PyMem_Malloc((size_t)n * sizeof *priorities);
     int r = -1;
+    hkv_map by_id = {0};
+    PyObject **held_keys = NULL;
+    if (keys == Py_None && held_ids(held, &by_id, &held_keys) < 0) goto done;
     if (self->objs && self->free_objs && ids && seqs && priorities &&
         hkv_map_init(&self->batch, 64) == 0 && hkv_map_init(&self->reg, (size_t)cap + 1) == 0) {
         r = 0;
@@ -125,7 +151,13 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         if (queue) hkv_queue_entries(e, ids);
         else hkv_prefix_entries(e, ids, seqs, priorities);
     }
-    for (int64_t j = 0; r == 0 && j < st.size; j++) {
+    for (int64_t j = 0; r == 0 && keys == Py_None && j < st.size; j++) {
+        int64_t *at = hkv_map_get(&by_id, ids[j]);
+        if (at) r = reg_add(self, ids[j], held_keys[*at]);
+        else if (queue) hkv_queue_remove(e, ids[j]);
+        else hkv_prefix_remove(e, ids[j]);
+    }
+    for (int64_t j = 0; r == 0 && keys != Py_None && j < st.size; j++) {
         PyObject *id = PyLong_FromUnsignedLongLong(ids[j]);
         PyObject *key = id ? PyDict_GetItemWithError(keys, id) : NULL;
         int keep = key && (held == Py_None || (r = PySequence_Contains(held, key)) > 0);
@@ -135,6 +167,9 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         else hkv_prefix_remove(e, ids[j]);
         Py_XDECREF(id);
     }
+done:
+    if (by_id.slots) hkv_map_free(&by_id);
+    PyMem_Free(held_keys);
     PyMem_Free(ids);
     PyMem_Free(seqs);
     PyMem_Free(priorities);
@@ -370,6 +405,22 @@ static PyObject *Leader_remove(Leader *self, PyObject *key) {
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
+/* missing(keys) -> list: those of an iterable of keys (a dict: its keys) not resident here, in
+ * its order */
+static PyObject *Leader_missing(Leader *self, PyObject *keys) {
+    if (ready(self) < 0) return NULL;
+    PyObject *it = PyObject_GetIter(keys), *key, *out = it ? PyList_New(0) : NULL;
+    while (out && (key = PyIter_Next(it))) {
+        uint64_t bits;
+        int r = hkv_key_bits(key, &bits) < 0 ? -1 : resident(self, key, bits);
+        if (r < 0 || (!r && PyList_Append(out, key) < 0)) Py_CLEAR(out);
+        Py_DECREF(key);
+    }
+    Py_XDECREF(it);
+    if (out && PyErr_Occurred()) Py_CLEAR(out);
+    return out;
+}
+
 /* keys() -> list: the resident keys, in no promised order */
 static PyObject *Leader_keys(Leader *self, PyObject *unused) {
     (void)unused;
@@ -389,6 +440,8 @@ static PyMethodDef Leader_methods[] = {
     {"insert_one", (PyCFunction)Leader_insert_one, METH_VARARGS,
      "insert_one(key, position, tokens, worth) -> refused: insert one key (True: refused)"},
     {"keys", (PyCFunction)Leader_keys, METH_NOARGS, "keys() -> list: the resident keys"},
+    {"missing", (PyCFunction)Leader_missing, METH_O,
+     "missing(keys) -> list: those of the keys not resident, in order"},
     {"evict", (PyCFunction)Leader_evict, METH_VARARGS,
      "evict(n, protected) -> keys or None: the n lowest evictable keys, forgotten"},
     {"touch", (PyCFunction)Leader_touch, METH_VARARGS,
