@@ -662,6 +662,41 @@ def test_vllm_026_auto_decisions_match_the_recorded_reference(case, native):
     assert digests == RECORDED_026_AUTO[case]
 
 
+def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisions_moved():
+    """`bench.adapter_cells`: a cell is `GIB:POPULARITY` (a clear error otherwise); a tree's
+    runs fold into each policy's times, ratios to lru026 (median) and digests, and the report
+    line says each ratio, the earlier one beside it, and whether every eviction was the same."""
+    import argparse
+
+    from bench import adapter_cells
+    from hkv.report import bench_vllm_auto
+
+    assert adapter_cells.cell("8:1") == (8.0, 1.0)
+    for bad in ("8", "a:1", "0:0", "8:-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="cell"):
+            adapter_cells.cell(bad)
+
+    def run(lru026: float, auto: float, digest: str) -> dict:
+        return {"lru026": {"us_per_request_net": lru026, "evictions_sha256": "a"},
+                "hkv_auto": {"us_per_request_net": auto, "evictions_sha256": digest,
+                             "leaders": ["lip"]}}  # fmt: skip
+
+    policies = ["lru026", "hkv_auto"]
+    this = adapter_cells.summarised([run(400, 440, "b"), run(500, 450, "b"), run(400, 400, "b")],
+                                    policies)  # fmt: skip
+    assert this["hkv_auto"]["ratio_to_lru026"] == [1.1, 0.9, 1.0]
+    assert this["hkv_auto"]["median_ratio_to_lru026"] == 1.0 and this["hkv_auto"]["leaders"]
+    before = adapter_cells.summarised([run(400, 600, "b")], policies)
+    moved = adapter_cells.summarised([run(400, 600, "c")], policies)
+    cells = [{"cpu_gib": 8.0, "popularity": 1.0, "this": this, "against": before},
+             {"cpu_gib": 12.0, "popularity": 0.0, "this": this, "against": moved}]  # fmt: skip
+    lines = bench_vllm_auto.stand_in_table({"cells": cells}).splitlines()
+    assert lines[0] == (
+        "skewed (1) at 8 GiB: hkv_auto 1.00x (was 1.50x); the same evictions as before"
+    )
+    assert lines[1] == "anchor at 12 GiB: hkv_auto 1.00x (was 1.50x)"
+
+
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
     pytest.importorskip("vllm")
     overhead = adapter_overhead

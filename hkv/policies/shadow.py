@@ -301,16 +301,15 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     `replay_request` a request: the merge, the columns and the ids with no Python loop).
     `worths`: a memo of cost_aware's values by shape to share (a `ShadowSet`'s); `held`: the
     keys the tier holds, where only those may stay resident (the prefix-value experts' other
-    entries are not made, as if made and removed); `live`: one of `leader.LIVE_IN_C` stays in C, as
-    a `leader.NativeLeader` (the same decisions)."""
+    entries are not made, as if made and removed); `live`: one of `leader.LIVE_IN_C` stays in C,
+    as a `leader.NativeLeader` (the same decisions)."""
     if label not in ext.LABELS or label not in HANDED_OVER:
         return None
     tier = ShadowSet([label], capacity_blocks, context, native=True)
     if worths is not None:
         tier._worths = worths
     live = live and label in LIVE_IN_C
-    # each id's key and (last) meta, as the replay met them; a NativeLeader reads no meta, and
-    # one held to `held` (a dict) takes each id's key from there: no registry of ids to fill
+    # each id's key and (last) meta; a NativeLeader held to `held` (a dict) takes keys from it
     keys: dict[int, Key] | None = None if live and isinstance(held, dict) else {}
     metas: dict[int, BlockMeta] | None = None if live else {}
     native, value, memo = tier._native, tier._value, tier._worths

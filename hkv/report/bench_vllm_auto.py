@@ -323,3 +323,26 @@ def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv
                      f"{100 * band['high']:+.1f} %)")  # fmt: skip
         lines.append(text + ".")
     return lines
+
+
+def stand_in_table(results: dict[str, Any]) -> str:
+    """`bench.adapter_cells`: at each of the engine's cells, each hkv policy's policy time per
+    request through vLLM 0.26's stand-in as a multiple of lru026's in the same run (median over
+    the rounds), for this hkv and the checkout it ran against, and whether every policy's
+    evictions were the same in both (the same decisions)."""
+    lines = []
+    for cell in results["cells"]:
+        this, other = cell["this"], cell.get("against")
+        name = "anchor" if not cell["popularity"] else f"skewed ({cell['popularity']:g})"
+        parts = []
+        for policy, row in this.items():
+            if policy == "lru026":
+                continue
+            then = f" (was {other[policy]['median_ratio_to_lru026']:.2f}x)" if other else ""
+            parts.append(f"{policy} {row['median_ratio_to_lru026']:.2f}x{then}")
+        same = other is not None and all(
+            this[p]["evictions_sha256"] == other[p]["evictions_sha256"] for p in this
+        )
+        tail = "; the same evictions as before" if same else ""
+        lines.append(f"{name} at {cell['cpu_gib']:g} GiB: " + ", ".join(parts) + tail)
+    return "\n".join(lines)
