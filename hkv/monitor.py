@@ -159,7 +159,7 @@ def environment_report() -> dict[str, Any]:
 
 def native_report() -> dict[str, Any]:
     """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), which experts, and
-    which of them lead the tier from C inside vLLM (`leader.NativeLeader`: `lip` or `lru` from
+    which of them lead the tier from C inside vLLM (`leader.NativeLeader`: a queue expert from
     the start, any of them after a switch that rebuilds or copies it in C)."""
     from hkv.policies import native
     from hkv.policies.leader import LIVE_IN_C

@@ -7,8 +7,9 @@ push climbs to the root (1.3-1.5 us a block on the H200 host, against 0.07-0.2 u
 experts). A prefix-value expert (`cost_aware`, `depth_lfu`, `depth_lfu_static`) now stays in
 C as the live leader: this class is its `EvictionPolicy`, the decisions its Python policy's
 (`PrefixValuePolicy`), which tests/test_native_leader.py checks call by call. So do the queue
-experts `lru` and `lip` (`QUEUE_EXPERTS`), `auto`'s first leader and the one it most often
-switches to: in Python their queues are C containers already, but each call still makes a
+experts (`QUEUE_EXPERTS`): `lip`, `auto`'s first leader, `lru`, the one it most often switches to
+on the engine's workloads, and `lru+st2`, whose tracker of 64,000 offers a switch no longer
+hands to Python. In Python their queues are C containers already, but each call still makes a
 Python key per block moved, and a switch to one made a tier's worth of `OrderedDict` entries
 (on the vLLM 0.26 stand-in, `bench.adapter_overhead`'s skewed variant at 8 GiB, the leaders'
 own calls were about a quarter of `auto`'s time before they ran here).
@@ -35,11 +36,11 @@ from hkv.policies.base import EMPTY, EvictionPolicy, Key
 _POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
 
 PREFIX_EXPERTS = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static"})
-QUEUE_EXPERTS = frozenset({"lip", "lru"})
+QUEUE_EXPERTS = frozenset({"lip", "lru", "lru+st2"})
 LIVE_IN_C = PREFIX_EXPERTS | QUEUE_EXPERTS
 """The experts that run as a `NativeLeader` where `auto` leads from C (vLLM notes its misses):
-a switch's rebuild or copy in C, and `lip` or `lru` as the first leader (`native_first`)."""
-_NAMES = {"lip": "bip"}  # their Python policies' names, as `make_expert` makes them
+a switch's rebuild or copy in C, and a queue expert as the first leader (`native_first`)."""
+_NAMES = {"lip": "bip", "lru+st2": "store_threshold"}  # as `make_expert` names them
 
 
 class NativeLeader(EvictionPolicy):
@@ -53,7 +54,8 @@ class NativeLeader(EvictionPolicy):
         self.capacity_blocks = capacity_blocks
         self.label = label
         self.name = "depth_lfu" if label.startswith("depth_lfu") else _NAMES.get(label, label)
-        self._queue = label in QUEUE_EXPERTS  # reads no meta, admits everything
+        self._queue = label in QUEUE_EXPERTS  # reads no meta
+        self._all = self._queue and label != "lru+st2"  # and admits everything
         self._c = leader
         self._shadows = shadows
         self._value = value
@@ -96,10 +98,12 @@ class NativeLeader(EvictionPolicy):
 
     @property
     def admits_everything(self) -> bool:
-        return self._queue
+        return self._all
 
     def admit(self, key: Key, meta: BlockMeta) -> bool:
-        return self._queue or self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
+        if self._queue:
+            return self._all or self._c.admit(key, 0, 0, 0.0)
+        return self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
 
     def insert(self, key: Key, meta: BlockMeta) -> bool:
         """Insert `key`; True where it is refused (its id is another resident key's)."""

@@ -1,4 +1,4 @@
-/* hkv.policies._shadows.Leader: a prefix-value or queue (lru, lip) expert of a `Shadows` run as
+/* hkv.policies._shadows.Leader: a prefix-value or queue (lru, lip, lru+st2) expert of a `Shadows` run as
  * `auto`'s live leader, on the tier's own keys (hkv/policies/leader.py wraps it as an
  * `EvictionPolicy`).
  *
@@ -8,7 +8,7 @@
  * key: a key whose 64-bit id is another resident key's (a collision)
  * is not resident here, and `insert` refuses it (the caller keeps it outside the leader). Every
  * call makes the decision its Python policy's method makes (`PrefixValuePolicy`, `LRUPolicy`,
- * `BIPPolicy` with `bip_every` 0). */
+ * `BIPPolicy` with `bip_every` 0, `StoreThreshold` of lru). */
 #include "leader.h"
 
 typedef struct {
@@ -16,6 +16,7 @@ typedef struct {
     PyObject *shadows; /* the `Shadows` holding the expert: kept alive */
     hkv_expert *expert;
     int queue;         /* a queue expert (`hkv_queue_leader`), else a prefix-value one */
+    int offers;        /* lru+st2: touches and reuses count as offers, resident or not */
     hkv_map reg;       /* the resident keys: id -> slot of `objs` */
     PyObject **objs;   /* `capacity` slots: each resident key (a reference), else NULL */
     int64_t *free_objs, n_free;
@@ -122,7 +123,7 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     if (queue) st.size = e->ops->size(e);
     else if (!hkv_prefix_state_of(e, &st)) {
         PyErr_SetString(PyExc_ValueError,
-                        "Leader: expert i is neither a prefix-value expert nor lru or lip");
+                        "Leader: expert i is neither a prefix-value expert nor lru, lip or lru+st2");
         return -1;
     }
     if (self->expert) {
@@ -148,6 +149,7 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         self->shadows = shadows;
         self->expert = e; /* (from here `dealloc` frees the keys kept) */
         self->queue = queue;
+        self->offers = queue && hkv_queue_tracks_offers(e);
         if (queue) hkv_queue_entries(e, ids);
         else hkv_prefix_entries(e, ids, seqs, priorities);
     }
@@ -224,12 +226,30 @@ static Py_ssize_t resident_ids(Leader *self, PyObject *keys, Py_ssize_t at) {
     return m - at;
 }
 
+/* every key's id (resident or not) into self->ids from `at` on: how many, or -1 */
+static Py_ssize_t all_ids(Leader *self, PyObject *keys, Py_ssize_t at) {
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (reserve(self, at + n) < 0) return -1;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (hkv_key_bits(PyList_GET_ITEM(keys, j), &self->ids[at + j]) < 0) return -1;
+    return n;
+}
+
+/* lru+st2's offers (`StoreThreshold.touch` and `after_request`): each of the keys it tracks,
+ * resident or not, counted once more; 0, or -1 with an exception */
+static int count_offers(Leader *self, PyObject *keys) {
+    Py_ssize_t n = self->offers ? all_ids(self, keys, 0) : 0;
+    if (n < 0) return -1;
+    return hkv_queue_offers(self->expert, self->ids, n) < 0 ? (PyErr_NoMemory(), -1) : 0;
+}
+
 /* touch(keys, refresh): `touch_all` (refresh False) or `refresh_all` of a list of keys */
 static PyObject *Leader_touch(Leader *self, PyObject *args) {
     PyObject *keys;
     int refresh;
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!p", &PyList_Type, &keys, &refresh))
         return NULL;
+    if (!refresh && count_offers(self, keys) < 0) return NULL;
     Py_ssize_t m = resident_ids(self, keys, 0);
     if (m < 0) return NULL;
     int r = self->queue ? hkv_queue_touch(self->expert, self->ids, m, refresh)
@@ -245,12 +265,15 @@ static PyObject *Leader_after_request(Leader *self, PyObject *args) {
     if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!O!", &PyList_Type, &stored, &PyList_Type,
                                              &reused))
         return NULL;
+    if (count_offers(self, reused) < 0) return NULL;
     Py_ssize_t ns = self->queue ? resident_ids(self, stored, 0) : 0;
     Py_ssize_t nr = ns < 0 ? -1 : resident_ids(self, reused, ns);
     if (nr < 0) return NULL;
-    for (Py_ssize_t j = 0; j < ns + nr; j++) self->blocks[j] = (hkv_block){.key = self->ids[j]};
-    if (self->expert->ops->after_request(self->expert, self->blocks, ns, self->blocks + ns, nr) < 0)
-        return PyErr_NoMemory();
+    hkv_block *b = self->blocks;
+    for (Py_ssize_t j = 0; j < ns + nr; j++) b[j] = (hkv_block){.key = self->ids[j]};
+    int r = self->queue ? hkv_queue_after(self->expert, b, ns, b + ns, nr)
+                        : self->expert->ops->after_request(self->expert, b, ns, b + ns, nr);
+    if (r < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -461,8 +484,8 @@ static PyTypeObject LeaderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hkv.policies._shadows.Leader",
     .tp_basicsize = sizeof(Leader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Leader(shadows, i, keys, held): expert i of a Shadows (prefix-value, lru or lip), "
-              "run on keys",
+    .tp_doc = "Leader(shadows, i, keys, held): expert i of a Shadows (prefix-value, lru, lip or "
+              "lru+st2), run on keys",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Leader_init,
     .tp_dealloc = (destructor)Leader_dealloc,

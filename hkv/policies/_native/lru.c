@@ -223,13 +223,16 @@ int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, doub
     return 2;
 }
 
-/* ---- lru and lip run as `auto`'s live leader (leader.c): the calls `QueuePolicy` makes ---- */
-int hkv_queue_leader(const hkv_expert *e) { return e->ops == &LRU_OPS || e->ops == &LIP_OPS; }
+/* ---- lru, lip and lru+st2 run as `auto`'s live leader (leader.c): `QueuePolicy`'s calls ---- */
+int hkv_queue_leader(const hkv_expert *e) {
+    return e->ops == &LRU_OPS || e->ops == &LIP_OPS || e->ops == &ST2_OPS;
+}
 
-/* the queues of an expert of `hkv_queue_leader`, in eviction order: lru's one from its front;
- * lip's cold one from its back (newest first), then its warm one from the front */
+/* the queues of an expert of `hkv_queue_leader`, in eviction order: lru's one (lru+st2's
+ * inner lru's) from its front; lip's cold one from its back (newest first), then its warm one
+ * from the front */
 static int leader_queues(hkv_expert *e, hkv_oset **sets, int *backwards) {
-    if (e->ops == &LRU_OPS) {
+    if (e->ops != &LIP_OPS) {
         sets[0] = &((lru_t *)e)->order;
         backwards[0] = 0;
         return 1;
@@ -263,7 +266,7 @@ int hkv_queue_remove(hkv_expert *e, uint64_t key) {
  * lip: `DIPPolicy.touch_all`, or its `refresh_all` (warm keys to the recent end in order, cold
  * ones to the newest end in the reverse order) */
 int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh) {
-    if (e->ops == &LRU_OPS) {
+    if (e->ops != &LIP_OPS) {
         for (int64_t i = 0; i < n; i++) hkv_oset_move_to_end(&((lru_t *)e)->order, keys[i]);
         return 0;
     }
@@ -308,12 +311,35 @@ int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_
     return done;
 }
 
+int hkv_queue_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
+                    int64_t nr) {
+    return e->ops == &LIP_OPS ? lip_after(e, stored, ns, reused, nr)
+                              : lru_after(e, stored, ns, reused, nr);
+}
+
+int hkv_queue_tracks_offers(const hkv_expert *e) { return e->ops == &ST2_OPS; }
+
+int hkv_queue_offers(hkv_expert *e, const uint64_t *keys, int64_t n) {
+    if (e->ops != &ST2_OPS) return 0;
+    st2_t *p = (st2_t *)e;
+    int64_t count;
+    for (int64_t i = 0; i < n; i++)
+        if (hkv_oset_has(&p->counts, keys[i]) && st2_count(p, keys[i], &count) < 0) return -1;
+    return 0;
+}
+
 hkv_expert *hkv_queue_clone(hkv_expert *e) {
-    hkv_expert *twin = e->ops == &LRU_OPS ? hkv_lru_new(e->capacity) : hkv_lip_new(e->capacity);
-    hkv_oset *sets[2], *copies[2];
+    hkv_expert *twin = e->ops == &LRU_OPS   ? hkv_lru_new(e->capacity)
+                       : e->ops == &LIP_OPS ? hkv_lip_new(e->capacity)
+                                            : hkv_st2_new(e->capacity);
+    hkv_oset *sets[3], *copies[3];
     int backwards[2], n = leader_queues(e, sets, backwards);
     if (!twin) return NULL;
     leader_queues(twin, copies, backwards);
+    if (e->ops == &ST2_OPS) { /* and the tracker of offers, least recent first */
+        sets[n] = &((st2_t *)e)->counts;
+        copies[n++] = &((st2_t *)twin)->counts;
+    }
     for (int q = 0; q < n; q++)
         for (int32_t i = sets[q]->head; i >= 0; i = sets[q]->nodes[i].next)
             if (hkv_oset_push_back(copies[q], sets[q]->nodes[i].key, sets[q]->nodes[i].val) < 0) {

@@ -837,7 +837,7 @@ static int expert_arg(Shadows *self, PyObject *args, const char *method, Py_ssiz
     return -1;
 }
 
-/* cloned(i): a new Shadows of one tier, a copy of expert i, prefix-value, lru or lip (its
+/* cloned(i): a new Shadows of one tier, a copy of expert i, prefix-value or a queue one (its
  * state alone: the tier's blocks aside are not copied), which a full tier's switch runs as its
  * live leader (`ShadowSet.copied`) while expert i goes on as the shadow */
 static PyObject *Shadows_cloned(Shadows *self, PyObject *args) {
@@ -848,7 +848,7 @@ static PyObject *Shadows_cloned(Shadows *self, PyObject *args) {
     int queue = hkv_queue_leader(e);
     if (!queue && !hkv_prefix_state_of(e, &st)) {
         PyErr_SetString(PyExc_ValueError,
-                        "Shadows.cloned: expert i is neither a prefix-value expert nor lru or lip");
+                        "Shadows.cloned: expert i is neither a prefix-value expert nor lru, lip or lru+st2");
         return NULL;
     }
     Shadows *twin = (Shadows *)ShadowsType.tp_alloc(&ShadowsType, 0); /* zeroed */
@@ -966,7 +966,7 @@ static PyMethodDef Shadows_methods[] = {
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
     {"cloned", (PyCFunction)Shadows_cloned, METH_VARARGS,
-     "cloned(i): a Shadows of one tier, a copy of expert i (prefix-value, lru or lip)"},
+     "cloned(i): a Shadows of one tier, a copy of expert i (prefix-value, lru, lip, lru+st2)"},
     {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
      "queues_state(i): expert i's queues, name -> (key ids front first, values), and arc's "
      "target, if it is a queue expert (lru, lip, lru+st2, arc, s3fifo), else None"},

@@ -213,17 +213,23 @@ int hkv_prefix_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64
 int hkv_prefix_remove(hkv_expert *e, uint64_t key);
 int hkv_prefix_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
 
-/* lru and lip run as `auto`'s live leader (leader.c), as `QueuePolicy` runs them: whether `e`
- * is one; its resident keys into `keys` (room for its size), how many; `remove`: 1 removed, 0
- * absent; `touch_all` (refresh 0) or `refresh_all` (1): 0, or -1 OOM; `evict` with a protection
- * test, as `hkv_prefix_evict_where`, its victims in eviction order into `victims` (room for n);
- * a deep copy deciding alike (NULL out of memory). */
+/* lru, lip and lru+st2 run as `auto`'s live leader (leader.c), as `QueuePolicy` runs them:
+ * whether `e` is one; its resident keys into `keys` (room for its size), how many; `remove`: 1
+ * removed, 0 absent; `touch_all` (refresh 0) or `refresh_all` (1) of resident keys: 0, or -1
+ * OOM; `evict` with a protection test, as `hkv_prefix_evict_where`, its victims in eviction
+ * order into `victims` (room for n); `after_request` of resident keys without lru+st2's offers;
+ * those offers (`StoreThreshold`'s count of each tracked key, resident or not; a no-op for the
+ * others): 0, or -1 OOM; a deep copy deciding alike (NULL out of memory). */
 int hkv_queue_leader(const hkv_expert *e);
 int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys);
 int hkv_queue_remove(hkv_expert *e, uint64_t key);
 int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
 int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
                           uint64_t *victims);
+int hkv_queue_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
+                    int64_t nr);
+int hkv_queue_offers(hkv_expert *e, const uint64_t *keys, int64_t n);
+int hkv_queue_tracks_offers(const hkv_expert *e); /* lru+st2: offers to count */
 hkv_expert *hkv_queue_clone(hkv_expert *e);
 
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
