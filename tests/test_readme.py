@@ -1664,8 +1664,9 @@ def shadow_speedup() -> tuple[Any, ...]:
     cost, speed = result("shadow_cost_cpu.json"), result("replay_speed_vllm_cpu.json")
     before, now = cost["previous"]["all_us_per_ref"], [c["all_us_per_ref"] for c in cost["cells"]]
     assert max(now) < max(before) and min(now) < min(before)  # what the paragraph says moved
-    then = [row["auto"] for row in speed["previous"]["vs_lru_median"].values()]
-    ratios = through_vllm_ratios("auto")
+    # the shares at c0aa77c (`earlier`) and at 681290b, the run of that paragraph (`previous`)
+    then = [row["auto"] for row in speed["earlier"]["vs_lru_median"].values()]
+    ratios = [row["auto"] for row in speed["previous"]["vs_lru_median"].values()]
     prefix = ("cost_aware", "depth_lfu", "depth_lfu_static")
     ns = [c["experts"][label]["ns_per_ref"] for c in cost["cells"] for label in prefix]
     for c in cost["cells"]:  # the dearest of each cell is a prefix-value expert
