@@ -160,12 +160,14 @@ def environment_report() -> dict[str, Any]:
 def native_report() -> dict[str, Any]:
     """Whether `auto`'s shadow tiers run in C here (`hkv.policies.native`), which experts, and
     which of them lead the tier from C inside vLLM (`leader.NativeLeader`: a queue expert from
-    the start, any of them after a switch that rebuilds or copies it in C)."""
+    the start, any of them after a switch that rebuilds or copies it in C), and which hkv
+    policies vLLM's adapter runs from C (`leader.vllms_lru`)."""
     from hkv.policies import native
     from hkv.policies.leader import LIVE_IN_C
 
     leaders = sorted(LIVE_IN_C) if native.built() else []
     return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders,
+            "vllm_policies": ["lru"] if native.built() else [],  # `leader.vllms_lru`
             "threaded": native.threaded()}  # fmt: skip
 
 

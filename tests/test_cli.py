@@ -120,6 +120,7 @@ def test_doctor_reports_this_machine():
         "built": native.built(),
         "experts": sorted(native.LABELS),
         "leaders": leaders,
+        "vllm_policies": ["lru"] if native.built() else [],
         "threaded": native.threaded(),
     }
     text = hkv("doctor").stdout
@@ -129,6 +130,7 @@ def test_doctor_reports_this_machine():
         assert "sampled shadows replay each request on the caller" in off
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
     assert ("auto's leaders in C inside vLLM: cost_aware" in text) == native.built()
+    assert ("hkv policies in C inside vLLM: lru" in text) == native.built()
     from hkv.storage import slot_io
 
     assert out["native_disk_io"]["built"] == slot_io.built()

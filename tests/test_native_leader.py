@@ -42,8 +42,8 @@ def chain(rng: random.Random, keys: list, resident: list) -> list:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
     """Every call the tier makes (admit, insert_each, touch_all, refresh_all, after_request,
-    remove, evict with a protected set), drawn at random, to both: the same answers, and the
-    same keys held after each."""
+    remove, evict with a protected set, evict_chains), drawn at random, to both: the same
+    answers, and the same keys held after each."""
     rng = random.Random(seed)
     capacity = 40
     python, leader = pair(label, capacity)
@@ -83,11 +83,32 @@ def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
             key = rng.choice(held + keys[:3])
             python.remove(key)
             leader.remove(key)
-        else:
+        elif op < 0.93:
             n = rng.randint(1, 6)
             protected = set(rng.sample(held, min(len(held), rng.randint(0, 30))))
             assert python.evict(n, protected) == leader.evict(n, protected), step
+        else:  # vLLM 0.33's running chains: a chain gives up its deepest blocks first
+            n = rng.randint(1, 6)
+            protected = set(rng.sample(held, min(len(held), rng.randint(0, 20))))
+            stand_in = chain_stand_in(held, protected)
+            assert python.ranks_chains == leader.ranks_chains == (label == "lru"), step
+            assert python.evict_chains(n, protected, stand_in) == leader.evict_chains(
+                n, protected, stand_in
+            ), step
         assert set(python) == set(leader) and len(python) == len(leader), step
+
+
+def chain_stand_in(held: list, protected: set):
+    """A `stand_in` as vLLM's adapter gives one (`Chains.stand_ins`): each held key's chain is
+    the run of held keys after it (4 at most, as `held` orders them); the deepest of them not
+    taken nor protected goes first, the key itself last."""
+    chains = {key: held[i + 1 : i + 5] for i, key in enumerate(held)}
+
+    def stand_in(key, taken):
+        deeper = [k for k in chains.get(key, []) if k not in taken and k not in protected]
+        return deeper[-1] if deeper else key
+
+    return stand_in
 
 
 def test_a_native_leader_refuses_what_a_python_policy_refuses():

@@ -433,6 +433,30 @@ def test_auto_inside_vllms_manager_sees_whole_requests_as_the_simulator_does():
     assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)
 
 
+@pytest.mark.parametrize("capacity", [30, 200])
+def test_hkv_lru_runs_from_c_inside_vllm_and_decides_as_the_python_lru(capacity, monkeypatch):
+    """vLLM's adapter runs hkv's `lru` as a `NativeLeader` where the extension is built
+    (`leader.vllms_lru`): every request's hits through vLLM's manager are the Python
+    `LRUPolicy`'s, which runs where it is not built."""
+    from hkv.integrations.vllm.replay import drive, native_manager
+    from hkv.policies import leader
+    from hkv.policies import native as ext
+    from hkv.policies.lru import LRUPolicy
+    from hkv.sim.workload import WorkloadSpec, generate
+
+    if not ext.built():
+        pytest.skip("hkv's C extension is not built")
+    trace = generate(WorkloadSpec.multimodal(seed=3, num_sessions=40))
+    runs = {}
+    for built in (True, False):
+        monkeypatch.setattr(leader.native, "built", lambda built=built: built)
+        manager = native_manager("hkv_lru", capacity, module="hkv.integrations.vllm")
+        kind = type(manager._policy.policy)
+        runs[built] = (kind, drive(trace, manager)["num_hits"])
+    assert runs[True][0] is leader.NativeLeader and runs[False][0] is LRUPolicy
+    assert runs[True][1] == runs[False][1] and sum(runs[True][1]) > 0
+
+
 @pytest.mark.parametrize(("seed", "capacity"), [(5, 60), (7, 30)])
 def test_autos_full_tier_runs_a_prefix_value_leader_in_c_deciding_alike(
     seed, capacity, monkeypatch

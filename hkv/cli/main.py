@@ -186,6 +186,7 @@ def render_doctor(r: dict[str, Any]) -> str:
     if native["built"]:
         lines.append(f"auto's shadows: in C ({', '.join(native['experts'])})")
         lines.append(f"auto's leaders in C inside vLLM: {', '.join(native['leaders'])}")
+        lines.append(f"hkv policies in C inside vLLM: {', '.join(native['vllm_policies'])}")
         where = "a background thread" if native["threaded"] else "the caller (HKV_SHADOW_THREAD=0)"
         lines.append(f"a large tier's sampled shadows replay each request on {where}")
     else:

@@ -100,6 +100,10 @@ class NativeLeader(EvictionPolicy):
     def admits_everything(self) -> bool:
         return self._all
 
+    @property
+    def reads_meta(self) -> bool:
+        return not self._queue
+
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         if self._queue:
             return self._all or self._c.admit(key, 0, 0, 0.0)
@@ -136,12 +140,23 @@ class NativeLeader(EvictionPolicy):
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         return self._c.evict(n, protected)
 
+    @property
+    def ranks_chains(self) -> bool:
+        return self.label == "lru"  # as `LRUPolicy` (`QueuePolicy.evict_chains`) does
+
+    def evict_chains(self, n: int, protected: Collection[Key], stand_in) -> list[Key] | None:
+        """`QueuePolicy.evict_chains` for `lru`, in C (`stand_in` must leave this policy be);
+        the others rank no chain: `evict`."""
+        if self.label != "lru":
+            return self.evict(n, protected)
+        return self._c.evict_chains(n, protected, stand_in)
+
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
         stored = stored if isinstance(stored, list) or not self._queue else list(stored)
         self._c.after_request(stored if self._queue else [], _listed(reused))
 
     def hyperparameters(self) -> dict[str, Any]:
-        return {"expert": self.label}
+        return {} if self.label == "lru" else {"expert": self.label}  # (`LRUPolicy` has none)
 
 
 def _listed(keys: Iterable[Key]) -> list[Key]:
@@ -167,3 +182,16 @@ def native_first(policy: EvictionPolicy, label: str, capacity_blocks: int) -> Ev
         return policy
     shadows = native.shadows([label], capacity_blocks)
     return NativeLeader(label, capacity_blocks, native.leader(shadows, {}), shadows=shadows)
+
+
+def vllms_lru(policy: EvictionPolicy) -> EvictionPolicy:
+    """What vLLM's adapter runs for hkv's `lru`: a fresh `LRUPolicy` as a `NativeLeader` of it
+    where the extension is built (nothing is pinned in vLLM; the same decisions, call by call,
+    `evict_chains` included), else, like any other policy, `policy` itself."""
+    from hkv.policies.lru import LRUPolicy
+
+    capacity = policy.capacity_blocks
+    if type(policy) is not LRUPolicy or len(policy) or capacity < 1 or not native.built():
+        return policy
+    shadows = native.shadows(["lru"], capacity)
+    return NativeLeader("lru", capacity, native.leader(shadows, {}), shadows=shadows)

@@ -55,6 +55,7 @@ from hkv.integrations.vllm.handover import hand_over
 from hkv.integrations.vllm.request import block_meta, block_metas, in_prefix_order
 from hkv.integrations.vllm.settings import adapter_settings
 from hkv.policies import make_policy, online_policy_class, policy_names
+from hkv.policies.leader import vllms_lru
 
 PREFIX = "hkv_"
 PACKAGE = "hkv.integrations.vllm"  # where vLLM looks the classes up (`cache_policy_module_path`)
@@ -93,12 +94,14 @@ class HkvCachePolicy(CachePolicy):
         self.unrecorded = False  # noted keys admitted with no verdict in `decided` (`settle`)
         self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
-        self.policy = make_policy(
-            self.hkv_policy,
-            cache_capacity,
-            cost_model=self.settings.get("cost_model"),
-            config=self.settings.get("config"),
-            **self.settings.get("policy_params", {}),
+        self.policy = vllms_lru(  # hkv's lru from C where built: nothing is pinned here
+            make_policy(
+                self.hkv_policy,
+                cache_capacity,
+                cost_model=self.settings.get("cost_model"),
+                config=self.settings.get("config"),
+                **self.settings.get("policy_params", {}),
+            )
         )
         self.admits_all = self.policy.admits_everything  # then no `admit` call per insert
         self.ranks_chains = self.policy.ranks_chains

@@ -415,6 +415,70 @@ static PyObject *Leader_evict(Leader *self, PyObject *args) {
     return out;
 }
 
+/* the key of resident id `bits` (borrowed), or NULL with an exception */
+static PyObject *key_of(Leader *self, uint64_t bits) {
+    int64_t *slot = hkv_map_get(&self->reg, bits);
+    if (slot) return self->objs[*slot];
+    PyErr_SetString(PyExc_RuntimeError, "Leader: a resident id without its key");
+    return NULL;
+}
+
+/* one step of `QueuePolicy.evict_chains` at eviction candidate `key`: its chain gives up
+ * `stand_in(key, taken)` until the key itself is taken, or n are; 0, or -1 with an exception */
+static int chain_step(PyObject *key, PyObject *taken, PyObject *stand_in, Py_ssize_t n) {
+    int in = 0;
+    while (PyDict_GET_SIZE(taken) < n && !(in = PyDict_Contains(taken, key))) {
+        PyObject *victim = PyObject_CallFunctionObjArgs(stand_in, key, taken, NULL);
+        int r = victim ? PyDict_SetItem(taken, victim, Py_None) : -1;
+        Py_XDECREF(victim);
+        if (r < 0) return -1;
+    }
+    return PyDict_GET_SIZE(taken) < n && in < 0 ? -1 : 0;
+}
+
+/* evict_chains(n, protected, stand_in) -> keys | None: `QueuePolicy.evict_chains` (no block
+ * is pinned here): down the eviction order, past the protected keys, each key's chain gives up
+ * `stand_in(key, taken)` until the key itself is taken; the n taken, removed, or None. The
+ * walk reads the queues in place: nothing leaves them until the n are chosen. */
+static PyObject *Leader_evict_chains(Leader *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *protected, *stand_in;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "nOO", &n, &protected, &stand_in)) return NULL;
+    if (!self->queue) {
+        PyErr_SetString(PyExc_TypeError, "Leader.evict_chains: a queue expert's only");
+        return NULL;
+    }
+    if (n <= 0) return PyList_New(0);
+    hkv_oset *sets[2];
+    int backwards[2], nq = hkv_queue_sets(self->expert, sets, backwards);
+    PyObject *taken = PyDict_New(), *out = NULL;
+    for (int q = 0; taken && q < nq && PyDict_GET_SIZE(taken) < n; q++) {
+        const hkv_oset *s = sets[q];
+        for (int32_t i = backwards[q] ? s->tail : s->head; i >= 0 && PyDict_GET_SIZE(taken) < n;
+             i = backwards[q] ? s->nodes[i].prev : s->nodes[i].next) {
+            PyObject *key = key_of(self, s->nodes[i].key);
+            int skip = key ? PySequence_Contains(protected, key) : -1;
+            if (skip < 0 || (!skip && chain_step(key, taken, stand_in, n) < 0)) goto done;
+        }
+    }
+    if (!taken || PyDict_GET_SIZE(taken) < n) goto done; /* None, or the error */
+    out = PySequence_List(taken);
+    for (Py_ssize_t j = 0; out && j < PyList_GET_SIZE(out); j++) { /* as `remove` each */
+        PyObject *victim = PyList_GET_ITEM(out, j);
+        uint64_t bits;
+        int r = hkv_key_bits(victim, &bits) < 0 ? -1 : resident(self, victim, bits);
+        if (r < 0) Py_CLEAR(out);
+        else if (r) {
+            hkv_queue_remove(self->expert, bits);
+            Py_DECREF(reg_pop(self, bits));
+        }
+    }
+done:
+    Py_XDECREF(taken);
+    if (out || PyErr_Occurred()) return out;
+    Py_RETURN_NONE;
+}
+
 /* remove(key) -> bool: `PriorityPolicy.remove`, `QueuePolicy.remove` (False where it is not resident) */
 static PyObject *Leader_remove(Leader *self, PyObject *key) {
     uint64_t bits;
@@ -472,6 +536,8 @@ static PyMethodDef Leader_methods[] = {
     {"after_request", (PyCFunction)Leader_after_request, METH_VARARGS,
      "after_request(stored, reused): the request's end, as `EvictionPolicy.after_request`"},
     {"remove", (PyCFunction)Leader_remove, METH_O, "remove(key) -> bool: forget a key"},
+    {"evict_chains", (PyCFunction)Leader_evict_chains, METH_VARARGS,
+     "evict_chains(n, protected, stand_in) -> keys or None: QueuePolicy.evict_chains"},
     {NULL, NULL, 0, NULL},
 };
 

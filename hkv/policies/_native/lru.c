@@ -244,6 +244,10 @@ static int leader_queues(hkv_expert *e, hkv_oset **sets, int *backwards) {
     return 2;
 }
 
+int hkv_queue_sets(hkv_expert *e, hkv_oset **sets, int *backwards) {
+    return leader_queues(e, sets, backwards);
+}
+
 int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys) {
     hkv_oset *sets[2];
     int backwards[2], n = leader_queues(e, sets, backwards);

@@ -222,6 +222,8 @@ int hkv_prefix_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh
  * others): 0, or -1 OOM; a deep copy deciding alike (NULL out of memory). */
 int hkv_queue_leader(const hkv_expert *e);
 int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys);
+/* its queues in eviction order, each walked from its back (backwards[q] 1) or front: how many */
+int hkv_queue_sets(hkv_expert *e, hkv_oset **sets, int *backwards);
 int hkv_queue_remove(hkv_expert *e, uint64_t key);
 int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
 int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
