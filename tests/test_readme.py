@@ -1607,6 +1607,18 @@ def tp2_check() -> dict[str, Any]:
     return check
 
 
+def _speed_run(run: str, policy: str) -> list[float]:
+    """`policy`'s share of vLLM lru's speed at each capacity in an earlier run kept in
+    `replay_speed_vllm_cpu.json` (`previous`, `earlier`)."""
+    return [
+        row[policy] for row in result("replay_speed_vllm_cpu.json")[run]["vs_lru_median"].values()
+    ]
+
+
+def _minmax(values) -> tuple[float, float]:
+    return min(values), max(values)
+
+
 def through_vllm_ratios(policy: str) -> tuple[float, ...]:
     """`policy`'s median speed as a share of vLLM lru's, Mooncake through vLLM's manager, at
     each capacity of `replay_speed_vllm_cpu.json`."""
@@ -1624,6 +1636,15 @@ CLAIMS += [
     (
         "`hkv_auto` replays Mooncake's trace at {:.2f}x to {:.2f}x of vLLM lru's speed",
         lambda: (min(through_vllm_ratios("auto")), max(through_vllm_ratios("auto"))),
+    ),
+    (
+        "whose run (kept in the file as `previous`) gave {:.2f}x to {:.2f}x. At 10 % vLLM's lru "
+        "itself ran slower this time (`hkv_bip`, unchanged since, at {:.2f}x of it, {:.2f}x then)",
+        lambda: (
+            *_minmax(_speed_run("previous", "auto")),
+            through_vllm_ratios("bip")[-1],
+            _speed_run("previous", "bip")[-1],
+        ),
     ),
 ]
 
@@ -2788,7 +2809,25 @@ def stand_in_cells() -> tuple[float, ...]:
             1e3 * switch[0][2], 1e3 * switch[1][2])  # fmt: skip
 
 
+def stand_in_lru() -> tuple[float, ...]:
+    """`adapter_cells_cpu.json`: `hkv_lru`'s median ratio to lru026 at the five cells now (in
+    C), then at the checkout before (Python), in the file's order of cells."""
+    cells = result("adapter_cells_cpu.json")["cells"]
+    assert [(c["cpu_gib"], c["popularity"]) for c in cells] == [
+        (8.0, 0.0), (12.0, 0.0), (16.0, 0.0), (8.0, 1.0), (12.0, 1.0)
+    ]  # fmt: skip
+    now = [c["this"]["hkv_lru"]["median_ratio_to_lru026"] for c in cells]
+    then = [c["against"]["hkv_lru"]["median_ratio_to_lru026"] for c in cells]
+    assert max(now) <= 0.8 < max(then)
+    return (*now, *then)
+
+
 CLAIMS += [
+    (
+        "its policy time on those calls came to {:.2f}x, {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x "
+        "of lru026's at the five cells (from {:.2f}x, {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x)",
+        stand_in_lru,
+    ),
     (
         "came to {:.2f}x, {:.2f}x and {:.2f}x of vLLM 0.26's lru on the anchor at 8, 12 and 16 "
         "GiB (from {:.2f}x, {:.2f}x and {:.2f}x) and to {:.2f}x and {:.2f}x on the skewed "
