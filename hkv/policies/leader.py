@@ -152,8 +152,8 @@ class NativeLeader(EvictionPolicy):
         return self._c.evict_chains(n, protected, stand_in)
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        stored = stored if isinstance(stored, list) or not self._queue else list(stored)
-        self._c.after_request(stored if self._queue else [], _listed(reused))
+        # (a prefix-value expert reads only the reused blocks)
+        self._c.after_request(_listed(stored) if self._queue else [], _listed(reused))
 
     def hyperparameters(self) -> dict[str, Any]:
         return {} if self.label == "lru" else {"expert": self.label}  # (`LRUPolicy` has none)

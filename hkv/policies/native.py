@@ -127,7 +127,7 @@ def shadows(labels, capacity_blocks: int):
 
 
 def leader(shadows, keys: dict | None, held=None, i: int = 0):
-    """Expert `i` of native `shadows` (prefix-value, `lru` or `lip`), run on the tier's keys
+    """Expert `i` of native `shadows` (prefix-value or `leader.QUEUE_EXPERTS`), on the tier's keys
     (`_shadows.Leader`): `keys` maps each id it may hold to its key; only those in `held`
     (unless None) stay. `keys` None: each id's key is the key of dict `held` with that id."""
     return _shadows.Leader(shadows, i, keys, held)
