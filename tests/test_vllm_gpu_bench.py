@@ -692,9 +692,10 @@ def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisi
              {"cpu_gib": 12.0, "popularity": 0.0, "this": this, "against": moved}]  # fmt: skip
     lines = bench_vllm_auto.stand_in_table({"cells": cells}).splitlines()
     assert lines[0] == (
-        "skewed (1) at 8 GiB: hkv_auto 1.00x (was 1.50x); the same evictions as before"
+        "skewed (1) at 8 GiB: lru026 400 us a request, hkv_auto 1.00x (was 1.50x); the same "
+        "evictions as before"
     )
-    assert lines[1] == "anchor at 12 GiB: hkv_auto 1.00x (was 1.50x)"
+    assert lines[1] == "anchor at 12 GiB: lru026 400 us a request, hkv_auto 1.00x (was 1.50x)"
 
 
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():

@@ -326,15 +326,16 @@ def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv
 
 
 def stand_in_table(results: dict[str, Any]) -> str:
-    """`bench.adapter_cells`: at each of the engine's cells, each hkv policy's policy time per
-    request through vLLM 0.26's stand-in as a multiple of lru026's in the same run (median over
-    the rounds), for this hkv and the checkout it ran against, and whether every policy's
-    evictions were the same in both (the same decisions)."""
+    """`bench.adapter_cells`: at each of the engine's cells, lru026's policy time per request
+    (median over the rounds) and each hkv policy's as a multiple of it in the same run (median
+    ratio), for this hkv and the checkout it ran against, and whether every policy's evictions
+    were the same in both (the same decisions)."""
     lines = []
     for cell in results["cells"]:
         this, other = cell["this"], cell.get("against")
         name = "anchor" if not cell["popularity"] else f"skewed ({cell['popularity']:g})"
-        parts = []
+        base = _median(this["lru026"]["us_per_request_net"])
+        parts = [f"lru026 {base:.0f} us a request"]
         for policy, row in this.items():
             if policy == "lru026":
                 continue
