@@ -129,10 +129,10 @@ class NativeLeader(EvictionPolicy):
         self._c.touch([key], False)
 
     def touch_all(self, keys: Iterable[Key]) -> None:
-        self._c.touch(keys if isinstance(keys, list) else list(keys), False)
+        self._c.touch(_listed(keys), False)
 
     def refresh_all(self, keys: Iterable[Key]) -> None:
-        self._c.touch(keys if isinstance(keys, list) else list(keys), True)
+        self._c.touch(_listed(keys), True)
 
     def remove(self, key: Key) -> None:
         self._c.remove(key)

@@ -231,7 +231,7 @@ int hkv_queue_leader(const hkv_expert *e) {
 /* the queues of an expert of `hkv_queue_leader`, in eviction order: lru's one (lru+st2's
  * inner lru's) from its front; lip's cold one from its back (newest first), then its warm one
  * from the front */
-static int leader_queues(hkv_expert *e, hkv_oset **sets, int *backwards) {
+int hkv_queue_sets(hkv_expert *e, hkv_oset **sets, int *backwards) {
     if (e->ops != &LIP_OPS) {
         sets[0] = &((lru_t *)e)->order;
         backwards[0] = 0;
@@ -244,13 +244,9 @@ static int leader_queues(hkv_expert *e, hkv_oset **sets, int *backwards) {
     return 2;
 }
 
-int hkv_queue_sets(hkv_expert *e, hkv_oset **sets, int *backwards) {
-    return leader_queues(e, sets, backwards);
-}
-
 int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys) {
     hkv_oset *sets[2];
-    int backwards[2], n = leader_queues(e, sets, backwards);
+    int backwards[2], n = hkv_queue_sets(e, sets, backwards);
     int64_t got = 0;
     for (int q = 0; q < n; q++)
         for (int32_t i = sets[q]->head; i >= 0; i = sets[q]->nodes[i].next)
@@ -260,7 +256,7 @@ int64_t hkv_queue_entries(hkv_expert *e, uint64_t *keys) {
 
 int hkv_queue_remove(hkv_expert *e, uint64_t key) {
     hkv_oset *sets[2];
-    int backwards[2], n = leader_queues(e, sets, backwards);
+    int backwards[2], n = hkv_queue_sets(e, sets, backwards);
     for (int q = 0; q < n; q++)
         if (hkv_oset_del(sets[q], key, NULL)) return 1;
     return 0;
@@ -288,7 +284,7 @@ int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh)
 int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
                           uint64_t *victims) {
     hkv_oset *sets[2];
-    int backwards[2], nq = leader_queues(e, sets, backwards);
+    int backwards[2], nq = hkv_queue_sets(e, sets, backwards);
     int32_t *picks = malloc((size_t)(n > 0 ? n : 1) * sizeof *picks);
     int64_t got = 0, ends[2] = {0, 0};
     if (!picks) return -1;
@@ -337,9 +333,9 @@ hkv_expert *hkv_queue_clone(hkv_expert *e) {
                        : e->ops == &LIP_OPS ? hkv_lip_new(e->capacity)
                                             : hkv_st2_new(e->capacity);
     hkv_oset *sets[3], *copies[3];
-    int backwards[2], n = leader_queues(e, sets, backwards);
+    int backwards[2], n = hkv_queue_sets(e, sets, backwards);
     if (!twin) return NULL;
-    leader_queues(twin, copies, backwards);
+    hkv_queue_sets(twin, copies, backwards);
     if (e->ops == &ST2_OPS) { /* and the tracker of offers, least recent first */
         sets[n] = &((st2_t *)e)->counts;
         copies[n++] = &((st2_t *)twin)->counts;
