@@ -721,8 +721,8 @@ def test_a_requests_metas_at_once_are_each_blocks_own(ends, params, shared_ones)
 @pytest.mark.parametrize("in_c", [True, False])
 def test_whole_text_blocks_met_before_take_their_shared_metas_in_one_call(monkeypatch, in_c):
     """`native.text_metas` (C where built, else Python: the same answers) gives each key the
-    shared meta of its position once every end is a whole block within those met, and None
-    otherwise; `block_metas` then returns what `block_meta` gives block by block."""
+    shared meta of its position where its end is a whole block within those met, and None for
+    the others; `block_metas` then returns what `block_meta` gives block by block."""
     from hkv.integrations.vllm.request import block_meta, block_metas
     from hkv.policies import native
 
@@ -736,14 +736,27 @@ def test_whole_text_blocks_met_before_take_their_shared_metas_in_one_call(monkey
         ctx.set_offload_key_position(k, end)
     shared: list = []
     ends = ctx._offload_key_positions
-    assert native.text_metas(keys, ends, 16, shared) is None  # none met yet
-    first = block_metas(keys, ctx, 16, shared)  # block by block: the shared metas made
+    assert native.text_metas(keys, ends, 16, shared) == [None] * 4  # none met yet
+    first = block_metas(keys, ctx, 16, shared)  # the shared metas made
     assert native.text_metas(keys, ends, 16, shared) == first
     assert all(a is b for a, b in zip(block_metas(keys, ctx, 16, shared), first, strict=True))
     assert first == [block_meta(k, ctx, 16) for k in keys]
-    for odd in ({**ends, keys[2]: 40}, {**ends, keys[2]: 0}, {**ends, keys[2]: 16 * 9}):
-        assert native.text_metas(keys, odd, 16, shared) is None
-    assert native.text_metas([*keys, key(99)], ends, 16, shared) is None  # no end
+    for odd in ({**ends, keys[2]: 40}, {**ends, keys[2]: 0}, {**ends, keys[2]: 32.0}):
+        assert native.text_metas(keys, odd, 16, shared) is None  # an end but the last not whole
+    assert native.text_metas(keys, {**ends, keys[3]: 70}, 16, shared) == [*first[:3], None]
+    assert native.text_metas(keys, {**ends, keys[3]: 16 * 9}, 16, shared) == [*first[:3], None]
+    got = native.text_metas([*keys, key(99)], ends, 16, shared)  # no end
+    assert got == [*first, None]
+    odd = ReqContext(req_id="odd")  # a short block in the middle: every block on its own
+    for k, end in zip(keys, [16, 25, 41, 57], strict=True):
+        odd.set_offload_key_position(k, end)
+    assert block_metas(keys, odd, 16, shared) == [block_meta(k, odd, 16) for k in keys]
+    short = ReqContext(req_id="short")  # a prompt's last block short: worked out on its own
+    for k, end in zip(keys, [16, 32, 48, 57], strict=True):
+        short.set_offload_key_position(k, end)
+    got = block_metas(keys, short, 16, shared)
+    assert got == [block_meta(k, short, 16) for k in keys]
+    assert all(a is b for a, b in zip(got[:3], first[:3], strict=True)) and got[3].tokens == 9
 
 
 def test_positions_are_read_from_the_contexts_dictionary_and_agree_with_its_method():

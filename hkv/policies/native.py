@@ -95,22 +95,24 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool)
 
 
 def text_metas(keys: list, ends: dict, block_tokens: int, metas: list) -> list | None:
-    """Each key's shared meta of a whole text block, `metas[end // block_tokens - 1]` for its
-    end in `ends` (in C where built); None where a key has no end there, or one that is not a
-    positive multiple of `block_tokens` or past `metas` (the caller works those out)."""
+    """None where an end in `ends` but the largest is not a whole block (a positive multiple of
+    `block_tokens`); else each key's shared meta of a whole text block, `metas[end //
+    block_tokens - 1]` for its end in `ends` (in C where built), None in the list where a key has
+    no end there, or one that is not whole (a prompt's short last block) or past `metas` (the
+    caller works those out)."""
     if _shadows is not None:
         return _shadows.text_metas(keys, ends, block_tokens, metas)
+    values = list(ends.values())
+    if any(type(end) is not int or end <= 0 for end in values):
+        return None
+    last = max(values, default=0)
+    if any(end % block_tokens and end != last for end in values):
+        return None
     out = []
     for key in keys:
         end = ends.get(key)
-        if (
-            type(end) is not int
-            or end <= 0
-            or end % block_tokens
-            or end // block_tokens > len(metas)
-        ):
-            return None
-        out.append(metas[end // block_tokens - 1])
+        whole = end is not None and not end % block_tokens and end // block_tokens <= len(metas)
+        out.append(metas[end // block_tokens - 1] if whole else None)
     return out
 
 

@@ -216,8 +216,10 @@ class HkvCachePolicy(CachePolicy):
             self.decided.clear()
         if self.shared_meta is None:
             metas = block_metas(keys, req_context, self.block_tokens, self.text_metas)
+            before = len(pending)
             pending.update(zip(keys, metas, strict=True))
-            metas = list(map(pending.__getitem__, keys))  # a key given twice: its last meta
+            if len(pending) - before != len(keys):  # a key given twice: its last meta
+                metas = list(map(pending.__getitem__, keys))
         else:
             metas = [self.shared_meta] * len(keys)
         self.note_misses(keys, metas)

@@ -144,28 +144,39 @@ def block_metas(
 ) -> list[BlockMeta]:
     """`block_meta` of each key, a request's at once: a whole text block (its end a multiple of
     `block_tokens`, with every shorter block of the request whole too) takes the shared meta of
-    its position from `text_metas` (`extend_text_metas`), so a request's store misses cost a
-    position lookup each instead of a new meta; any other block is worked out by `block_meta`."""
+    its position from `text_metas` (`extend_text_metas`), in one C call for the request where
+    every end but the last is whole, so a request's store misses cost a position lookup each
+    instead of a new meta; any other block (a prompt's short last one) is worked out by
+    `block_meta`."""
+    ends = getattr(req_context, "_offload_key_positions", None)
+    if type(ends) is dict and type(keys) is list and request_spans(req_context) is None:
+        shared = whole_text_metas(keys, ends, block_tokens, text_metas)
+        if shared is not None:  # every block but the last whole: the holes worked out here
+            if None in shared:
+                _fill(shared, keys, ends, req_context, block_tokens, text_metas)
+            return shared
     get = position_getter(req_context)
     regular = get is not None and _whole(req_context, block_tokens)
     if not regular or request_spans(req_context) is not None:
         return [block_meta(key, req_context, block_tokens) for key in keys]
-    ends = getattr(req_context, "_offload_key_positions", None)
-    if type(ends) is dict and type(keys) is list:  # every block whole and met before: one C call
-        shared = whole_text_metas(keys, ends, block_tokens, text_metas)
-        if shared is not None:
-            return shared
-    out = []
-    for key in keys:
-        end = get(key)
+    out = [None] * len(keys)
+    _fill(out, keys, {key: get(key) for key in keys}, req_context, block_tokens, text_metas)
+    return out
+
+
+def _fill(out: list, keys: Sequence[Any], ends: dict, req_context: Any, block_tokens: int,
+          text_metas: list[BlockMeta]) -> None:  # fmt: skip
+    """`out`'s None entries, of a request whose every block but the last is whole: a whole
+    block's shared meta (`text_metas` grown to it), any other's `block_meta`."""
+    for i in [i for i, meta in enumerate(out) if meta is None]:
+        end = ends.get(keys[i])
         if end is None or end <= 0 or end % block_tokens:
-            out.append(block_meta(key, req_context, block_tokens))
+            out[i] = block_meta(keys[i], req_context, block_tokens)
             continue
         index = end // block_tokens - 1
         if index >= len(text_metas):
             extend_text_metas(text_metas, index + 1, block_tokens)
-        out.append(text_metas[index])
-    return out
+        out[i] = text_metas[index]
 
 
 def _whole(req_context: Any, block_tokens: int) -> bool:

@@ -69,10 +69,34 @@ fail:
     return NULL;
 }
 
-/* text_metas(keys, ends, block_tokens, metas): each key's shared whole-text-block meta,
- * metas[end // block_tokens - 1] for its end in dict `ends`, as a new list; None where a key
- * has no end there, an end that is not a positive multiple of block_tokens, or one past the
- * metas given (the caller works those out). */
+/* whether every end in dict `ends` but the largest is a positive multiple of block_tokens (an
+ * exact int within 64 bits): 1, 0, or -1 with an exception */
+static int whole_but_last(PyObject *ends, long long block_tokens) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    long long last = 0, low = 0, high = 0; /* the largest end; the least and largest not whole */
+    while (PyDict_Next(ends, &pos, &key, &value)) {
+        if (!PyLong_CheckExact(value)) return 0;
+        long long at = PyLong_AsLongLong(value);
+        if (at == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (at <= 0) return 0;
+        if (at > last) last = at;
+        if (at % block_tokens) {
+            if (!low || at < low) low = at;
+            if (at > high) high = at;
+        }
+    }
+    return !low || (low == high && high == last);
+}
+
+/* text_metas(keys, ends, block_tokens, metas): None where an end in dict `ends` but the largest
+ * is not a whole block (a positive multiple of block_tokens); else each key's shared
+ * whole-text-block meta, metas[end // block_tokens - 1] for its end in `ends`, as a new list,
+ * None in it where a key has no end there, one that is not whole (the request's short last
+ * block), or one past the metas given (the caller works those out). */
 PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *keys, *ends, *metas;
@@ -84,23 +108,21 @@ PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "text_metas: block_tokens %zd; expected >= 1", block_tokens);
         return NULL;
     }
+    if (!whole_but_last(ends, block_tokens)) Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(keys), known = PyList_GET_SIZE(metas);
     PyObject *out = PyList_New(n);
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *end = PyDict_GetItemWithError(ends, PyList_GET_ITEM(keys, i));
-        if (!end || !PyLong_CheckExact(end)) goto none; /* (or an error, raised below) */
-        long long at = PyLong_AsLongLong(end);
-        if (at == -1 && PyErr_Occurred()) {
-            PyErr_Clear(); /* beyond 64 bits: the caller's */
-            goto none;
+        PyObject *end = PyDict_GetItemWithError(ends, PyList_GET_ITEM(keys, i)), *meta = Py_None;
+        if (end) { /* an exact int within 64 bits, positive: `whole_but_last` */
+            long long at = PyLong_AsLongLong(end);
+            if (at % block_tokens == 0 && at / block_tokens <= known)
+                meta = PyList_GET_ITEM(metas, at / block_tokens - 1);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
         }
-        if (at <= 0 || at % block_tokens || at / block_tokens > known) goto none;
-        PyList_SET_ITEM(out, i, Py_NewRef(PyList_GET_ITEM(metas, at / block_tokens - 1)));
+        PyList_SET_ITEM(out, i, Py_NewRef(meta));
     }
     return out;
-none:
-    Py_DECREF(out);
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
 }
