@@ -12,6 +12,7 @@ from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.errors import HkvError
 from hkv.policies import get_policy_class, make_policy, native, policy_names, register_policy
 from hkv.policies.admission import StoreThreshold
+from hkv.policies.auto import DEFAULT_EXPERTS
 from hkv.policies.shadow import make_expert
 from hkv.sim.replay import replay
 from hkv.sim.trace import Request, Trace
@@ -484,7 +485,9 @@ def test_auto_led_by_one_expert_decides_exactly_as_that_expert_alone(expert):
     led by it, `auto` can only decline, and vLLM then stores the block aside.)"""
     chat = generate(WorkloadSpec.multimodal(seed=7, num_sessions=60))
     alone = replay(chat, make_expert(expert, 40), store="per_request")
-    for params in ({"experts": [expert], "first": expert}, {"first": expert, "margin": 1.0}):
+    experts = sorted({*DEFAULT_EXPERTS, expert})  # (arc: an expert, not a default one)
+    for params in ({"experts": [expert], "first": expert},
+                   {"experts": experts, "first": expert, "margin": 1.0}):  # fmt: skip
         policy = make_policy("auto", 40, **params)
         led = replay(chat, policy, store="per_request")
         assert policy.switches == 0 and policy.leader == expert
