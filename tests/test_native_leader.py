@@ -333,3 +333,36 @@ def test_a_leader_built_from_the_keys_held_takes_the_later_of_two_keys_with_one_
     assert native.leader(shadows, None, {first: m, twin: m}).keys() == [twin]
     with pytest.raises(TypeError, match="held a dict"):
         native.leader(shadows, None, [first])
+
+
+def test_an_s3fifo_leaders_eviction_that_fails_midway_keeps_every_key():
+    """`s3fifo`'s eviction is no walk (blocks move between its FIFOs as it goes): where the
+    protection test fails partway, the error reaches the caller and every key stays resident
+    (the victims taken so far back at the small FIFO's front), none lost."""
+
+    class FailsLate:
+        def __init__(self, calls: int) -> None:
+            self.calls = calls
+
+        def __contains__(self, key) -> bool:
+            self.calls -= 1
+            if self.calls < 0:
+                raise RuntimeError("protected: gone")
+            return False
+
+    m = BlockMeta(tokens=TOKENS, position=0)
+    raised = 0
+    for calls in range(5, 16):  # (the first 5: the count of candidates, before any move)
+        _, leader = pair("s3fifo", 20)
+        leader.insert_each(list(range(20)), [m] * 20)
+        leader.touch_all(list(range(0, 20, 3)))  # promoted to the main FIFO as it evicts
+        try:
+            victims = leader.evict(5, FailsLate(calls))
+        except RuntimeError as exc:
+            assert "gone" in str(exc)
+            raised += 1
+            assert sorted(leader) == list(range(20)) and len(leader) == 20
+            assert len(leader.evict(5, set())) == 5 and len(leader) == 15
+        else:
+            assert len(victims) == 5 and len(leader) == 15
+    assert raised >= 5

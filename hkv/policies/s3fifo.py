@@ -74,8 +74,9 @@ class S3FIFOPolicy(EvictionPolicy):
 
     def refresh_all(self, keys: Iterable[Key]) -> None:
         """The given keys, where they are the newest of their FIFO (a request's new blocks),
-        re-queued in the given order; elsewhere the FIFO order stands."""
-        keys = [k for k in keys if k in self._state]
+        re-queued in the given order (a key given twice: where first given); elsewhere the FIFO
+        order stands."""
+        keys = list(dict.fromkeys(k for k in keys if k in self._state))
         for queue, in_main in ((self._small, False), (self._main, True)):
             mine = [k for k in keys if self._state[k][2] is in_main]
             newest = list(islice(reversed(queue), len(mine)))

@@ -123,7 +123,7 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     if (queue) st.size = e->ops->size(e);
     else if (!hkv_prefix_state_of(e, &st)) {
         PyErr_SetString(PyExc_ValueError,
-                        "Leader: expert i is neither a prefix-value expert nor lru, lip or lru+st2");
+                        "Leader: expert i is neither a prefix-value expert nor lru, lip, lru+st2 or s3fifo");
         return -1;
     }
     if (self->expert) {

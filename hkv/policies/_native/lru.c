@@ -225,13 +225,17 @@ int hkv_queues_of(hkv_expert *e, const hkv_oset **sets, const char **names, doub
 
 /* ---- lru, lip and lru+st2 run as `auto`'s live leader (leader.c): `QueuePolicy`'s calls ---- */
 int hkv_queue_leader(const hkv_expert *e) {
-    return e->ops == &LRU_OPS || e->ops == &LIP_OPS || e->ops == &ST2_OPS;
+    return e->ops == &LRU_OPS || e->ops == &LIP_OPS || e->ops == &ST2_OPS || hkv_s3_is(e);
 }
 
 /* the queues of an expert of `hkv_queue_leader`, in eviction order: lru's one (lru+st2's
  * inner lru's) from its front; lip's cold one from its back (newest first), then its warm one
  * from the front */
 int hkv_queue_sets(hkv_expert *e, hkv_oset **sets, int *backwards) {
+    if (hkv_s3_is(e)) { /* S, M (not an eviction order: s3fifo's own calls evict it) */
+        backwards[0] = backwards[1] = 0;
+        return hkv_s3_sets(e, sets);
+    }
     if (e->ops != &LIP_OPS) {
         sets[0] = &((lru_t *)e)->order;
         backwards[0] = 0;
@@ -266,6 +270,7 @@ int hkv_queue_remove(hkv_expert *e, uint64_t key) {
  * lip: `DIPPolicy.touch_all`, or its `refresh_all` (warm keys to the recent end in order, cold
  * ones to the newest end in the reverse order) */
 int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh) {
+    if (hkv_s3_is(e)) return hkv_s3_touch(e, keys, n, refresh);
     if (e->ops != &LIP_OPS) {
         for (int64_t i = 0; i < n; i++) hkv_oset_move_to_end(&((lru_t *)e)->order, keys[i]);
         return 0;
@@ -283,6 +288,7 @@ int hkv_queue_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh)
 
 int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
                           uint64_t *victims) {
+    if (hkv_s3_is(e)) return hkv_s3_evict_where(e, n, guard, ctx, victims);
     hkv_oset *sets[2];
     int backwards[2], nq = hkv_queue_sets(e, sets, backwards);
     int32_t *picks = malloc((size_t)(n > 0 ? n : 1) * sizeof *picks);
@@ -313,6 +319,7 @@ int hkv_queue_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_
 
 int hkv_queue_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
                     int64_t nr) {
+    if (hkv_s3_is(e)) return hkv_s3_after(e, stored, ns, reused, nr);
     return e->ops == &LIP_OPS ? lip_after(e, stored, ns, reused, nr)
                               : lru_after(e, stored, ns, reused, nr);
 }
@@ -329,6 +336,7 @@ int hkv_queue_offers(hkv_expert *e, const uint64_t *keys, int64_t n) {
 }
 
 hkv_expert *hkv_queue_clone(hkv_expert *e) {
+    if (hkv_s3_is(e)) return hkv_s3_clone(e);
     hkv_expert *twin = e->ops == &LRU_OPS   ? hkv_lru_new(e->capacity)
                        : e->ops == &LIP_OPS ? hkv_lip_new(e->capacity)
                                             : hkv_st2_new(e->capacity);

@@ -849,7 +849,7 @@ static PyObject *Shadows_cloned(Shadows *self, PyObject *args) {
     int queue = hkv_queue_leader(e);
     if (!queue && !hkv_prefix_state_of(e, &st)) {
         PyErr_SetString(PyExc_ValueError,
-                        "Shadows.cloned: expert i is neither a prefix-value expert nor lru, lip or lru+st2");
+                        "Shadows.cloned: expert i is neither a prefix-value expert nor lru, lip, lru+st2 or s3fifo");
         return NULL;
     }
     Shadows *twin = (Shadows *)ShadowsType.tp_alloc(&ShadowsType, 0); /* zeroed */

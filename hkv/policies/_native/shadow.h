@@ -233,6 +233,15 @@ int hkv_queue_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hk
 int hkv_queue_offers(hkv_expert *e, const uint64_t *keys, int64_t n);
 int hkv_queue_tracks_offers(const hkv_expert *e); /* lru+st2: offers to count */
 hkv_expert *hkv_queue_clone(hkv_expert *e);
+/* s3fifo as one of them (s3fifo.c): its eviction is not a walk, so these answer for it */
+int hkv_s3_is(const hkv_expert *e);
+int hkv_s3_sets(hkv_expert *e, hkv_oset **sets); /* S, M: oldest first */
+int hkv_s3_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh);
+int hkv_s3_evict_where(hkv_expert *e, int64_t n, int (*guard)(void *, uint64_t), void *ctx,
+                       uint64_t *victims);
+int hkv_s3_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
+                 int64_t nr);
+hkv_expert *hkv_s3_clone(hkv_expert *e);
 
 /* ---- the tier: `VllmTier(expert, refuses=False)` ---- */
 typedef struct {
