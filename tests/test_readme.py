@@ -1630,6 +1630,10 @@ CLAIMS += [
         lambda: (min(through_vllm_ratios("auto")), max(through_vllm_ratios("auto"))),
     ),
     (
+        "a6b2a96's run, before `s3fifo` led from C, gave {:.2f}x to {:.2f}x;",
+        lambda: _minmax(_speed_run("a6b2a96", "auto")),
+    ),
+    (
         "ec2ab68's run (kept in the file, as are the runs before it) gave {:.2f}x to {:.2f}x, its "
         "vLLM lru slower at 10 % than in the runs before and after it (`hkv_bip` at {:.2f}x of it "
         "there, {:.2f}x now), and 681290b's {:.2f}x to {:.2f}x",

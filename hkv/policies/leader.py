@@ -9,10 +9,11 @@ C as the live leader: this class is its `EvictionPolicy`, the decisions its Pyth
 (`PrefixValuePolicy`), which tests/test_native_leader.py checks call by call. So do the queue
 experts (`QUEUE_EXPERTS`): `lip`, `auto`'s first leader, `lru`, the one it most often switches to
 on the engine's workloads, `lru+st2`, whose tracker of 64,000 offers a switch no longer
-hands to Python, and `s3fifo`, which led a third of the requests on Mooncake's trace at 2 %
-and 10 % of its blocks as a Python policy (its eviction moves blocks between its FIFOs as it
-goes, so it is no walk of the queues: s3fifo.c answers for it). In Python their queues are C containers already, but each call still makes a
-Python key per block moved, and a switch to one made a tier's worth of `OrderedDict` entries
+hands to Python, and `s3fifo`, which led a third to two fifths of the requests on Mooncake's
+trace at 2 % and 10 % of its blocks as a Python policy (its eviction moves blocks between its
+FIFOs as it goes, so it is no walk of the queues: s3fifo.c answers for it). In Python their
+queues are C containers already, but each call still makes a Python key per block moved, and
+a switch to one made a tier's worth of `OrderedDict` entries
 (on the vLLM 0.26 stand-in, `bench.adapter_overhead`'s skewed variant at 8 GiB, the leaders'
 own calls were about a quarter of `auto`'s time before they ran here).
 
