@@ -114,7 +114,7 @@ def test_doctor_reports_this_machine():
     assert isinstance(out["gpus"], list)
     from hkv.policies import native
 
-    leaders = ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru", "lru+st2"]
+    leaders = ["cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru", "lru+st2", "s3fifo"]
     leaders = leaders if native.built() else []
     assert out["native_shadows"] == {
         "built": native.built(),
