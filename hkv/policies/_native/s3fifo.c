@@ -2,6 +2,7 @@
  * (small_fraction 0.1, promote_hits 1). Its deques S and M are ordered sets (oldest first), each
  * key's hit counter their payload; `_state` is then S and M together (`in_main`: the key is in
  * M), as in a tier the deques never hold a key `_state` has dropped or moved. */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "shadow.h"
@@ -172,38 +173,56 @@ static int s3_evict(hkv_expert *e, int64_t n, const hkv_map *protected) {
     return hkv_s3_evict_where(e, n, in_map, (void *)protected, NULL);
 }
 
-/* `S3FIFOPolicy.refresh_all(keys)` (keys: `stored`, given tail first): in each FIFO, the keys
- * it holds, where they are its newest, re-queued in the given order; else its order stands */
-static int refresh_all(s3_t *p, const hkv_block *stored, int64_t ns) {
+/* the key at the start of item i of an array of `stride`-byte items (keys, or blocks) */
+static inline uint64_t key_at(const void *keys, size_t i, size_t stride) {
+    return *(const uint64_t *)((const char *)keys + i * stride);
+}
+
+/* `S3FIFOPolicy.refresh_all` of the keys of n items of `stride` bytes (`key_at`), walked from
+ * the last to the first where `backwards`: in each FIFO, the keys it holds, where they are its
+ * newest, re-queued in the order walked (a key met twice: where first met); else its order
+ * stands. 0, or -1 OOM */
+static int refresh(s3_t *p, const void *keys, int64_t n, size_t stride, int backwards) {
     hkv_oset *queues[2] = {&p->small, &p->main};
     hkv_map mine;
-    if (hkv_map_init(&mine, (size_t)ns) < 0) return -1;
+    if (hkv_map_init(&mine, (size_t)n) < 0) return -1;
     for (int q = 0; q < 2; q++) {
         hkv_oset *queue = queues[q];
+        int64_t k = 0;
         hkv_map_clear(&mine);
-        for (int64_t i = 0; i < ns; i++)
-            if (hkv_oset_has(queue, stored[i].key) && hkv_map_put(&mine, stored[i].key, 1) < 0) {
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t key = key_at(keys, (size_t)i, stride);
+            if (hkv_oset_has(queue, key) && hkv_map_put(&mine, key, 1) < 0) {
                 hkv_map_free(&mine);
                 return -1;
             }
-        /* set(newest) == set(mine): the len(mine) newest keys are all in mine (both distinct) */
-        int64_t m = (int64_t)mine.len, k = 0;
+        }
+        int64_t m = (int64_t)mine.len; /* (distinct keys) */
         int32_t i = queue->tail;
         for (; k < m && i >= 0 && hkv_map_get(&mine, queue->nodes[i].key); k++)
             i = queue->nodes[i].prev;
-        if (m == 0 || k < m) continue;
-        for (int64_t j = ns; j-- > 0;) hkv_oset_move_to_end(queue, stored[j].key);
+        if (m == 0 || k < m) continue; /* set(newest) != set(mine) */
+        for (int64_t j = 0; j < n; j++) {
+            uint64_t key = key_at(keys, (size_t)(backwards ? n - 1 - j : j), stride);
+            int64_t *first = hkv_map_get(&mine, key);
+            if (first && *first) { /* its first time met: moved; later ones are not */
+                *first = 0;
+                hkv_oset_move_to_end(queue, key);
+            }
+        }
     }
     hkv_map_free(&mine);
     return 0;
 }
+
+_Static_assert(offsetof(hkv_block, key) == 0, "refresh reads a block's key at its start");
 
 /* `EvictionPolicy.after_request`: `refresh_all(stored[::-1])`, then `touch_all(reused[::-1])`
  * (counters only, so their order is moot; keys held aside are not resident and ignored) */
 static int s3_after(hkv_expert *e, const hkv_block *stored, int64_t ns, const hkv_block *reused,
                     int64_t nr) {
     s3_t *p = (s3_t *)e;
-    if (ns && refresh_all(p, stored, ns) < 0) return -1;
+    if (ns && refresh(p, stored, ns, sizeof *stored, 1) < 0) return -1;
     for (int64_t i = nr; i-- > 0;) s3_touch(p, reused[i].key);
     return 0;
 }
@@ -268,38 +287,10 @@ int hkv_s3_sets(hkv_expert *e, hkv_oset **sets) {
 /* `S3FIFOPolicy.touch_all` (counters up, absent keys ignored) or its `refresh_all` of `keys` in
  * the given order (each deque's keys, where they are its newest, re-queued in that order, a
  * key given twice where first given): 0, or -1 OOM */
-int hkv_s3_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refresh) {
+int hkv_s3_touch(hkv_expert *e, const uint64_t *keys, int64_t n, int refreshing) {
     s3_t *p = (s3_t *)e;
-    if (!refresh) {
-        for (int64_t i = 0; i < n; i++) s3_touch(p, keys[i]);
-        return 0;
-    }
-    hkv_oset *queues[2] = {&p->small, &p->main};
-    hkv_map mine;
-    if (hkv_map_init(&mine, (size_t)n) < 0) return -1;
-    for (int q = 0; q < 2; q++) {
-        hkv_oset *queue = queues[q];
-        int64_t k = 0;
-        hkv_map_clear(&mine);
-        for (int64_t i = 0; i < n; i++)
-            if (hkv_oset_has(queue, keys[i]) && hkv_map_put(&mine, keys[i], 1) < 0) {
-                hkv_map_free(&mine);
-                return -1;
-            }
-        int64_t m = (int64_t)mine.len; /* (distinct keys) */
-        int32_t i = queue->tail;
-        for (; k < m && i >= 0 && hkv_map_get(&mine, queue->nodes[i].key); k++)
-            i = queue->nodes[i].prev;
-        if (m == 0 || k < m) continue;
-        for (int64_t j = 0; j < n; j++) {
-            int64_t *first = hkv_map_get(&mine, keys[j]);
-            if (first && *first) { /* its first time given: moved; later ones are not */
-                *first = 0;
-                hkv_oset_move_to_end(queue, keys[j]);
-            }
-        }
-    }
-    hkv_map_free(&mine);
+    if (refreshing) return refresh(p, keys, n, sizeof *keys, 0);
+    for (int64_t i = 0; i < n; i++) s3_touch(p, keys[i]);
     return 0;
 }
 
