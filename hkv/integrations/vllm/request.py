@@ -148,16 +148,15 @@ def block_metas(
     every end but the last is whole, so a request's store misses cost a position lookup each
     instead of a new meta; any other block (a prompt's short last one) is worked out by
     `block_meta`."""
-    ends = getattr(req_context, "_offload_key_positions", None)
-    if type(ends) is dict and type(keys) is list and request_spans(req_context) is None:
+    ends, spans = getattr(req_context, "_offload_key_positions", None), request_spans(req_context)
+    if type(ends) is dict and type(keys) is list and spans is None:
         shared = whole_text_metas(keys, ends, block_tokens, text_metas)
         if shared is not None:  # every block but the last whole: the holes worked out here
             if None in shared:
                 _fill(shared, keys, ends, req_context, block_tokens, text_metas)
             return shared
     get = position_getter(req_context)
-    regular = get is not None and _whole(req_context, block_tokens)
-    if not regular or request_spans(req_context) is not None:
+    if get is None or spans is not None or not _whole(req_context, block_tokens):
         return [block_meta(key, req_context, block_tokens) for key in keys]
     out = [None] * len(keys)
     _fill(out, keys, {key: get(key) for key in keys}, req_context, block_tokens, text_metas)
