@@ -2794,12 +2794,12 @@ CLAIMS += [
     ),
     (
         "switch waited for a lead seen over enough references, by {:.1f} % and {:.1f} % and by "
-        "{:.1f} % and {:.1f} %. Where the tier",
+        "{:.1f} % and {:.1f} %; with eight experts",
         lambda: _1cfa5f7_in_short()[:4],
     ),
     (
-        "moves with the noise between repeats ({:+.1f} % to {:+.1f} % of lru's in that last "
-        "session, {:+.1f} % where it loaded the same blocks as lru)",
+        "moves with the noise between repeats ({:+.1f} % to {:+.1f} % of lru's in the 1cfa5f7 "
+        "session, {:+.1f} % where it loaded the same blocks as lru;",
         lambda: (min(_1cfa5f7_in_short()[4:]), max(_1cfa5f7_in_short()[4:]), _1cfa5f7_s12()[2]),
     ),
     (
@@ -2909,6 +2909,125 @@ CLAIMS += [
         "On vLLM 0.26's calls at the engine's {} cells every eviction is the same with eight "
         "experts as with nine",
         eight_experts_engine_cells,
+    ),
+]
+
+
+def h200_a38e114() -> dict[str, Any]:
+    """The five cells at a38e114 (eight experts), `hkv_bip` beside them on the anchor at 8."""
+    return result("vllm_h200_time_a38e114.json")
+
+
+def _a38e114_rows(policy: str = "hkv_auto") -> dict[tuple[str, float], dict[str, Any]]:
+    rows = bench_vllm_auto.time_rows(h200_a38e114())
+    return {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == policy}
+
+
+def _a38e114_runs(popularity: float, gib: float, policy: str) -> list[dict[str, Any]]:
+    cell = (popularity, gib, policy)
+    return [
+        r for r in h200_a38e114()["runs"] if (r["popularity"], r["cpu_gib"], r["policy"]) == cell
+    ]
+
+
+def _a38e114_lru_loads() -> tuple[float, ...]:
+    """The anchor at 8 GiB: the blocks vLLM's lru loaded (one number for every run) and its
+    cached share, hkv_lru's, auto's median wall against hkv_lru's (%); every earlier session's
+    lru loaded 15,591 or 15,592 blocks in that cell."""
+    earlier = set()
+    for path in sorted(RESULTS.glob("vllm_h200_time*.json")):
+        if path.name != "vllm_h200_time_a38e114.json":
+            earlier |= {r["loaded_blocks"] for r in result(path.name).get("runs", [])
+                        if (r.get("policy"), r.get("popularity"), r.get("cpu_gib"))
+                        == ("lru", 0.0, 8.0)}  # fmt: skip
+    assert earlier == {15591, 15592}
+    (lru,), (twin,) = ({r["loaded_blocks"] for r in _a38e114_runs(0.0, 8.0, p)}
+                       for p in ("lru", "hkv_lru"))  # fmt: skip
+    rows = {p: _a38e114_rows(p)[("anchor", 8.0)] for p in ("lru", "hkv_lru", "hkv_auto")}
+    gap = rows["hkv_auto"]["wall_s"] / rows["hkv_lru"]["wall_s"] - 1
+    return (lru, 100 * rows["lru"]["cached_frac"], twin, 100 * rows["hkv_lru"]["cached_frac"],
+            100 * gap)  # fmt: skip
+
+
+def _a38e114_bar() -> tuple[float, ...]:
+    """Issue 34's engine bar at a38e114: auto's cuts on the anchor at 8 GiB, its wall against
+    bip's, both mean TTFTs; its wall against lru's in the other four cells; hkv_lru's band;
+    auto's policy ratios (anchor 8, 12, 16, skewed 12, skewed 8), its switch's and cost_aware's
+    eviction seconds there against lru's; hkv_lru's policy ratios' range."""
+    auto, bip, twin = _a38e114_rows(), _a38e114_rows("hkv_bip"), _a38e114_rows("hkv_lru")
+    a8 = auto[("anchor", 8.0)]
+    skewed = "skewed (Zipf 1)"
+    others = [("anchor", 12.0), ("anchor", 16.0), (skewed, 8.0), (skewed, 12.0)]
+    band = bench_vllm_auto.noise_band(h200_a38e114())
+    ratios = [auto[c]["policy_x_lru"] for c in
+              (("anchor", 8.0), ("anchor", 12.0), ("anchor", 16.0), ("skewed (Zipf 1)", 12.0),
+               ("skewed (Zipf 1)", 8.0))]  # fmt: skip
+    s8 = _a38e114_runs(1.0, 8.0, "hkv_auto")
+    assert all(r["policy_leaders"][1][1] == "cost_aware" for r in s8)
+    switch_ms = [1e3 * r["policy_leaders"][1][2] for r in s8]
+    evict = {p: statistics.median(r["policy_by_method"]["evict"]["s"]
+                                  for r in _a38e114_runs(1.0, 8.0, p))
+             for p in ("hkv_auto", "lru")}  # fmt: skip
+    twins = [r["policy_x_lru"] for r in twin.values()]
+    bip8 = bip[("anchor", 8.0)]
+    return (-100 * a8["wall_vs_lru"], -100 * a8["ttft_vs_lru"],
+            100 * (1 - a8["wall_s"] / bip8["wall_s"]), a8["ttft_mean_s"], bip8["ttft_mean_s"],
+            *(100 * auto[c]["wall_vs_lru"] for c in others), 100 * band["low"],
+            100 * band["high"], *ratios, min(switch_ms), max(switch_ms), evict["hkv_auto"],
+            evict["lru"], min(twins), max(twins))  # fmt: skip
+
+
+def _a38e114_short() -> tuple[float, ...]:
+    """auto's wall and TTFT cuts (%) on the anchor at 8 and 12 GiB, its wall against bip's at 8
+    GiB, its range against lru's in the other three cells; no switch on the anchor."""
+    assert all(r["policy_leaders"] == ["lip"] for gib in (8.0, 12.0, 16.0)
+               for r in _a38e114_runs(0.0, gib, "hkv_auto"))  # fmt: skip
+    bar = _a38e114_bar()
+    auto = _a38e114_rows()
+    a12 = auto[("anchor", 12.0)]
+    rest = bar[6:9]
+    return (bar[0], -100 * a12["wall_vs_lru"], bar[1], -100 * a12["ttft_vs_lru"], bar[2],
+            min(rest), max(rest))  # fmt: skip
+
+
+CLAIMS += [
+    *engine_tables(h200_a38e114),
+    (
+        "In the anchor's 8 GiB engine vLLM's lru loaded {:,} blocks in every run ({:.1f} % "
+        "cached), where every earlier session's engines loaded 15,591 or 15,592 and `hkv_lru` "
+        "loaded {:,} here ({:.1f} %); against `hkv_lru`, which decided as lru did before, "
+        "`auto`'s median wall time is {:+.1f} %.",
+        _a38e114_lru_loads,
+    ),
+    (
+        "on the anchor at 8 GiB `auto`'s median wall time and mean TTFT are {:.1f} % and {:.1f} % "
+        "below lru's and its wall time {:.1f} % below `hkv_bip`'s (mean TTFT {:.3f} s against "
+        "{:.3f} s); at 12 and 16 GiB and on the skewed variant at 8 and 12 GiB its wall time is "
+        "{:+.1f} %, {:+.1f} %, {:+.1f} % and {:+.1f} % against lru's, while `hkv_lru`, caching "
+        "lru's share everywhere but there, moved {:+.1f} % to {:+.1f} % from lru in the same "
+        "engines. Its policy time "
+        "is {:.2f}x, {:.2f}x and {:.2f}x lru's on the anchor at 8, 12 and 16 GiB and {:.2f}x on "
+        "the skewed variant at 12 GiB, but {:.2f}x at 8 GiB, where its switch took {:.0f}-{:.0f} "
+        "ms and `cost_aware`'s evictions {:.3f} s a run against lru's {:.3f} s; `hkv_lru`'s is "
+        "{:.2f}x to {:.2f}x lru's in every cell.",
+        _a38e114_bar,
+    ),
+    (
+        "At hkv a38e114 (eight experts, the eighteenth table) it cut the median wall time by "
+        "{:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by {:.1f} % and {:.1f} %, ran "
+        "{:.1f} % faster than `hkv_bip` at 8 GiB, and came out {:+.1f} % to {:+.1f} % of lru's "
+        "wall time in the other three cells.",
+        _a38e114_short,
+    ),
+    (
+        "with eight experts (hkv a38e114), by {:.1f} % and {:.1f} % and by {:.1f} % and {:.1f} "
+        "%, {:.1f} % faster than `hkv_bip` at 8 GiB.",
+        lambda: _a38e114_short()[:5],
+    ),
+    (
+        "{:+.1f} % to {:+.1f} % in the a38e114 session, where `hkv_lru` moved {:+.1f} % to "
+        "{:+.1f} %)",
+        lambda: (*_a38e114_short()[5:], *_a38e114_bar()[9:11]),
     ),
 ]
 
