@@ -29,6 +29,7 @@ import hashlib
 import pstats
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -211,14 +212,20 @@ def with_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def setup(policies: list[str], workload) -> list[Prompt]:
-    """The requests, every policy's imports done, and the heap frozen for the garbage collector.
+def setup(policies: list[str], workload, salt: int = 0) -> list[Prompt]:
+    """The requests (their keys salted with `salt`, as `bench.auto_sampling026` salts them:
+    vLLM 0.26 seeds its block hashes in every engine, so a sampled `auto` samples other keys in
+    each), every policy's imports done, and the heap frozen for the garbage collector.
 
     vLLM freezes its heap after engine init (`freeze_gc_heap`), so collections during serving
     scan only what was allocated since; the same here, or the collector's passes over vLLM's
     and torch's import-time objects would be charged to whichever policy happens to run.
     """
     requests = prompts(workload)
+    if salt:
+        from bench.auto_sampling026 import salted_key
+
+        requests = [replace(p, keys=[salted_key(k, salt) for k in p.keys]) for p in requests]
     for name in policies:
         make_cache_policy(name, 16)
     gc.collect()
@@ -231,7 +238,7 @@ def run(args) -> tuple[dict, dict]:
     workload = Workload(popularity=args.popularity)
     capacity = blocks_for_gib(args.cpu_gib)
     t0 = time.perf_counter()
-    requests = setup(args.policies, workload)
+    requests = setup(args.policies, workload, args.salt)
     build_s = time.perf_counter() - t0
     overhead = PolicyTimer.measure_overhead()
     passes = in_rounds(args.policies, requests, capacity, args.repeats)
@@ -243,6 +250,7 @@ def run(args) -> tuple[dict, dict]:
     parameters = {"policies": list(args.policies), "cpu_gib": args.cpu_gib}
     parameters["popularity"] = args.popularity
     parameters["repeats"] = args.repeats
+    parameters["salt"] = args.salt
     results = {
         "call_pattern": "vLLM 0.26 (whole-prompt touch at lookup and after every store)",
         "workload": workload_summary(workload),
@@ -263,7 +271,7 @@ def run(args) -> tuple[dict, dict]:
 
 def profile(name: str, args, top: int = 30) -> None:
     """cProfile one untimed replay of `name`, hottest functions by own time."""
-    requests = setup([name], Workload(popularity=args.popularity))
+    requests = setup([name], Workload(popularity=args.popularity), args.salt)
     capacity = blocks_for_gib(args.cpu_gib)
     profiler = cProfile.Profile()
     profiler.runcall(replay, name, requests, capacity, False)
@@ -292,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         "--popularity", type=float, default=0.0, help="the skewed variant's Zipf exponent (1)"
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--salt",
+        type=int,
+        default=0,
+        help="salt the keys (0: as the replay makes them), as each engine's own block-hash seed "
+        "does: a sampled auto then samples other keys and may switch to another leader",
+    )
     parser.add_argument("--profile", metavar="POLICY", help="cProfile one policy, write nothing")
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/adapter_overhead_cpu.json")
     parser.add_argument("--no-write", action="store_true")

@@ -7,6 +7,7 @@ Nothing here needs a GPU; the adapter tests at the end need vLLM (any version) f
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import sys
@@ -696,6 +697,28 @@ def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisi
         "evictions as before"
     )
     assert lines[1] == "anchor at 12 GiB: lru026 400 us a request, hkv_auto 1.00x (was 1.50x)"
+
+
+def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():
+    """`--salt`: every key replaced, equal keys still equal (a chain stays a chain), the same
+    shapes; salt 0 the keys as the replay makes them."""
+    pytest.importorskip("vllm")
+    try:
+        plain, salted = (adapter_overhead.setup(["lru026"], MEDIUM_MM, salt) for salt in (0, 3))
+    finally:
+        gc.unfreeze()  # `setup` freezes the heap, as the bench's process wants; not this one
+    assert [p.keys for p in plain] == [p.keys for p in vllm026.prompts(MEDIUM_MM)]
+    pairs = {
+        (a, b)
+        for p, q in zip(plain, salted, strict=True)
+        for a, b in zip(p.keys, q.keys, strict=True)
+    }
+    assert all(a != b and len(a) == len(b) for a, b in pairs)
+    assert len({a for a, _ in pairs}) == len({b for _, b in pairs}) == len(pairs)  # one to one
+    runs = [
+        adapter_overhead.replay("lru026", r, 60, False, store_blocks=8) for r in (plain, salted)
+    ]
+    assert runs[0]["evicted_blocks"] == runs[1]["evicted_blocks"]  # lru reads no key's bits
 
 
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
