@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "data/results/adapter_overhead_cpu.json")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    if not 0 <= args.salt < 1 << 64:
+        parser.error(f"--salt {args.salt}: expected a whole number from 0 to 2**64 - 1")
     if args.profile:
         profile(args.profile, args)
         return 0

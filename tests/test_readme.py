@@ -2995,7 +2995,8 @@ CLAIMS += [
     (
         "In the anchor's 8 GiB engine vLLM's lru loaded {:,} blocks in every run ({:.1f} % "
         "cached), where every earlier session's engines loaded 15,591 or 15,592 and `hkv_lru` "
-        "loaded {:,} here ({:.1f} %); against `hkv_lru`, which decided as lru did before, "
+        "loaded {:,} here ({:.1f} %); against `hkv_lru`, which decided as lru did in every "
+        "earlier session, "
         "`auto`'s median wall time is {:+.1f} %.",
         _a38e114_lru_loads,
     ),

@@ -721,6 +721,12 @@ def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():
     assert runs[0]["evicted_blocks"] == runs[1]["evicted_blocks"]  # lru reads no key's bits
 
 
+def test_overhead_benchmark_refuses_a_salt_it_cannot_use(capsys):
+    with pytest.raises(SystemExit):
+        adapter_overhead.main(["--salt", "-1", "--no-write"])
+    assert "--salt -1: expected a whole number from 0" in capsys.readouterr().err
+
+
 def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
     pytest.importorskip("vllm")
     overhead = adapter_overhead
