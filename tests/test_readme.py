@@ -2677,9 +2677,14 @@ def h200_1cfa5f7() -> dict[str, Any]:
     return result("vllm_h200_time_1cfa5f7.json")
 
 
-def _1cfa5f7_rows(policy: str = "hkv_auto") -> dict[tuple[str, float], dict[str, Any]]:
-    rows = bench_vllm_auto.time_rows(h200_1cfa5f7())
+def cell_rows(data: dict[str, Any], policy: str) -> dict[tuple[str, float], dict[str, Any]]:
+    """An engine file's `time_rows` of one policy, by (workload, CPU tier)."""
+    rows = bench_vllm_auto.time_rows(data)
     return {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == policy}
+
+
+def _1cfa5f7_rows(policy: str = "hkv_auto") -> dict[tuple[str, float], dict[str, Any]]:
+    return cell_rows(h200_1cfa5f7(), policy)
 
 
 def _1cfa5f7_in_short() -> tuple[float, ...]:
@@ -2919,8 +2924,7 @@ def h200_a38e114() -> dict[str, Any]:
 
 
 def _a38e114_rows(policy: str = "hkv_auto") -> dict[tuple[str, float], dict[str, Any]]:
-    rows = bench_vllm_auto.time_rows(h200_a38e114())
-    return {(r["workload"], r["cpu_gib"]): r for r in rows if r["policy"] == policy}
+    return cell_rows(h200_a38e114(), policy)
 
 
 def _a38e114_runs(popularity: float, gib: float, policy: str) -> list[dict[str, Any]]:
