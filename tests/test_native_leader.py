@@ -58,7 +58,11 @@ def test_a_native_leader_makes_its_python_policys_every_decision(label, seed):
             new_metas = [metas.setdefault(k, meta(rng, d)) for d, k in enumerate(new)]
             offers = list(zip(new, new_metas, strict=True))
             taken = [k for k, m in offers if python.admit(k, m)]
-            assert taken == [k for k, m in offers if leader.admit(k, m)], step
+            if step % 2:  # a request's misses in one call (vLLM's adapter), else one by one
+                verdicts = leader.admit_each(new, new_metas)
+            else:
+                verdicts = [leader.admit(k, m) for k, m in offers]
+            assert taken == [k for k, v in zip(new, verdicts, strict=True) if v], step
             room = len(python) + len(taken) - capacity
             if room > 0:
                 protected = frozenset(request)
@@ -109,6 +113,45 @@ def chain_stand_in(held: list, protected: set):
         return deeper[-1] if deeper else key
 
     return stand_in
+
+
+def test_auto_asked_for_a_requests_misses_at_once_keeps_what_one_by_one_keeps():
+    """`admit_each` where misses are noted: the leader's verdicts in one call, and the misses it
+    declined kept (the latest `capacity + 64`) in the order `admit` keeps them."""
+    rng = random.Random(5)
+    autos = [make_policy("auto", 24, experts=("lip", "cost_aware")) for _ in range(2)]
+    for auto in autos:
+        auto.note_misses([], [])
+        auto._switch(auto.experts.index("cost_aware"))
+    keys = [rng.getrandbits(60) for _ in range(400)]
+    for start in range(0, 400, 50):  # requests of 50 misses, more than the 88 kept over time
+        batch = keys[start : start + 50]
+        metas = [meta(rng, d) for d in range(len(batch))]
+        one_by_one = [autos[0].admit(k, m) for k, m in zip(batch, metas, strict=True)]
+        assert autos[1].admit_each(batch, metas) == one_by_one
+        assert list(autos[0]._declined.items()) == list(autos[1]._declined.items())
+        taken = [(k, m) for k, m, v in zip(batch, metas, one_by_one, strict=True) if v][-8:]
+        for auto in autos:  # the tier fills: later misses are judged against what it holds
+            room = len(auto) + len(taken) - 24
+            if room > 0:
+                auto.evict(room, frozenset(batch))
+            auto.insert_each([k for k, _ in taken], [m for _, m in taken])
+            for _ in range(3):  # reused: worth more than a miss seen once
+                auto.touch_all(list(auto))
+        assert set(autos[0]) == set(autos[1])
+    assert len(autos[1]._declined) == 24 + 64 and not all(one_by_one)
+
+
+def test_a_native_leaders_admit_each_names_what_was_wrong():
+    _, leader = pair("cost_aware", 4)
+    with pytest.raises(ValueError, match="2 keys, 1 metas"):
+        leader.admit_each([1, 2], [BlockMeta(tokens=TOKENS, position=0)])
+    with pytest.raises(ValueError, match="lists as long as keys"):
+        leader._c.admit_each([1, 2], [0], None, None)
+    for call in (leader._c.admit_metas, leader._c.insert_metas):
+        with pytest.raises(ValueError, match="metas must be a list as long as keys"):
+            call([1, 2], [BlockMeta(tokens=TOKENS, position=0)], None, {})
+    assert len(leader) == 0  # nothing went in
 
 
 def test_a_native_leader_refuses_what_a_python_policy_refuses():

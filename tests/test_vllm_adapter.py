@@ -149,7 +149,11 @@ def test_misses_noted_while_auto_admits_everything_stay_admitted_after_a_switch(
     p.policy._switch(p.policy.experts.index("cost_aware"))
     assert not p.policy.admits_now
     asked = []
-    monkeypatch.setattr(p.policy._live, "admit", lambda k, meta: asked.append(k) or False)
+    def admit_each(keys, metas):  # a request's misses: one call to the leader
+        asked.extend(keys)
+        return [False] * len(keys)
+
+    monkeypatch.setattr(p.policy._live, "admit_each", admit_each)
     p.on_store_miss([key(3)], ctx)  # asked now, before the older misses are inserted
     assert asked == [key(3)] and p.decided == {key(0): True, key(1): True, key(2): True,
                                                key(3): False}  # fmt: skip

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import chain, compress, islice
+from operator import not_
 from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
-from hkv.policies.history import History
+from hkv.policies.history import History, Recent
 from hkv.policies.leader import held_aside, native_first
 from hkv.policies.native import Columns, known, sampled
 from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged, paused_gc
@@ -84,14 +85,10 @@ class AutoPolicy(EvictionPolicy):
     copied shadow is. Its cost, one expert over that window, is paid at the switch only. A switch
     back to an expert that led within that window costs far less: its last live instance resumes,
     caught up on the requests since it led (`_rebuild`). A rebuild stalls the engine, so it waits
-    for a lead that has held `confirm_rebuild` requests in a row
-    (`data/results/auto_candidates_rebuild.json`) and by `margin_rebuild` (2 points of hit rate,
-    against `margin`'s 0.5: fewer stalls, and less prefill time left on the whole in the two-tier
-    model of the engine's workloads and of variants of them,
-    `data/results/auto_candidates_margin.json`). A sampled lead can rest on a request or two, so the
-    rebuild also waits until the challenger has led by `margin` over `evidence_rebuild` x
-    `sample_blocks` sampled references since its lead began (without it the anchor at 8 GiB left
-    `lip` and came back within three requests for 2 of 8 salted key sets: `bench.auto_sampling026`).
+    for a lead that has held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points,
+    against `margin`'s 0.5) and over `evidence_rebuild` x `sample_blocks` sampled references
+    (docs/policies.md gives what each measured: `auto_candidates_rebuild.json`,
+    `auto_candidates_margin.json`, `bench.auto_sampling026`).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
     are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
@@ -151,10 +148,8 @@ class AutoPolicy(EvictionPolicy):
         self._threshold = round(rate * (1 << 64))  # a key is sampled when its bits are below
         self._shadow_blocks = max(1, round(rate * capacity)) if self._sampled else capacity
         skip = UNSAMPLED_ONLY if self._sampled else frozenset()
-        full = not self._sampled  # a full tier's switch copies a shadow: its keys kept
-        self._shadows = ShadowSet(
-            self.experts, self._shadow_blocks, context, native=self.native, skip=skip, keys=full
-        )
+        self._shadows = ShadowSet(self.experts, self._shadow_blocks, context, native=self.native,
+                                  skip=skip, keys=not self._sampled)  # fmt: skip
         self._history = History(HISTORY_TIERS * capacity)  # sampled: the last requests
         # sampled: leaders switched away from, with `_history.remembered` then (`_switch`)
         self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
@@ -164,7 +159,7 @@ class AutoPolicy(EvictionPolicy):
         self._live = make_expert(self.first, capacity, **context)
         self._aside: dict[Key, BlockMeta] = {}  # held, but given up by the leader: evicted first
         self._metas: dict[Key, BlockMeta] = {}  # every held key's meta (for the shadows)
-        self._declined: dict[Key, BlockMeta] = {}  # recent misses the leader declined
+        self._declined = Recent(capacity + 64)  # recent misses the leader declined
         self._pending: Columns = ([], [])  # misses since the last request's end: keys, metas
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
         self._ended = False  # a request's end was reported (`after_request`)
@@ -201,11 +196,17 @@ class AutoPolicy(EvictionPolicy):
             self._keep([key], [meta])
         if self._live.admit(key, meta):
             return True
-        declined = self._declined
-        declined[key] = meta
-        if len(declined) > self.capacity_blocks + 64:
-            del declined[next(iter(declined))]
+        self._declined.keep(((key, meta),))
         return False
+
+    def admit_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[bool]:
+        """`admit` of each; where misses are noted, the leader's verdicts in one call."""
+        if not self._noted:
+            return super().admit_each(keys, metas)
+        verdicts = self._live.admit_each(keys, metas)
+        if not all(verdicts):
+            self._declined.keep(compress(zip(keys, metas, strict=True), map(not_, verdicts)))
+        return verdicts
 
     @property
     def admits_now(self) -> bool:
@@ -213,9 +214,8 @@ class AutoPolicy(EvictionPolicy):
         return self._noted and self._live.admits_everything
 
     def _per_block_caller(self, position: int) -> None:
-        """A second request begins (its first miss is no deeper than the last one) and no end
-        of request came between: a per-block caller, so `PER_BLOCK_FIRST` runs the tier from
-        here (where `first` was left unset), taking the blocks held so far."""
+        """A second request begins (a first miss no deeper than the last) with no end of request
+        between: a per-block caller; `PER_BLOCK_FIRST` runs the tier (`first` unset) from here."""
         if position > self._last_admitted:
             self._last_admitted = position
             return
@@ -303,8 +303,8 @@ class AutoPolicy(EvictionPolicy):
         pending, self._pending = self._pending, ([], [])
         if not self.capacity_blocks:
             return
-        metas, declined = self._metas, self._declined
-        found = known(reused if isinstance(reused, list) else list(reused), metas, declined)
+        found = known(reused if isinstance(reused, list) else list(reused), self._metas,
+                      self._declined)  # fmt: skip
         threshold = self._threshold if self._sampled else None
         if threshold is not None and (pending[0] or found[0]):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)

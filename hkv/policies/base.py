@@ -141,6 +141,11 @@ class EvictionPolicy(ABC):
         for key, meta in zip(keys, metas, strict=True):
             insert(key, meta)
 
+    def admit_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[bool]:
+        """`admit` of each key in order with its meta, the verdicts in a list (one call for a
+        request's misses: `auto` led from C answers them in one C call)."""
+        return list(map(self.admit, keys, metas))
+
     @property
     def admits_everything(self) -> bool:
         """True when `admit` always says yes and records nothing, so a caller on a hot path

@@ -66,3 +66,18 @@ class History:
                 pairs = merged(entry[0], entry[1])
                 entry[0], entry[1] = ([k for k, _ in pairs], [m for _, m in pairs]), NO_BLOCKS
             yield list(zip(*entry[0], strict=True))
+
+
+class Recent(dict):
+    """A dict of the latest `bound` keys set (insertion order): past it, the oldest goes."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = bound
+
+    def keep(self, pairs) -> None:
+        """Set each `(key, value)` in order, each forgetting the oldest key past `bound`."""
+        for key, value in pairs:
+            self[key] = value
+            if len(self) > self.bound:
+                del self[next(iter(self))]

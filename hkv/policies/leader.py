@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from operator import attrgetter
 from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies import native
 from hkv.policies.base import EMPTY, EvictionPolicy, Key
-
-_POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
 
 PREFIX_EXPERTS = frozenset({"cost_aware", "depth_lfu", "depth_lfu_static"})
 QUEUE_EXPERTS = frozenset({"lip", "lru", "lru+st2", "s3fifo"})
@@ -112,6 +109,17 @@ class NativeLeader(EvictionPolicy):
             return self._all or self._c.admit(key, 0, 0, 0.0)
         return self._c.admit(key, meta.position, meta.tokens, self._worth(meta))
 
+    def admit_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[bool]:
+        """`admit` of each key in order, in one C call."""
+        keys, metas = list(keys), list(metas)
+        if len(keys) != len(metas):
+            raise ValueError(f"admit_each: {len(keys)} keys, {len(metas)} metas")
+        if self._all:
+            return [True] * len(keys)
+        if self._queue:
+            return self._c.admit_each(keys, None, None, None)
+        return self._c.admit_metas(keys, metas, self._value, self._worths)
+
     def insert(self, key: Key, meta: BlockMeta) -> bool:
         """Insert `key`; True where it is refused (its id is another resident key's)."""
         if self._queue:
@@ -125,8 +133,7 @@ class NativeLeader(EvictionPolicy):
             raise ValueError(f"insert_each: {len(keys)} keys, {len(metas)} metas")
         if self._queue:
             return self._c.insert(keys, None, None, None)
-        worths = None if self._value is None else list(map(self._worth, metas))
-        return self._c.insert(keys, list(map(_POSITION, metas)), list(map(_TOKENS, metas)), worths)
+        return self._c.insert_metas(keys, metas, self._value, self._worths)
 
     def touch(self, key: Key) -> None:
         self._c.touch([key], False)

@@ -41,7 +41,7 @@ import inspect
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache
-from itertools import compress, groupby, islice
+from itertools import compress, filterfalse, groupby, islice
 from operator import attrgetter
 from typing import Any
 
@@ -236,7 +236,7 @@ class HkvCachePolicy(CachePolicy):
             return
         if not policy.admits_now:  # a key again: a later request's offer, asked afresh
             self.settle()
-            self.decided.update(zip(keys, map(policy.admit, keys, metas), strict=True))
+            self.decided.update(zip(keys, policy.admit_each(keys, metas), strict=True))
         elif self.decided:  # `auto` led by a policy that admits everything: no call a key
             self.decided.update(dict.fromkeys(keys, True))
         else:  # nor a verdict kept, until the policy no longer admits everything (`settle`)
@@ -338,13 +338,7 @@ class HkvCachePolicy(CachePolicy):
 
     def _bypassed_victims(self, n: int, unevictable: set[Any]) -> list[Any]:
         """Up to `n` evictable blocks that the policy declined, oldest first."""
-        victims = []
-        for key in self.bypassed:
-            if key not in unevictable:
-                victims.append(key)
-                if len(victims) == n:
-                    break
-        return victims
+        return list(islice(filterfalse(unevictable.__contains__, self.bypassed), n))
 
     def clear(self) -> None:
         self.synced = 0

@@ -302,34 +302,106 @@ static int insertable(Leader *self, PyObject *keys, Py_ssize_t j) {
     return hkv_map_put(&self->batch, bits, j) < 0 ? (PyErr_NoMemory(), -1) : 1;
 }
 
+/* self->blocks filled for a list of keys: from the columns (positions, tokens, worths: lists as
+ * long as keys, or None) or, `metas` not NULL, read from the metas as the shadows read them
+ * (`hkv_shadows_read`: cost_aware's worth through `value` and `memo`); `where` names the call
+ * in an error: 0, or -1 with an exception */
+static int fill(Leader *self, PyObject *keys, PyObject *const columns[3], PyObject *metas,
+                PyObject *value, PyObject *memo, const char *where) {
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (metas && !(PyList_Check(metas) && PyList_GET_SIZE(metas) == n)) {
+        PyErr_Format(PyExc_ValueError, "Leader.%s: metas must be a list as long as keys", where);
+        return -1;
+    }
+    for (int c = 0; !metas && c < 3; c++) {
+        if (columns[c] == Py_None || (PyList_Check(columns[c]) && PyList_GET_SIZE(columns[c]) == n))
+            continue;
+        PyErr_Format(PyExc_ValueError, "Leader.%s: positions, tokens and worths must be lists "
+                     "as long as keys, or None", where);
+        return -1;
+    }
+    if (reserve(self, n) < 0) return -1;
+    if (metas) return hkv_shadows_read(self->shadows, keys, metas, value, memo, self->blocks);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (block_at(self, j, PyList_GET_ITEM(keys, j), columns[0], columns[1], columns[2]) < 0)
+            return -1;
+    return 0;
+}
+
+/* `admit` of each of n filled blocks, in order: a list of bools, or NULL */
+static PyObject *admit_filled(Leader *self, Py_ssize_t n) {
+    PyObject *verdicts = PyList_New(n);
+    for (Py_ssize_t j = 0; verdicts && j < n; j++) {
+        int r = self->expert->ops->admit(self->expert, &self->blocks[j]);
+        if (r < 0) {
+            Py_CLEAR(verdicts);
+            PyErr_NoMemory();
+        } else {
+            PyList_SET_ITEM(verdicts, j, PyBool_FromLong(r));
+        }
+    }
+    return verdicts;
+}
+
+/* admit_each(keys, positions, tokens, worths) -> list of bools: `admit` of each key in order
+ * (positions, tokens and worths as `insert` takes them) */
+static PyObject *Leader_admit_each(Leader *self, PyObject *args) {
+    PyObject *keys, *columns[3];
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &columns[0],
+                                             &columns[1], &columns[2]))
+        return NULL;
+    if (fill(self, keys, columns, NULL, NULL, NULL, "admit_each") < 0) return NULL;
+    return admit_filled(self, PyList_GET_SIZE(keys));
+}
+
+/* admit_metas(keys, metas, value, memo) -> list of bools: `admit_each` with each key's meta,
+ * read in C (`fill`) */
+static PyObject *Leader_admit_metas(Leader *self, PyObject *args) {
+    PyObject *keys, *metas, *value, *memo;
+    if (ready(self) < 0 ||
+        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &metas, &value, &memo) ||
+        fill(self, keys, NULL, metas, value, memo, "admit_metas") < 0)
+        return NULL;
+    return admit_filled(self, PyList_GET_SIZE(keys));
+}
+
 /* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
  * for those whose id another resident key (or an earlier key of the list) has, returned
  * (positions, tokens and worths may be None: a queue expert reads none of them).
  * Nothing is inserted where a key is resident already (KeyError) or there is no room for
  * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
+static PyObject *insert_filled(Leader *self, PyObject *keys);
+
 static PyObject *Leader_insert(Leader *self, PyObject *args) {
-    PyObject *keys, *positions, *tokens, *worths;
+    PyObject *keys, *columns[3];
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &columns[0],
+                                             &columns[1], &columns[2]))
+        return NULL;
+    if (fill(self, keys, columns, NULL, NULL, NULL, "insert") < 0) return NULL;
+    return insert_filled(self, keys);
+}
+
+/* insert_metas(keys, metas, value, memo) -> refused: `insert` with each key's meta, read in C
+ * (`fill`) */
+static PyObject *Leader_insert_metas(Leader *self, PyObject *args) {
+    PyObject *keys, *metas, *value, *memo;
     if (ready(self) < 0 ||
-        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &positions, &tokens, &worths))
+        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &metas, &value, &memo) ||
+        fill(self, keys, NULL, metas, value, memo, "insert_metas") < 0)
         return NULL;
+    return insert_filled(self, keys);
+}
+
+/* `insert` of the keys whose blocks are filled */
+static PyObject *insert_filled(Leader *self, PyObject *keys) {
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    PyObject *columns[3] = {positions, tokens, worths};
-    for (int c = 0; c < 3; c++) {
-        if (columns[c] == Py_None || (PyList_Check(columns[c]) && PyList_GET_SIZE(columns[c]) == n))
-            continue;
-        PyErr_SetString(PyExc_ValueError, "Leader.insert: positions, tokens and worths must be "
-                                          "lists as long as keys, or None");
-        return NULL;
-    }
-    if (reserve(self, n) < 0) return NULL;
     PyObject *refused = PyList_New(0);
     if (!refused) return NULL;
     hkv_map_clear(&self->batch);
     int64_t taken = 0;
     for (Py_ssize_t j = 0; j < n; j++) { /* every check before any insert */
         PyObject *key = PyList_GET_ITEM(keys, j);
-        int ok = block_at(self, j, key, positions, tokens, worths) < 0 ? -1
-                                                                     : insertable(self, keys, j);
+        int ok = insertable(self, keys, j);
         if (ok < 0 || (!ok && PyList_Append(refused, key) < 0)) goto fail;
         self->ids[j] = (uint64_t)ok; /* refused: kept outside by the caller */
         taken += ok;
@@ -521,6 +593,12 @@ static PyObject *Leader_keys(Leader *self, PyObject *unused) {
 static PyMethodDef Leader_methods[] = {
     {"admit", (PyCFunction)Leader_admit, METH_VARARGS,
      "admit(key, position, tokens, worth) -> bool: whether to store a miss"},
+    {"admit_each", (PyCFunction)Leader_admit_each, METH_VARARGS,
+     "admit_each(keys, positions, tokens, worths) -> list: admit of each key, in order"},
+    {"admit_metas", (PyCFunction)Leader_admit_metas, METH_VARARGS,
+     "admit_metas(keys, metas, value, memo) -> list: admit_each, the metas read in C"},
+    {"insert_metas", (PyCFunction)Leader_insert_metas, METH_VARARGS,
+     "insert_metas(keys, metas, value, memo) -> refused: insert, the metas read in C"},
     {"insert", (PyCFunction)Leader_insert, METH_VARARGS,
      "insert(keys, positions, tokens, worths) -> refused: make the keys resident, in order, "
      "but those whose id another key holds (returned)"},

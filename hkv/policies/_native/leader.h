@@ -12,6 +12,12 @@ int hkv_key_bits(PyObject *key, uint64_t *bits);
 /* expert `i` of a `Shadows` object (borrowed: it lives as long as the object); NULL with an
  * exception set where `shadows` is not one or has no expert `i` */
 hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i);
+/* the blocks of `keys` with their `metas` (lists of one length) as `shadows` (a `Shadows`)
+ * reads a request's: each key's id, its meta's position and tokens and, `value` not None,
+ * cost_aware's worth of it through the shape memo `memo` (`ShadowSet._worths`), into `out`:
+ * 0, or -1 with an exception set */
+int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObject *value,
+                     PyObject *memo, hkv_block *out);
 /* add the `Leader` type to the module: 0, or -1 with an exception set */
 int hkv_leader_add(PyObject *module);
 /* the learned expert's whole state as a dict (predictive.c: `PredictivePolicy.restore_native`

@@ -477,6 +477,39 @@ static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
     return PyBool_FromLong(hkv_worker_threaded(self->worker));
 }
 
+/* the worth cache, made at the first call that reads worths: 0, or -1 with an exception */
+static int worths_ready(Shadows *self) {
+    if (self->worths) return 0;
+    self->worths = PyMem_Malloc(WORTHS_KEPT * sizeof *self->worths);
+    if (!self->worths) return PyErr_NoMemory(), -1;
+    if (hkv_map_init(&self->worth_at, 1024) < 0) {
+        PyMem_Free(self->worths);
+        self->worths = NULL;
+        return PyErr_NoMemory(), -1;
+    }
+    return 0;
+}
+
+int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObject *value,
+                     PyObject *memo, hkv_block *out) {
+    if (!PyObject_TypeCheck(shadows, &ShadowsType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a Shadows");
+        return -1;
+    }
+    Shadows *self = (Shadows *)shadows;
+    shadows_wait(self);
+    if (value != Py_None && worths_ready(self) < 0) return -1;
+    block_reader reader = {.self = self, .value = value, .memo = memo,
+                           .modality_index = Py_None, .last_meta = NULL};
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++) {
+        PyObject *meta = PyList_GET_ITEM(metas, j);
+        if (int_attr(meta, NAME_POSITION, &out[j].position) < 0 ||
+            read_block(&reader, PyList_GET_ITEM(keys, j), meta, &out[j]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index,
  * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_columns`), its misses and
  * hits each `(keys, metas)`; `ids_keys` None: no registry; `ids_metas` None: the keys' alone */
@@ -489,15 +522,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         return NULL;
     if (deferred && !(before = take_deferred(self, 1))) return NULL;
     shadows_wait(self);
-    if (!self->worths) { /* the worth cache, made at the first call */
-        self->worths = PyMem_Malloc(WORTHS_KEPT * sizeof *self->worths);
-        if (!self->worths) return PyErr_NoMemory();
-        if (hkv_map_init(&self->worth_at, 1024) < 0) {
-            PyMem_Free(self->worths);
-            self->worths = NULL;
-            return PyErr_NoMemory();
-        }
-    }
+    if (worths_ready(self) < 0) return NULL;
     int filter = threshold_obj != Py_None;
     uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
     if (PyErr_Occurred()) return NULL;
