@@ -9,11 +9,23 @@ distinct blocks), on one core; each time the best of `--repeats` passes. Beside
 `bench.replay_speed --through vllm` it says how much of `auto`'s time there the shadows take.
 
     python -m bench.shadow_cost --out data/results/shadow_cost_cpu.json
+
+With `--through-vllm` it says instead what the shadows leave of `auto`'s budget inside vLLM's own
+manager: in rounds on one core, a pass of the trace through vLLM's manager with vLLM's `lru`,
+with hkv's `lru` and with hkv's `auto` (its adapter), and `auto`'s shadows alone replaying the
+request ends that pass gave them (recorded, then replayed through a fresh `ShadowSet` of its
+experts, as `auto` replays them: one C call a request, its registry of ids kept). What `auto`
+may spend beyond hkv's `lru` and still run as fast as vLLM's `lru` is the gap between those
+two passes; the shadows' share of it says whether anything else could close it.
+
+    python -m bench.shadow_cost --through-vllm --capacities 0.01 0.02 0.05 0.1 --repeats 5 \
+        --out data/results/auto_cpu_budget.json
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,7 +43,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capacities", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--through-vllm", action="store_true", help="auto's budget inside vLLM's manager"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: expected a whole number of 1 or more")
+    bad = [f for f in args.capacities if not 0 < f <= 1]
+    if bad:
+        parser.error(f"--capacities {bad[0]}: expected a share of the distinct blocks in (0, 1]")
+    return args
 
 
 def columns(trace) -> list[tuple]:
@@ -88,6 +109,70 @@ def measure(trace, fraction: float, requests: list[tuple], repeats: int) -> dict
     }
 
 
+def request_ends(trace, capacity: int) -> tuple[list, dict]:
+    """Each request end `auto`'s shadows replay in a pass of `trace` through vLLM's manager
+    (`(misses, hits)` columns, copied), and their context (an untimed pass)."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager
+
+    manager = hkv_manager("auto", trace, capacity)
+    shadows = manager._policy.policy._shadows  # vLLM's manager -> hkv's adapter -> auto
+    ends, replay = [], shadows.replay_columns
+
+    def recording(misses, hits, threshold=None, *, deferred=False):
+        ends.append(((list(misses[0]), list(misses[1])), (list(hits[0]), list(hits[1]))))
+        return replay(misses, hits, threshold, deferred=deferred)
+
+    shadows.replay_columns = recording
+    drive(trace, manager)
+    return ends, shadows._context
+
+
+def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
+    """vLLM's lru, hkv's lru and auto through vLLM's manager, and auto's shadows alone on the
+    request ends it gave them, in `repeats` rounds (one pass of each a round)."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager, native_manager
+    from hkv.policies.auto import DEFAULT_EXPERTS
+    from hkv.policies.shadow import ShadowSet
+
+    capacity = capacity_for(trace, fraction)
+    ends, context = request_ends(trace, capacity)
+    passes: dict[str, list[float]] = {"vllm:lru": [], "lru": [], "auto": [], "shadows": []}
+    for _ in range(repeats):
+        for name, manager in (("vllm:lru", native_manager("lru", capacity)),
+                              ("lru", hkv_manager("lru", trace, capacity)),
+                              ("auto", hkv_manager("auto", trace, capacity))):  # fmt: skip
+            start = time.perf_counter()
+            drive(trace, manager)
+            passes[name].append(time.perf_counter() - start)
+        shadows = ShadowSet(list(DEFAULT_EXPERTS), capacity, context, native=True, keys=True)
+        start = time.perf_counter()
+        for misses, hits in ends:
+            shadows.replay_columns(misses, hits)
+        passes["shadows"].append(time.perf_counter() - start)
+    median = {name: statistics.median(times) for name, times in passes.items()}
+    gaps = [v - h for v, h in zip(passes["vllm:lru"], passes["lru"], strict=True)]
+    allowance = statistics.median(gaps)
+    row = {
+        "capacity_frac": fraction,
+        "capacity_blocks": capacity,
+        "block_refs": trace.num_block_refs,
+        "request_ends": len(ends),
+        "pass_s_median": {name: round(t, 4) for name, t in median.items()},
+        "pass_s_best": {name: round(min(t), 4) for name, t in passes.items()},
+        "auto_vs_vllm_lru_speed": round(median["vllm:lru"] / median["auto"], 3),
+        "allowance_s": round(allowance, 4),
+        "auto_beyond_lru_s": round(median["auto"] - median["lru"], 4),
+        "shadows_share_of_allowance": round(median["shadows"] / allowance, 2)
+        if allowance > 0
+        else None,  # (hkv's lru no faster than vLLM's: no allowance to share)
+    }
+    print(f"{fraction:4.0%} ({capacity} blocks): vLLM lru {median['vllm:lru']:.3f} s, hkv lru "
+          f"{median['lru']:.3f}, auto {median['auto']:.3f} (x{row['auto_vs_vllm_lru_speed']:.2f} "
+          f"vLLM lru's speed); allowance {allowance:.3f} s, auto's shadows alone "
+          f"{median['shadows']:.3f} s", flush=True)  # fmt: skip
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     from hkv.policies import native
 
@@ -95,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     if not native.built():
         sys.exit("hkv's C extension is not built here: `pip install -e .` builds it")
     trace = workloads(args.trace, "full", ["mooncake"])["mooncake"]
-    requests = columns(trace)
-    with one_core() as core:
-        cells = [measure(trace, f, requests, args.repeats) for f in args.capacities]
+    if args.through_vllm:
+        with one_core() as core:
+            cells = [budget(trace, f, args.repeats) for f in args.capacities]
+    else:
+        requests = columns(trace)
+        with one_core() as core:
+            cells = [measure(trace, f, requests, args.repeats) for f in args.capacities]
     if args.out is not None:
         save_results(
             args.out,
@@ -107,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                 "trace": args.trace.name,
                 "capacities": args.capacities,
                 "repeats": args.repeats,
+                "through_vllm": args.through_vllm,
                 "pinned_core": core,
             },
-            packages=("hkv",),
+            packages=("hkv", "vllm") if args.through_vllm else ("hkv",),
         )
     return 0
 

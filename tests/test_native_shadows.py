@@ -556,6 +556,45 @@ def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
     assert cell["all_pass_s"] > 0 and all(r["pass_s"] > 0 for r in cell["experts"].values())
 
 
+def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_part():
+    """`bench.shadow_cost --through-vllm`: vLLM's lru, hkv's lru and auto through vLLM's manager
+    and auto's shadows alone on the request ends it gave them, each pass timed; the allowance
+    is the gap between the two lru passes."""
+    pytest.importorskip("vllm")
+    from bench import shadow_cost
+    from hkv.sim.trace import Request, Trace
+
+    rng = random.Random(2)
+    requests = tuple(
+        Request(float(i), 512 * n, 1, tuple(rng.randrange(300) for _ in range(n)))
+        for i, n in enumerate(rng.randint(1, 20) for _ in range(120))
+    )
+    trace = Trace(requests, 512)
+    row = shadow_cost.budget(trace, 0.1, 2)
+    assert row["request_ends"] == len(requests) and row["block_refs"] == trace.num_block_refs
+    assert set(row["pass_s_median"]) == {"vllm:lru", "lru", "auto", "shadows"}
+    assert all(t > 0 for t in row["pass_s_best"].values())
+    median = row["pass_s_median"]
+    assert row["auto_vs_vllm_lru_speed"] == pytest.approx(median["vllm:lru"] / median["auto"], 0.01)
+    share = row["shadows_share_of_allowance"]
+    assert share is None if row["allowance_s"] <= 0 else share > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--repeats", "0"], "--repeats 0: expected a whole number of 1 or more"),
+        (["--capacities", "0.02", "1.5"], "--capacities 1.5: expected a share"),
+    ],
+)
+def test_the_shadow_cost_bench_names_a_bad_argument(argv, message, capsys):
+    from bench import shadow_cost
+
+    with pytest.raises(SystemExit):
+        shadow_cost.parse(argv)
+    assert message in capsys.readouterr().err
+
+
 def test_a_modality_index_out_of_range_is_refused_by_either_call():
     """`predictive` files a bucket by the modality's index: one outside 0-2, from a column or
     from the index a request end is read with, is a clear error, not a write past its table."""

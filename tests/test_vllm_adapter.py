@@ -149,6 +149,7 @@ def test_misses_noted_while_auto_admits_everything_stay_admitted_after_a_switch(
     p.policy._switch(p.policy.experts.index("cost_aware"))
     assert not p.policy.admits_now
     asked = []
+
     def admit_each(keys, metas):  # a request's misses: one call to the leader
         asked.extend(keys)
         return [False] * len(keys)
