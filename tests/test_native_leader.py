@@ -142,6 +142,21 @@ def test_auto_asked_for_a_requests_misses_at_once_keeps_what_one_by_one_keeps():
     assert len(autos[1]._declined) == 24 + 64 and not all(one_by_one)
 
 
+def test_recent_keeps_the_latest_keys_set_and_copies_with_its_bound():
+    import copy
+    import pickle
+
+    from hkv.policies.history import Recent
+
+    recent = Recent(2)
+    recent.keep([(1, "a"), (2, "b"), (1, "c"), (3, "d")])  # 1 set again keeps its place: oldest
+    assert list(recent.items()) == [(2, "b"), (3, "d")]
+    for twin in (copy.deepcopy(recent), pickle.loads(pickle.dumps(recent))):
+        twin.keep([(4, "e")])
+        assert list(twin.items()) == [(3, "d"), (4, "e")] and twin.bound == 2
+    assert list(recent) == [2, 3]
+
+
 def test_a_native_leaders_admit_each_names_what_was_wrong():
     _, leader = pair("cost_aware", 4)
     with pytest.raises(ValueError, match="2 keys, 1 metas"):

@@ -1,4 +1,5 @@
-"""`History`: the last requests a sampled `auto` keeps to rebuild a new leader from."""
+"""`History`: the last requests a sampled `auto` keeps to rebuild a new leader from; `Recent`:
+the latest keys of a kind it keeps (the misses its leader declined)."""
 
 from __future__ import annotations
 
