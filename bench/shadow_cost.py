@@ -16,7 +16,9 @@ with hkv's `lru` and with hkv's `auto` (its adapter), and `auto`'s shadows alone
 request ends that pass gave them (recorded, then replayed through a fresh `ShadowSet` of its
 experts, as `auto` replays them: one C call a request, its registry of ids kept). What `auto`
 may spend beyond hkv's `lru` and still run as fast as vLLM's `lru` is the gap between those
-two passes; the shadows' share of it says whether anything else could close it.
+two passes; the shadows' share of it says whether anything else could close it. Passes of their
+own, after the rounds, time the adapter's calls for hkv's `lru` and `auto` and `auto`'s request end
+inside them (`ADAPTER_PARTS`, `AUTO_PARTS`): where the rest of `auto`'s time goes.
 
     python -m bench.shadow_cost --through-vllm --capacities 0.01 0.02 0.05 0.1 --repeats 5 \
         --out data/results/auto_cpu_budget.json
@@ -127,6 +129,36 @@ def request_ends(trace, capacity: int) -> tuple[list, dict]:
     return ends, shadows._context
 
 
+ADAPTER_PARTS = ("on_store_miss", "on_request_finished", "evict", "sync")
+"""vLLM 0.32's calls into hkv's adapter a request makes (besides `get`, `insert` and the `mark_*`
+of each block, the containers' own methods), none inside another but `sync` (the inserts handed
+to the policy, inside the others)."""
+AUTO_PARTS = ("after_request", "replay_columns", "_score")
+"""`auto`'s request end (inside `on_request_finished`), of which its shadows' replay and their
+scores (a switch included)."""
+
+
+def timed_parts(trace, name: str, capacity: int) -> dict[str, list]:
+    """One pass through vLLM's manager run by hkv's `name` (`lru` or `auto`), each of
+    `ADAPTER_PARTS` and, for `auto`, `AUTO_PARTS` timed (the wrapper's own cost, some 0.1 us a
+    call, included): part -> [seconds, calls]."""
+    from bench.vllm_gpu.timers import PolicyTimer
+    from hkv.integrations.vllm.replay import drive, hkv_manager
+
+    manager = hkv_manager(name, trace, capacity)
+    adapter = manager._policy
+    owners = dict.fromkeys(ADAPTER_PARTS, adapter)
+    if name == "auto":
+        owners |= dict.fromkeys(AUTO_PARTS, adapter.policy)
+        owners["replay_columns"] = adapter.policy._shadows
+    cells = {}
+    for part, owner in owners.items():
+        cells[part] = [0.0, 0]
+        setattr(owner, part, PolicyTimer._timed(getattr(owner, part), cells[part]))
+    drive(trace, manager)
+    return cells
+
+
 def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
     """vLLM's lru, hkv's lru and auto through vLLM's manager, and auto's shadows alone on the
     request ends it gave them, in `repeats` rounds (one pass of each a round)."""
@@ -149,6 +181,8 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
         for misses, hits in ends:
             shadows.replay_columns(misses, hits)
         passes["shadows"].append(time.perf_counter() - start)
+    parts = {name: [timed_parts(trace, name, capacity) for _ in range(repeats)]
+             for name in ("lru", "auto")}  # fmt: skip
     median = {name: statistics.median(times) for name, times in passes.items()}
     gaps = [v - h for v, h in zip(passes["vllm:lru"], passes["lru"], strict=True)]
     allowance = statistics.median(gaps)
@@ -165,6 +199,13 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
         "shadows_share_of_allowance": round(median["shadows"] / allowance, 2)
         if allowance > 0
         else None,  # (hkv's lru no faster than vLLM's: no allowance to share)
+        "parts_s_median": {  # (timed passes of their own after the rounds, one a repeat)
+            name: {part: round(statistics.median(p[part][0] for p in runs), 4) for part in runs[0]}
+            for name, runs in parts.items()
+        },
+        "parts_calls": {
+            name: {part: cell[1] for part, cell in runs[0].items()} for name, runs in parts.items()
+        },
     }
     print(f"{fraction:4.0%} ({capacity} blocks): vLLM lru {median['vllm:lru']:.3f} s, hkv lru "
           f"{median['lru']:.3f}, auto {median['auto']:.3f} (x{row['auto_vs_vllm_lru_speed']:.2f} "

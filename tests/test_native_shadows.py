@@ -578,6 +578,11 @@ def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_p
     assert row["auto_vs_vllm_lru_speed"] == pytest.approx(median["vllm:lru"] / median["auto"], 0.01)
     share = row["shadows_share_of_allowance"]
     assert share is None if row["allowance_s"] <= 0 else share > 0
+    parts, calls = row["parts_s_median"], row["parts_calls"]
+    assert set(parts["lru"]) == set(shadow_cost.ADAPTER_PARTS)
+    assert set(parts["auto"]) == set(shadow_cost.ADAPTER_PARTS + shadow_cost.AUTO_PARTS)
+    assert calls["auto"]["after_request"] == calls["auto"]["on_request_finished"] == len(requests)
+    assert parts["auto"]["replay_columns"] <= parts["auto"]["after_request"]
 
 
 @pytest.mark.parametrize(
