@@ -24,6 +24,8 @@ import bisect
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
@@ -152,7 +154,7 @@ def block_metas(
     if type(ends) is dict and type(keys) is list and spans is None:
         shared = whole_text_metas(keys, ends, block_tokens, text_metas)
         if shared is not None:  # every block but the last whole: the holes worked out here
-            if None in shared:
+            if not all(shared):  # (a meta is never falsy: `None in` would call its __eq__)
                 _fill(shared, keys, ends, req_context, block_tokens, text_metas)
             return shared
     get = position_getter(req_context)
@@ -167,7 +169,7 @@ def _fill(out: list, keys: Sequence[Any], ends: dict, req_context: Any, block_to
           text_metas: list[BlockMeta]) -> None:  # fmt: skip
     """`out`'s None entries, of a request whose every block but the last is whole: a whole
     block's shared meta (`text_metas` grown to it), any other's `block_meta`."""
-    for i in [i for i, meta in enumerate(out) if meta is None]:
+    for i in list(compress(range(len(out)), map(not_, out))):  # the holes (None), found in C
         end = ends.get(keys[i])
         if end is None or end <= 0 or end % block_tokens:
             out[i] = block_meta(keys[i], req_context, block_tokens)
