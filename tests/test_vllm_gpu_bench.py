@@ -699,6 +699,26 @@ def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisi
     assert lines[1] == "anchor at 12 GiB: lru026 400 us a request, hkv_auto 1.00x (was 1.50x)"
 
 
+def test_the_cpu_budget_rows_and_verdict_come_from_the_least_disturbed_passes():
+    """`bench_vllm_auto.cpu_budget_rows`: each tier's best passes, the allowance (vLLM lru's
+    less hkv lru's) and the shadows' share of it; the verdict counts the tiers at 1.0x or more."""
+    from hkv.report import bench_vllm_auto
+
+    def cell(frac: float, shadows: float) -> dict:
+        best = {"vllm:lru": 0.6, "lru": 0.4, "auto": 0.9, "shadows": shadows}
+        return {"capacity_frac": frac, "capacity_blocks": 100, "pass_s_best": best}
+
+    rows = bench_vllm_auto.cpu_budget_rows({"cells": [cell(0.01, 0.3), cell(0.1, 0.1)]})
+    assert rows[0]["tier"] == "1 % (100 blocks)" and rows[0]["allowance s"] == 0.2
+    assert [r["shadows / allowance"] for r in rows] == [1.5, 0.5]
+    assert rows[0]["auto x vLLM lru's speed"] == 0.67
+    verdict = bench_vllm_auto.cpu_budget_verdict(rows)
+    tail = "0.50x to 1.50x of the allowance, all of it or more at 1 of 2 tier sizes."
+    assert verdict.endswith(tail)
+    every = bench_vllm_auto.cpu_budget_verdict(rows[:1])
+    assert "1.50x to 1.50x of the allowance at every tier size" in every
+
+
 def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():
     """`--salt`: every key replaced, equal keys still equal (a chain stays a chain), the same
     shapes; salt 0 the keys as the replay makes them."""

@@ -347,3 +347,44 @@ def stand_in_table(results: dict[str, Any]) -> str:
         tail = "; the same evictions as before" if same else ""
         lines.append(f"{name} at {cell['cpu_gib']:g} GiB: " + ", ".join(parts) + tail)
     return "\n".join(lines)
+
+
+def cpu_budget_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """`bench.shadow_cost --through-vllm`: per tier size, each one's least disturbed pass
+    (seconds), the allowance (vLLM lru's pass less hkv lru's: what `auto` may spend beyond hkv's
+    lru and still run as fast as vLLM's), the shadows' share of it and auto's speed."""
+    rows = []
+    for cell in results["cells"]:
+        best = cell["pass_s_best"]
+        allowance = best["vllm:lru"] - best["lru"]
+        rows.append({
+            "tier": f"{100 * cell['capacity_frac']:g} % ({cell['capacity_blocks']} blocks)",
+            "vLLM lru s": best["vllm:lru"],
+            "hkv lru s": best["lru"],
+            "hkv auto s": best["auto"],
+            "allowance s": round(allowance, 4),
+            "auto's shadows alone s": best["shadows"],
+            "shadows / allowance": round(best["shadows"] / allowance, 2) if allowance > 0 else None,
+            "auto x vLLM lru's speed": round(best["vllm:lru"] / best["auto"], 2),
+        })  # fmt: skip
+    return rows
+
+
+def cpu_budget_verdict(rows: list[dict[str, Any]]) -> str:
+    """What the rows say of `auto`'s speed against vLLM lru's, in a sentence."""
+    shares = [row["shadows / allowance"] for row in rows]
+    over = [s for s in shares if s is not None and s >= 1.0]
+    speeds = [row["auto x vLLM lru's speed"] for row in rows]
+    text = (f"auto ran at {min(speeds):.2f}x to {max(speeds):.2f}x of vLLM lru's speed; its "
+            f"shadows alone took ")  # fmt: skip
+    if len(over) == len(rows):
+        return text + (
+            f"{min(over):.2f}x to {max(over):.2f}x of the allowance at every tier size: with "
+            "them replayed exactly, nothing else auto could shed would bring it to vLLM lru's "
+            "speed here."
+        )
+    known = [s for s in shares if s is not None]
+    return text + (
+        f"{min(known):.2f}x to {max(known):.2f}x of the allowance, all of it or more at "
+        f"{len(over)} of {len(rows)} tier sizes."
+    )
