@@ -345,7 +345,7 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     assert [len(f) for f in findings] == [5, 1, 5, 2, 1, 5, 5, 5, 5]  # five cells, skewed again
     assert all("gc_s" in run for t in touched[-5:] for run in t["runs"])  # garbage collection
     budget = bench_vllm_auto.cpu_budget_rows(load_result("auto_cpu_budget"))  # one core, vLLM 0.32
-    assert r["vllm_h200"]["auto_cpu_budget"] == budget and len(budget) == 4
+    assert r["auto_cpu_budget"] == budget and len(budget) == 4
     assert all(row["shadows / allowance"] >= 1.0 for row in budget)  # the verdict it prints
 
 
