@@ -343,26 +343,30 @@ static PyObject *admit_filled(Leader *self, Py_ssize_t n) {
     return verdicts;
 }
 
+/* the keys of a call `(keys, positions, tokens, worths)` or, `by_metas`, `(keys, metas, value,
+ * memo)`, their blocks filled (`fill`): the keys (borrowed from `args`), or NULL */
+static PyObject *filled_keys(Leader *self, PyObject *args, int by_metas, const char *where) {
+    PyObject *keys, *rest[3];
+    if (ready(self) < 0 ||
+        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &rest[0], &rest[1], &rest[2]))
+        return NULL;
+    int r = by_metas ? fill(self, keys, NULL, rest[0], rest[1], rest[2], where)
+                     : fill(self, keys, rest, NULL, NULL, NULL, where);
+    return r < 0 ? NULL : keys;
+}
+
 /* admit_each(keys, positions, tokens, worths) -> list of bools: `admit` of each key in order
  * (positions, tokens and worths as `insert` takes them) */
 static PyObject *Leader_admit_each(Leader *self, PyObject *args) {
-    PyObject *keys, *columns[3];
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &columns[0],
-                                             &columns[1], &columns[2]))
-        return NULL;
-    if (fill(self, keys, columns, NULL, NULL, NULL, "admit_each") < 0) return NULL;
-    return admit_filled(self, PyList_GET_SIZE(keys));
+    PyObject *keys = filled_keys(self, args, 0, "admit_each");
+    return keys ? admit_filled(self, PyList_GET_SIZE(keys)) : NULL;
 }
 
 /* admit_metas(keys, metas, value, memo) -> list of bools: `admit_each` with each key's meta,
  * read in C (`fill`) */
 static PyObject *Leader_admit_metas(Leader *self, PyObject *args) {
-    PyObject *keys, *metas, *value, *memo;
-    if (ready(self) < 0 ||
-        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &metas, &value, &memo) ||
-        fill(self, keys, NULL, metas, value, memo, "admit_metas") < 0)
-        return NULL;
-    return admit_filled(self, PyList_GET_SIZE(keys));
+    PyObject *keys = filled_keys(self, args, 1, "admit_metas");
+    return keys ? admit_filled(self, PyList_GET_SIZE(keys)) : NULL;
 }
 
 /* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
@@ -373,23 +377,15 @@ static PyObject *Leader_admit_metas(Leader *self, PyObject *args) {
 static PyObject *insert_filled(Leader *self, PyObject *keys);
 
 static PyObject *Leader_insert(Leader *self, PyObject *args) {
-    PyObject *keys, *columns[3];
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &columns[0],
-                                             &columns[1], &columns[2]))
-        return NULL;
-    if (fill(self, keys, columns, NULL, NULL, NULL, "insert") < 0) return NULL;
-    return insert_filled(self, keys);
+    PyObject *keys = filled_keys(self, args, 0, "insert");
+    return keys ? insert_filled(self, keys) : NULL;
 }
 
 /* insert_metas(keys, metas, value, memo) -> refused: `insert` with each key's meta, read in C
  * (`fill`) */
 static PyObject *Leader_insert_metas(Leader *self, PyObject *args) {
-    PyObject *keys, *metas, *value, *memo;
-    if (ready(self) < 0 ||
-        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &metas, &value, &memo) ||
-        fill(self, keys, NULL, metas, value, memo, "insert_metas") < 0)
-        return NULL;
-    return insert_filled(self, keys);
+    PyObject *keys = filled_keys(self, args, 1, "insert_metas");
+    return keys ? insert_filled(self, keys) : NULL;
 }
 
 /* `insert` of the keys whose blocks are filled */
