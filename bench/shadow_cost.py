@@ -20,7 +20,7 @@ two passes; the shadows' share of it says whether anything else could close it. 
 own, after the rounds, time the adapter's calls for hkv's `lru` and `auto` and `auto`'s request end
 inside them (`ADAPTER_PARTS`, `AUTO_PARTS`): where the rest of `auto`'s time goes.
 
-    python -m bench.shadow_cost --through-vllm --capacities 0.01 0.02 0.05 0.1 --repeats 5 \
+    python -m bench.shadow_cost --through-vllm --capacities 0.01 0.02 0.05 0.1 --repeats 9 \
         --out data/results/auto_cpu_budget.json
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.policy_suite import DEFAULT_TRACE
-from bench.replay_speed import one_core, workloads
+from bench.replay_speed import one_core, through_vllm, workloads
 from hkv.report import save_results
 from hkv.sim.suite import capacity_for
 
@@ -162,7 +162,6 @@ def timed_parts(trace, name: str, capacity: int) -> dict[str, list]:
 def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
     """vLLM's lru, hkv's lru and auto through vLLM's manager, and auto's shadows alone on the
     request ends it gave them, in `repeats` rounds (one pass of each a round)."""
-    from hkv.integrations.vllm.replay import drive, hkv_manager, native_manager
     from hkv.policies.auto import DEFAULT_EXPERTS
     from hkv.policies.shadow import ShadowSet
 
@@ -170,12 +169,8 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
     ends, context = request_ends(trace, capacity)
     passes: dict[str, list[float]] = {"vllm:lru": [], "lru": [], "auto": [], "shadows": []}
     for _ in range(repeats):
-        for name, manager in (("vllm:lru", native_manager("lru", capacity)),
-                              ("lru", hkv_manager("lru", trace, capacity)),
-                              ("auto", hkv_manager("auto", trace, capacity))):  # fmt: skip
-            start = time.perf_counter()
-            drive(trace, manager)
-            passes[name].append(time.perf_counter() - start)
+        for name in ("vllm:lru", "lru", "auto"):  # replay_speed's passes (`vllm:lru`: its baseline)
+            passes[name].append(trace.num_block_refs / through_vllm(trace, name, capacity))
         shadows = ShadowSet(list(DEFAULT_EXPERTS), capacity, context, native=True, keys=True)
         start = time.perf_counter()
         for misses, hits in ends:
