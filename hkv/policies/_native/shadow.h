@@ -101,8 +101,8 @@ typedef struct {
 int hkv_oset_init(hkv_oset *s, size_t hint);
 void hkv_oset_free(hkv_oset *s);
 static inline int64_t hkv_oset_len(const hkv_oset *s) { return s->len; }
-static inline int hkv_oset_has(const hkv_oset *s, uint64_t key) {
-    return hkv_map_get(&s->index, key) != NULL;
+static inline int hkv_oset_has(const hkv_oset *s, uint64_t key) { /* (empty: no key hashed) */
+    return s->len && hkv_map_get(&s->index, key) != NULL;
 }
 int32_t hkv_oset_find(const hkv_oset *s, uint64_t key); /* node index or -1 */
 int hkv_oset_push_back(hkv_oset *s, uint64_t key, int64_t val);  /* key must be absent; -1 OOM */

@@ -80,15 +80,15 @@ int hkv_request_set(hkv_request *r, const hkv_block *blocks, int64_t n) {
     return 0;
 }
 
-/* `VllmTier.store`: 0, or -1 on error */
-static int store(hkv_tier *t, const hkv_request *r) {
+/* `VllmTier.store` (its first `known` blocks held, as found): 0, or -1 on error */
+static int store(hkv_tier *t, const hkv_request *r, int64_t known) {
     hkv_expert *e = t->expert;
     const hkv_ops *ops = e->ops;
     hkv_block *reused = r->scratch, *taken = reused + r->cap, *declined = taken + r->cap;
     int64_t n_reused = 0, n_taken = 0, n_declined = 0;
     for (int64_t i = 0; i < r->n; i++) {
         const hkv_block *b = &r->blocks[i];
-        if (held(t, b->key)) { /* nothing is stored before the loop ends: held stays held */
+        if (i < known || held(t, b->key)) { /* nothing is stored before the loop ends */
             reused[n_reused++] = *b;
             continue;
         }
@@ -115,5 +115,5 @@ static int store(hkv_tier *t, const hkv_request *r) {
 int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r) {
     int64_t hits = 0;
     while (hits < r->n && held(t, r->blocks[hits].key)) hits++;
-    return store(t, r) < 0 ? -1 : hits;
+    return store(t, r, hits) < 0 ? -1 : hits;
 }
