@@ -5,6 +5,7 @@ the tier's size compared, and the blocks held at the end."""
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -185,7 +186,7 @@ def test_a_full_tier_auto_whose_key_registry_is_pruned_decides_as_with_python_sh
     prune = shadow.ShadowSet._prune
 
     def counting(self, named):
-        pruned.append(len(self._keys))
+        pruned.append(self._native.registry_size())
         prune(self, named)
 
     monkeypatch.setattr(shadow.ShadowSet, "_prune", counting)
@@ -510,31 +511,42 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
         request = merged(misses, hits)
         expected = (steps.replay(request), len(request)) if request else None
         assert got == expected
-    assert (fused._keys, fused._metas, fused._worths) == (steps._keys, steps._metas, steps._worths)
+    assert fused._native.registry() == steps._native.registry()
+    assert fused._worths == steps._worths
 
 
-def test_the_c_registry_of_ids_registers_a_block_again_only_where_its_meta_or_registry_changed():
-    """A request end registers each block's id with its key and meta (`ShadowSet._keep`) once:
-    a block met again with the same meta object is not written again; another meta is; and a
-    new registry (`ShadowSet._prune` replaces both dicts) is filled afresh."""
+def test_the_c_registry_of_ids_registers_a_block_again_only_where_its_meta_changed():
+    """A request end registers each block's id with its key and meta in C (`register`) once: a
+    block met again with the same meta object is not written again, another meta is; `register`
+    adds ids, `registry_keep` forgets the others, and the registry holds what it keeps alive."""
     shadows = native.shadows(["lru"], 8)
     first, second = BlockMeta(16, 0), BlockMeta(16, 16)
+    key, twin = bytes(bytearray(b"k" * 8)), bytes(bytearray(b"k" * 8))  # equal, two objects
 
-    def end(key, meta, keys, metas):
-        shadows.replay_request(([key], [meta]), ([], []), None, keys, metas, None, {}, None)
+    def end(key, meta, register=True):
+        shadows.replay_request(([key], [meta]), ([], []), None, register, None, {}, None)
 
-    keys, metas = {}, {}
-    end(b"k" * 8, first, keys, metas)
-    ((i, key),) = keys.items()
-    assert key == b"k" * 8 and metas == {i: first}
-    keys[i] = "unwritten"  # what a second write would replace
-    end(b"k" * 8, first, keys, metas)
-    assert keys[i] == "unwritten"
-    end(b"k" * 8, second, keys, metas)
-    assert keys[i] == b"k" * 8 and metas[i] is second
-    pruned_keys, pruned_metas = {}, {}
-    end(b"k" * 8, second, pruned_keys, pruned_metas)
-    assert pruned_keys == {i: b"k" * 8} and pruned_metas[i] is second
+    end(key, first, register=False)
+    assert shadows.registry() == ({}, {}) and shadows.registry_size() == 0
+    end(key, first)
+    keys, metas = shadows.registry()
+    ((i, kept),) = keys.items()
+    assert kept is key and metas[i] is first
+    end(twin, first)  # the same meta object: not written again
+    assert shadows.registry()[0][i] is key
+    end(twin, second)
+    keys, metas = shadows.registry()
+    assert keys[i] is twin and metas[i] is second and shadows.registry_size() == 1
+    meta = BlockMeta(16, 32)
+    held = sys.getrefcount(meta)
+    shadows.register([7], ["seven"], [meta])
+    assert shadows.registry_size() == 2 and sys.getrefcount(meta) == held + 1
+    shadows.registry_keep({7, 12345})
+    assert shadows.registry() == ({7: "seven"}, {7: meta})
+    shadows.registry_keep(set())
+    assert shadows.registry() == ({}, {}) and sys.getrefcount(meta) == held
+    with pytest.raises(ValueError, match="one length"):
+        shadows.register([1, 2], ["a"], [meta])
 
 
 def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
@@ -610,7 +622,7 @@ def test_a_modality_index_out_of_range_is_refused_by_either_call():
         shadows.replay([1], [0], [TOKENS], None, [5])
     request = ([1], [BlockMeta(tokens=TOKENS, position=0)])
     with pytest.raises(ValueError, match="modality 7; expected 0, 1 or 2"):
-        shadows.replay_request(request, ([], []), None, None, None, None, {}, {Modality.TEXT: 7})
+        shadows.replay_request(request, ([], []), None, False, None, {}, {Modality.TEXT: 7})
     assert shadows.replay([1], [0], [TOKENS], None, [0]) == [0]
 
 

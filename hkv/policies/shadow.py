@@ -87,10 +87,10 @@ class ShadowSet:
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._modal = "predictive" in [labels[i] for i in fast]  # it reads each block's modality
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
-        # with `keys`: each id the native shadows may name -> its key and meta (`copied`)
+        # with `keys`: each id the native shadows may name -> its key and meta (`copied`), in C
+        # (`Shadows.registry`: held there, no Python int or dict entry a block)
         self._labels, self._context = list(labels), context
-        self._keys: dict[int, Any] | None = {} if keys and fast else None
-        self._metas: dict[int, Any] = {}
+        self._keys = bool(keys and fast)
         self._prune_at = max(8 * blocks, PRUNE_FLOOR)
         self._deferred: tuple[list[int], int] | None = None  # `defer`'s request waiting
 
@@ -113,16 +113,17 @@ class ShadowSet:
         tier = self.tiers[i]
         if tier is not None:
             return copy.deepcopy(tier.policy, memo)
-        if self._keys is None:
+        if not self._keys:
             raise HkvError("ShadowSet.copied: a native shadow needs its keys kept (keys=True)")
         label, j = self._labels[i], self._fast.index(i)
-        if live and label in LIVE_IN_C:
+        if live and label in LIVE_IN_C:  # held to a dict: its keys are the leader's
             twin = self._native.cloned(j)
-            return NativeLeader(label, self.blocks, ext.leader(twin, self._keys, held),
+            keys = None if isinstance(held, dict) else self._native.registry()[0]
+            return NativeLeader(label, self.blocks, ext.leader(twin, keys, held),
                                 self._value, self._worths, twin)  # fmt: skip
         policy = make_expert(label, self.blocks, **self._context)
-        metas = _UnpinnedMetas(self._metas)  # as a Python shadow holds them
-        handed_over(policy, self._native, j, self._keys, metas)
+        keys, metas = self._native.registry()
+        handed_over(policy, self._native, j, keys, _UnpinnedMetas(metas))  # as Python holds them
         return policy
 
     def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None, live=False):
@@ -136,7 +137,7 @@ class ShadowSet:
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
         policies in `VllmTier`s holding what they hold aside (C state cannot be copied)."""
-        if self._native is not None and self._keys is None:
+        if self._native is not None and not self._keys:
             raise HkvError(
                 "auto: a tier of more than sample_above blocks with native shadows cannot be "
                 "copied (its sampled C shadows keep no keys to hand to Python); make the "
@@ -146,11 +147,11 @@ class ShadowSet:
         memo[id(self)] = twin
         twin.tiers = [copy.deepcopy(tier, memo) for tier in self.tiers]
         if self._native is not None:
+            keys, metas = self._native.registry()
             for j, i in enumerate(self._fast):
                 tier = twin.tiers[i] = VllmTier(self.copied(i, memo), refuses=False)
-                aside = self._native.aside(j)
-                tier.aside = {self._keys[k]: _unpinned(self._metas[k]) for k in aside}
-            twin._native, twin._fast, twin._keys, twin._python = None, [], None, True
+                tier.aside = {keys[k]: _unpinned(metas[k]) for k in self._native.aside(j)}
+            twin._native, twin._fast, twin._keys, twin._python = None, [], False, True
             twin._deferred = self._native.deferred()  # the C replay's waiting result
         twin._worths, twin._own = dict(self._worths), {}
         return twin
@@ -169,13 +170,12 @@ class ShadowSet:
         `deferred`: the shadows store the request on a background thread while the caller goes
         on, and what is returned is the previous deferred request's result, as `defer` returns
         it for shadows replayed in Python (the same decisions either way)."""
-        keys = self._keys
-        modal = MODALITY_INDEX if self._modal else None
-        out = self._native.replay_request(misses, hits, threshold, keys, self._metas,
-                                          self._value, self._worths, modal, deferred)  # fmt: skip
+        native, modal = self._native, MODALITY_INDEX if self._modal else None
+        out = native.replay_request(misses, hits, threshold, self._keys, self._value,
+                                    self._worths, modal, deferred)  # fmt: skip
         if out is None:
             return None
-        if keys is not None and len(keys) > self._prune_at:
+        if self._keys and native.registry_size() > self._prune_at:
             self._prune(set())  # (this request is stored already)
         fast_hits, refs = out
         if len(fast_hits) == len(self.tiers):
@@ -203,7 +203,7 @@ class ShadowSet:
         if self._native is not None:
             request_keys, metas = list(map(_KEY, request)), list(map(_META, request))
             ids = ext.key_ids(request_keys)
-            if self._keys is not None:
+            if self._keys:
                 self._keep(ids, request_keys, metas)
             fast_hits = self._native.replay(ids, *self._columns(metas))
             for i, h in zip(self._fast, fast_hits, strict=True):
@@ -223,9 +223,8 @@ class ShadowSet:
     def _keep(self, ids: list[int], keys: list, metas: list) -> None:
         """Remember each id's key and meta; past a bound (a few tiers, `PRUNE_FLOOR` at least),
         forget those no native shadow names any longer (resident, ghost, counted or tracked)."""
-        self._keys.update(zip(ids, keys, strict=True))
-        self._metas.update(zip(ids, metas, strict=True))
-        if len(self._keys) > self._prune_at:
+        self._native.register(ids, list(keys), list(metas))
+        if self._native.registry_size() > self._prune_at:
             self._prune(set(ids))  # this request's: the shadows store them next
 
     def _prune(self, named: set[int]) -> None:
@@ -245,9 +244,8 @@ class ShadowSet:
                 named.update(*(value[0] for name, value in state.items() if name != "target"))
             else:
                 named.update(*(state[f"{n}_keys"] for n in ("entry", "count", "epoch", "pending")))
-        self._keys = {i: self._keys[i] for i in named}
-        self._metas = {i: self._metas[i] for i in named}
-        self._prune_at = 2 * len(self._keys) + max(8 * self.blocks, PRUNE_FLOOR)
+        self._native.registry_keep(named)
+        self._prune_at = 2 * self._native.registry_size() + max(8 * self.blocks, PRUNE_FLOOR)
 
     def _unpinned(self, meta: BlockMeta) -> BlockMeta:
         """The shadows' own meta of `meta`'s shape: one never-pinned instance per shape."""
@@ -309,16 +307,17 @@ def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, w
     if worths is not None:
         tier._worths = worths
     live = live and label in LIVE_IN_C
-    # each id's key and (last) meta; a NativeLeader held to `held` (a dict) takes keys from it
-    keys: dict[int, Key] | None = None if live and isinstance(held, dict) else {}
-    metas: dict[int, BlockMeta] | None = None if live else {}
+    # each id's key and (last) meta, kept in C; a NativeLeader held to `held` (a dict) takes
+    # the keys from it, and needs none kept
+    registers = not (live and isinstance(held, dict))
     native, value, memo = tier._native, tier._value, tier._worths
     for request in requests:
         if isinstance(request, tuple):
             misses, found = request
         else:
             misses, found = (list(map(_KEY, request)), list(map(_META, request))), NO_BLOCKS
-        native.replay_request(misses, found, None, keys, metas, value, memo, None)
+        native.replay_request(misses, found, None, registers, value, memo, None)
+    keys, metas = native.registry() if registers else (None, None)
     if live:
         return NativeLeader(label, capacity_blocks, ext.leader(native, keys, held),
                             tier._value, tier._worths, native)  # fmt: skip

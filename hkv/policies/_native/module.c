@@ -48,12 +48,16 @@ typedef struct {
     hkv_worker *worker;
     int64_t *job_hits;
     Py_ssize_t job_refs; /* its blocks; 0: no result waiting */
-    /* the registry of ids (`replay_request`'s ids_keys, held): each id it has, with the address
-     * of the meta it has for the id (of the key where no metas are kept), which it keeps alive;
-     * a block registered alike already is not registered again */
-    PyObject *registry;
-    hkv_map registered;
+    /* the registry of ids (`replay_request`'s `register`; `ShadowSet` reads it at a switch): each
+     * id's key and last meta, held in `reg_objs[2 slot]` and `[2 slot + 1]`, the id in
+     * `reg_ids[slot]`, the slot in `reg_at`; a block whose meta object is the one registered is
+     * not registered again */
+    hkv_map reg_at;
+    PyObject **reg_objs;
+    uint64_t *reg_ids;
+    int64_t reg_len, reg_cap;
 } Shadows;
+static void registry_clear(Shadows *self);
 
 /* until the deferred replay in flight, if any, is done: every method reads the tiers after it */
 static void shadows_wait(Shadows *self) {
@@ -84,8 +88,7 @@ static void Shadows_dealloc(Shadows *self) {
     hkv_request_free(&self->request);
     for (int j = 0; j < self->n_held; j++) Py_DECREF(self->held[j]);
     if (self->worths) hkv_map_free(&self->worth_at);
-    if (self->registry) hkv_map_free(&self->registered);
-    Py_XDECREF(self->registry);
+    registry_clear(self);
     PyMem_Free(self->worths);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -381,31 +384,57 @@ done:
     return r;
 }
 
-/* block `id` with `obj` (its meta, or its key where no metas are kept) into the registry of ids
- * `keys` and `metas` (None: not kept), unless registered alike already (the registry remembered
- * is `keys`; another dict: none is): 0, or -1 with an exception */
-static int register_block(Shadows *self, PyObject *keys, PyObject *metas, uint64_t id,
-                          PyObject *key, PyObject *meta) {
-    if (keys != self->registry) {
-        if (!self->registry && hkv_map_init(&self->registered, 1024) < 0) goto oom;
-        hkv_map_clear(&self->registered);
-        Py_XSETREF(self->registry, Py_NewRef(keys));
-    }
-    int64_t obj = (int64_t)(intptr_t)(metas != Py_None ? meta : key);
-    int64_t *at = hkv_map_get(&self->registered, id);
-    if (at && *at == obj) return 0; /* the same meta object: the registry holds it already */
-    PyObject *i = PyLong_FromUnsignedLongLong(id);
-    int bad = !i || PyDict_SetItem(keys, i, key) < 0 ||
-              (metas != Py_None && PyDict_SetItem(metas, i, meta) < 0);
-    Py_XDECREF(i);
-    if (bad) {
-        hkv_map_del(&self->registered, id, NULL); /* registered no longer known */
-        return -1;
-    }
-    if (hkv_map_put(&self->registered, id, obj) >= 0) return 0;
+/* the registry emptied and freed (its references dropped) */
+static void registry_clear(Shadows *self) {
+    if (!self->reg_objs) return;
+    for (int64_t j = 0; j < 2 * self->reg_len; j++) Py_DECREF(self->reg_objs[j]);
+    PyMem_Free(self->reg_objs);
+    PyMem_Free(self->reg_ids);
+    hkv_map_free(&self->reg_at);
+    self->reg_objs = NULL;
+    self->reg_ids = NULL;
+    self->reg_len = self->reg_cap = 0;
+}
+
+/* room for `n` slots in the registry: 0, or -1 with an exception */
+static int registry_reserve(Shadows *self, int64_t n) {
+    if (n <= self->reg_cap) return 0;
+    int64_t cap = self->reg_cap ? self->reg_cap : 1024;
+    while (cap < n) cap *= 2;
+    if (!self->reg_objs && hkv_map_init(&self->reg_at, (size_t)cap) < 0) goto oom;
+    PyObject **objs = PyMem_Realloc(self->reg_objs, (size_t)(2 * cap) * sizeof *objs);
+    if (!objs) goto oom;
+    self->reg_objs = objs;
+    uint64_t *ids = PyMem_Realloc(self->reg_ids, (size_t)cap * sizeof *ids);
+    if (!ids) goto oom;
+    self->reg_ids = ids;
+    self->reg_cap = cap;
+    return 0;
 oom:
     PyErr_NoMemory();
     return -1;
+}
+
+/* block `id` (`key`, `meta`) into the registry, unless registered with this meta object
+ * already: 0, or -1 with an exception */
+static int register_block(Shadows *self, uint64_t id, PyObject *key, PyObject *meta) {
+    int64_t *at = self->reg_objs ? hkv_map_get(&self->reg_at, id) : NULL;
+    if (at) {
+        PyObject **o = &self->reg_objs[2 * *at], *old_key = o[0], *old_meta = o[1];
+        if (old_meta == meta) return 0;
+        o[0] = Py_NewRef(key);
+        o[1] = Py_NewRef(meta);
+        Py_DECREF(old_key);
+        Py_DECREF(old_meta);
+        return 0;
+    }
+    if (registry_reserve(self, self->reg_len + 1) < 0) return -1;
+    if (hkv_map_put(&self->reg_at, id, self->reg_len) < 0) return PyErr_NoMemory(), -1;
+    self->reg_ids[self->reg_len] = id;
+    self->reg_objs[2 * self->reg_len] = Py_NewRef(key);
+    self->reg_objs[2 * self->reg_len + 1] = Py_NewRef(meta);
+    self->reg_len++;
+    return 0;
 }
 
 /* a stable sort of `order` (indices) by `positions` */
@@ -510,14 +539,15 @@ int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObjec
     return 0;
 }
 
-/* replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, modality_index,
+/* replay_request(misses, hits, threshold, register, value, worths, modality_index,
  * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_columns`), its misses and
- * hits each `(keys, metas)`; `ids_keys` None: no registry; `ids_metas` None: the keys' alone */
+ * hits each `(keys, metas)`; `register`: each block's id, key and meta into the registry */
 static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
-    PyObject *misses, *found, *threshold_obj, *reg_keys, *reg_metas, *before = NULL;
+    PyObject *misses, *found, *threshold_obj, *before = NULL;
     block_reader reader = {.self = self, .last_meta = NULL};
     int deferred = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO|p", &misses, &found, &threshold_obj, &reg_keys, &reg_metas, &reader.value, &reader.memo,
+    int registers = 0;
+    if (!PyArg_ParseTuple(args, "OOOpOOO|p", &misses, &found, &threshold_obj, &registers, &reader.value, &reader.memo,
                           &reader.modality_index, &deferred))
         return NULL;
     if (deferred && !(before = take_deferred(self, 1))) return NULL;
@@ -564,8 +594,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         hkv_block *b = &self->blocks[j];
         b->position = positions[order[j]];
         if (read_block(&reader, key, meta, b) < 0) goto done;
-        /* the registry of ids (`ShadowSet._keep`) */
-        if (reg_keys != Py_None && register_block(self, reg_keys, reg_metas, b->key, key, meta) < 0)
+        if (registers && register_block(self, b->key, key, meta) < 0)
             goto done;
     }
     if (deferred) {
@@ -969,15 +998,114 @@ static PyObject *Shadows_predictive_state(Shadows *self, PyObject *args) {
     return hkv_predictive_state(self->tiers[i].expert);
 }
 
+/* registry(): the registry as two dicts, id -> key and id -> meta */
+static PyObject *Shadows_registry(Shadows *self, PyObject *unused) {
+    (void)unused;
+    shadows_wait(self);
+    PyObject *keys = PyDict_New(), *metas = PyDict_New();
+    for (int64_t j = 0; keys && metas && j < self->reg_len; j++) {
+        PyObject *id = PyLong_FromUnsignedLongLong(self->reg_ids[j]);
+        if (!id || PyDict_SetItem(keys, id, self->reg_objs[2 * j]) < 0 ||
+            PyDict_SetItem(metas, id, self->reg_objs[2 * j + 1]) < 0) {
+            Py_XDECREF(id);
+            Py_CLEAR(keys);
+            break;
+        }
+        Py_DECREF(id);
+    }
+    if (!keys || !metas) {
+        Py_XDECREF(keys);
+        Py_XDECREF(metas);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", keys, metas);
+}
+
+static PyObject *Shadows_registry_size(Shadows *self, PyObject *unused) {
+    (void)unused;
+    shadows_wait(self);
+    return PyLong_FromLongLong(self->reg_len);
+}
+
+/* registry_keep(ids): the registry forgets every id not in iterable `ids` */
+static PyObject *Shadows_registry_keep(Shadows *self, PyObject *ids) {
+    shadows_wait(self);
+    hkv_map keep;
+    if (hkv_map_init(&keep, 1024) < 0) return PyErr_NoMemory();
+    PyObject *it = PyObject_GetIter(ids), *item;
+    if (!it) goto fail;
+    while ((item = PyIter_Next(it))) {
+        uint64_t id = PyLong_AsUnsignedLongLong(item);
+        Py_DECREF(item);
+        if (PyErr_Occurred()) break;
+        if (hkv_map_put(&keep, id, 1) < 0) {
+            PyErr_NoMemory();
+            break;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) goto fail;
+    int64_t kept = 0;
+    if (self->reg_objs) hkv_map_clear(&self->reg_at);
+    for (int64_t j = 0; j < self->reg_len; j++) {
+        PyObject *key = self->reg_objs[2 * j], *meta = self->reg_objs[2 * j + 1];
+        if (!hkv_map_get(&keep, self->reg_ids[j])) {
+            Py_DECREF(key);
+            Py_DECREF(meta);
+            continue;
+        }
+        self->reg_ids[kept] = self->reg_ids[j];
+        self->reg_objs[2 * kept] = key;
+        self->reg_objs[2 * kept + 1] = meta;
+        /* (the map held every id before: no growth past its size) */
+        hkv_map_put(&self->reg_at, self->reg_ids[kept], kept);
+        kept++;
+    }
+    self->reg_len = kept;
+    hkv_map_free(&keep);
+    Py_RETURN_NONE;
+fail:
+    hkv_map_free(&keep);
+    return NULL;
+}
+
+/* register(ids, keys, metas): each id with its key and meta into the registry (three lists) */
+static PyObject *Shadows_register(Shadows *self, PyObject *args) {
+    PyObject *ids, *keys, *metas;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &ids, &PyList_Type, &keys, &PyList_Type,
+                          &metas))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    if (PyList_GET_SIZE(keys) != n || PyList_GET_SIZE(metas) != n) {
+        PyErr_SetString(PyExc_ValueError, "Shadows.register: ids, keys and metas of one length");
+        return NULL;
+    }
+    shadows_wait(self);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        uint64_t id = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(ids, j));
+        if (PyErr_Occurred() ||
+            register_block(self, id, PyList_GET_ITEM(keys, j), PyList_GET_ITEM(metas, j)) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Shadows_methods[] = {
     {"replay_request", (PyCFunction)Shadows_replay_request, METH_VARARGS,
-     "replay_request(misses, hits, threshold, ids_keys, ids_metas, value, worths, "
-     "modality_index): a request's misses and hits, each (keys, metas), merged (misses first, "
-     "the last meta of "
+     "replay_request(misses, hits, threshold, register, value, worths, modality_index): a "
+     "request's misses and hits, each (keys, metas), merged (misses first, the last meta of "
      "a key; then the hits not among them), sampled below threshold (None: all), in order of "
      "position, stored in every shadow tier: (hits per expert, blocks), or None for none; "
+     "register: each block's id, key and meta kept in the registry (`registry`); "
      "deferred: stored by a background thread, and the result returned is the previous "
      "deferred call's (read once)"},
+    {"registry", (PyCFunction)Shadows_registry, METH_NOARGS,
+     "the registry of ids as two dicts: id -> key, id -> meta"},
+    {"registry_size", (PyCFunction)Shadows_registry_size, METH_NOARGS, "ids in the registry"},
+    {"registry_keep", (PyCFunction)Shadows_registry_keep, METH_O,
+     "registry_keep(ids): forget every registered id not among ids"},
+    {"register", (PyCFunction)Shadows_register, METH_VARARGS,
+     "register(ids, keys, metas): each id, with its key and meta, into the registry"},
     {"deferred", (PyCFunction)Shadows_deferred, METH_NOARGS,
      "the result the next deferred replay_request will return, not taken"},
     {"threaded", (PyCFunction)Shadows_threaded, METH_NOARGS,
