@@ -18,7 +18,8 @@ experts, as `auto` replays them: one C call a request, its registry of ids kept)
 may spend beyond hkv's `lru` and still run as fast as vLLM's `lru` is the gap between those
 two passes; the shadows' share of it says whether anything else could close it. Passes of their
 own, after the rounds, time the adapter's calls for hkv's `lru` and `auto` and `auto`'s request end
-inside them (`ADAPTER_PARTS`, `AUTO_PARTS`): where the rest of `auto`'s time goes.
+inside them (`ADAPTER_PARTS`, `AUTO_PARTS`): where the rest of `auto`'s time goes. The heap
+is frozen first, as vLLM's engine freezes it (`replay_speed.frozen_heap`).
 
     python -m bench.shadow_cost --through-vllm --capacities 0.01 0.02 0.05 0.1 --repeats 9 \
         --out data/results/auto_cpu_budget.json
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.policy_suite import DEFAULT_TRACE
-from bench.replay_speed import one_core, through_vllm, workloads
+from bench.replay_speed import frozen_heap, one_core, through_vllm, workloads
 from hkv.report import save_results
 from hkv.sim.suite import capacity_for
 
@@ -217,11 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("hkv's C extension is not built here: `pip install -e .` builds it")
     trace = workloads(args.trace, "full", ["mooncake"])["mooncake"]
     if args.through_vllm:
-        with one_core() as core:
+        with one_core() as core, frozen_heap(trace):
             cells = [budget(trace, f, args.repeats) for f in args.capacities]
     else:
         requests = columns(trace)
-        with one_core() as core:
+        with one_core() as core, frozen_heap():
             cells = [measure(trace, f, requests, args.repeats) for f in args.capacities]
     if args.out is not None:
         save_results(

@@ -270,3 +270,17 @@ def test_replay_speed_bench_pairs_each_policy_with_lru_in_the_same_rounds(tmp_pa
         replay_speed.main(["--trace", str(tmp_path / "absent.jsonl"), "--out", str(out)])
     if hasattr(os, "sched_getaffinity"):  # the bench pinned itself to one core, then let go
         assert os.sched_getaffinity(0) == before
+
+
+def test_replay_benches_freeze_the_heap_while_they_time_and_let_it_go():
+    """`bench.replay_speed.frozen_heap`: inside, what existed before is frozen (out of the
+    collector's reach, as vLLM's engine freezes its heap after start-up); after, nothing is."""
+    import gc
+
+    from bench import replay_speed
+
+    assert gc.get_freeze_count() == 0
+    made = {"a": [1]}  # a tracked object made before
+    with replay_speed.frozen_heap():
+        assert gc.get_freeze_count() > 0 and gc.is_tracked(made)
+    assert gc.get_freeze_count() == 0
