@@ -87,8 +87,7 @@ class ShadowSet:
         self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._modal = "predictive" in [labels[i] for i in fast]  # it reads each block's modality
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
-        # with `keys`: each id the native shadows may name -> its key and meta (`copied`), in C
-        # (`Shadows.registry`: held there, no Python int or dict entry a block)
+        # with `keys`: each id the native shadows may name -> its key and meta, in C (`copied`)
         self._labels, self._context = list(labels), context
         self._keys = bool(keys and fast)
         self._prune_at = max(8 * blocks, PRUNE_FLOOR)
@@ -104,12 +103,13 @@ class ShadowSet:
         tier = self.tiers[i]
         return None if tier is None else tier.policy
 
-    def copied(self, i: int, memo: dict, *, live=False, held=None) -> EvictionPolicy:
+    def copied(self, i: int, memo: dict, *, live=False, held=None, registry=None) -> EvictionPolicy:
         """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow
         deep-copied (`memo`: objects shared, not copied), a native one handed to a fresh Python
         policy (the ids it names mapped back by the keys kept: `keys` at construction); with
         `live`, a native one of `leader.LIVE_IN_C` cloned in C and run there, a `NativeLeader`
-        holding only the keys in `held` (unless None), as `rebuilt_in_c(live=True)` leaves one."""
+        holding only the keys in `held` (unless None), as `rebuilt_in_c(live=True)` leaves one.
+        `registry`: `Shadows.registry()` made already (by a caller copying every shadow)."""
         tier = self.tiers[i]
         if tier is not None:
             return copy.deepcopy(tier.policy, memo)
@@ -122,7 +122,7 @@ class ShadowSet:
             return NativeLeader(label, self.blocks, ext.leader(twin, keys, held),
                                 self._value, self._worths, twin)  # fmt: skip
         policy = make_expert(label, self.blocks, **self._context)
-        keys, metas = self._native.registry()
+        keys, metas = registry or self._native.registry()
         handed_over(policy, self._native, j, keys, _UnpinnedMetas(metas))  # as Python holds them
         return policy
 
@@ -147,9 +147,10 @@ class ShadowSet:
         memo[id(self)] = twin
         twin.tiers = [copy.deepcopy(tier, memo) for tier in self.tiers]
         if self._native is not None:
-            keys, metas = self._native.registry()
+            keys, metas = registry = self._native.registry()
             for j, i in enumerate(self._fast):
-                tier = twin.tiers[i] = VllmTier(self.copied(i, memo), refuses=False)
+                tier = twin.tiers[i] = VllmTier(self.copied(i, memo, registry=registry),
+                                                refuses=False)  # fmt: skip
                 tier.aside = {keys[k]: _unpinned(metas[k]) for k in self._native.aside(j)}
             twin._native, twin._fast, twin._keys, twin._python = None, [], False, True
             twin._deferred = self._native.deferred()  # the C replay's waiting result

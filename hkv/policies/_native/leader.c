@@ -369,25 +369,6 @@ static PyObject *Leader_admit_metas(Leader *self, PyObject *args) {
     return keys ? admit_filled(self, PyList_GET_SIZE(keys)) : NULL;
 }
 
-/* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
- * for those whose id another resident key (or an earlier key of the list) has, returned
- * (positions, tokens and worths may be None: a queue expert reads none of them).
- * Nothing is inserted where a key is resident already (KeyError) or there is no room for
- * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
-static PyObject *insert_filled(Leader *self, PyObject *keys);
-
-static PyObject *Leader_insert(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 0, "insert");
-    return keys ? insert_filled(self, keys) : NULL;
-}
-
-/* insert_metas(keys, metas, value, memo) -> refused: `insert` with each key's meta, read in C
- * (`fill`) */
-static PyObject *Leader_insert_metas(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 1, "insert_metas");
-    return keys ? insert_filled(self, keys) : NULL;
-}
-
 /* `insert` of the keys whose blocks are filled */
 static PyObject *insert_filled(Leader *self, PyObject *keys) {
     Py_ssize_t n = PyList_GET_SIZE(keys);
@@ -421,6 +402,23 @@ static PyObject *insert_filled(Leader *self, PyObject *keys) {
 fail:
     Py_DECREF(refused);
     return NULL;
+}
+
+/* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
+ * for those whose id another resident key (or an earlier key of the list) has, returned
+ * (positions, tokens and worths may be None: a queue expert reads none of them).
+ * Nothing is inserted where a key is resident already (KeyError) or there is no room for
+ * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
+static PyObject *Leader_insert(Leader *self, PyObject *args) {
+    PyObject *keys = filled_keys(self, args, 0, "insert");
+    return keys ? insert_filled(self, keys) : NULL;
+}
+
+/* insert_metas(keys, metas, value, memo) -> refused: `insert` with each key's meta, read in C
+ * (`fill`) */
+static PyObject *Leader_insert_metas(Leader *self, PyObject *args) {
+    PyObject *keys = filled_keys(self, args, 1, "insert_metas");
+    return keys ? insert_filled(self, keys) : NULL;
 }
 
 /* insert_one(key, position, tokens, worth) -> refused: `insert` of one key, True where its
