@@ -712,3 +712,45 @@ def test_the_c_ids_of_keys_are_key_bits():
         (1, 2),
     ]
     assert native.key_ids(keys) == [native.key_bits(k) for k in keys]
+
+
+def test_metas_read_from_their_slots_in_c_are_the_ones_getattr_reads():
+    """C reads a `BlockMeta`'s fields from its slots (`native.META_SLOTS`): a request end of
+    BlockMetas gives the hits, worths and registry that the same blocks with metas read
+    through getattr give (a subclass's instances, which C reads that way); a class without
+    such slots is not taken, and a BlockMeta with an unset field is an AttributeError naming it."""
+    from hkv.policies import _shadows
+    from hkv.policies.shadow import ShadowSet
+
+    class Looked(BlockMeta):  # not exactly BlockMeta: read through getattr
+        __slots__ = ()
+
+    assert native.META_SLOTS
+    rng = random.Random(5)
+    pool = [rng.randbytes(16) for _ in range(200)]
+    labels = sorted(native.LABELS)
+    slots, looked = (ShadowSet(labels, 40, {}, native=True, keys=True) for _ in range(2))
+    for _ in range(300):
+        fields = [(rng.choice((16, 5)), 16 * rng.randint(0, 20), rng.choice(list(Modality)))
+                  for _ in range(rng.randint(1, 12))]  # fmt: skip
+        blocks = [(rng.choice(pool), f) for f in fields]
+        keys = [key for key, _ in blocks]
+        got = slots.replay_columns((keys, [BlockMeta(*f) for _, f in blocks]), ([], []))
+        expected = looked.replay_columns((keys, [Looked(*f) for _, f in blocks]), ([], []))
+        assert got == expected
+    assert slots._worths == looked._worths
+    (keys, metas), (other_keys, other_metas) = slots._native.registry(), looked._native.registry()
+    assert keys == other_keys and len(metas) == len(keys) > 0
+    assert {
+        i: BlockMeta(m.tokens, m.position, m.modality, m.tier) for i, m in other_metas.items()
+    } == metas
+
+    class NoSlots:
+        position = tokens = modality = tier = 0
+
+    assert _shadows.meta_type(NoSlots) is False
+    assert _shadows.meta_type(BlockMeta) is True
+    unset = BlockMeta.__new__(BlockMeta)
+    unset.position, unset.modality, unset.tier = 0, Modality.TEXT, BlockMeta(1).tier
+    with pytest.raises(AttributeError, match="tokens"):
+        ShadowSet(["lru"], 4, {}, native=True).replay_columns(([b"k" * 8], [unset]), ([], []))

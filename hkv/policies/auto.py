@@ -296,9 +296,9 @@ class AutoPolicy(EvictionPolicy):
         """The leader hears of the request; every shadow replays it; the lead may change."""
         self._ended = True
         aside, live = self._aside, self._live
-        back = [key for key in reused if key in aside] if aside else ()
-        for key in back:  # held aside and wanted again: the leader takes it (it has room)
-            live.insert(key, aside.pop(key))
+        if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again:
+            for key in [key for key in reused if key in aside]:  # the leader takes it (room)
+                live.insert(key, aside.pop(key))
         live.after_request(stored, reused)
         pending, self._pending = self._pending, ([], [])
         if not self.capacity_blocks:

@@ -14,12 +14,15 @@ compares every request's hits; `hkv doctor` says which runs.
 
 from __future__ import annotations
 
+from hkv.blocks import BlockMeta
 from hkv.policies.base import Key
 
 try:  # built by `pip install` (setup.py); absent where no compiler was found
     from hkv.policies import _shadows
 except ImportError:  # pragma: no cover - depends on the build
     _shadows = None
+# a BlockMeta's fields read from its slots in C, not through getattr (the same values)
+META_SLOTS: bool = _shadows is not None and _shadows.meta_type(BlockMeta)
 
 GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio: odd, so a bijection of 64-bit ints
 MASK = (1 << 64) - 1

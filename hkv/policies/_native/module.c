@@ -9,6 +9,7 @@
  * `predictive` reads. See hkv/policies/native.py. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <string.h>
 
@@ -187,9 +188,52 @@ static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
     return hits;
 }
 
-/* an int attribute of a meta */
-static int int_attr(PyObject *meta, PyObject *name, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(meta, name);
+/* The fields the shadows read of a meta, and where `hkv.blocks.BlockMeta` (`meta_type`, set
+ * once at import by native.py) keeps each in its instances: a meta of exactly that type is read
+ * from its slots, any other object through getattr (the same values: a slot's getattr reads
+ * that slot). */
+enum { F_POSITION, F_TOKENS, F_MODALITY, F_TIER, N_FIELDS };
+static PyObject *NAMES[N_FIELDS];
+static PyTypeObject *META_TYPE;
+static Py_ssize_t META_OFFSETS[N_FIELDS];
+
+/* a meta's field (a new reference), or NULL with an exception */
+static inline PyObject *meta_attr(PyObject *meta, int field) {
+    if (Py_TYPE(meta) == META_TYPE) {
+        PyObject *v = *(PyObject **)((char *)meta + META_OFFSETS[field]);
+        if (v) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(meta, NAMES[field]); /* unset slot: getattr raises */
+}
+
+/* meta_type(cls): read the fields of exactly `cls`'s instances from their slots, where each is
+ * an object slot of `cls` (`__slots__`); True where it took it, else False (getattr, as before) */
+static PyObject *meta_type(PyObject *module, PyObject *cls) {
+    (void)module;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "meta_type: expected a class");
+        return NULL;
+    }
+    Py_ssize_t offsets[N_FIELDS];
+    for (int f = 0; f < N_FIELDS; f++) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, NAMES[f]);
+        if (!d) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_FALSE;
+        }
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) Py_RETURN_FALSE;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READ_RESTRICTED)) Py_RETURN_FALSE;
+        offsets[f] = m->offset;
+    }
+    Py_XSETREF(META_TYPE, (PyTypeObject *)Py_NewRef(cls));
+    memcpy(META_OFFSETS, offsets, sizeof offsets);
+    Py_RETURN_TRUE;
+}
+
+/* an int field of a meta */
+static int int_attr(PyObject *meta, int field, int64_t *out) {
+    PyObject *v = meta_attr(meta, field);
     if (!v) return -1;
     *out = PyLong_AsLongLong(v);
     Py_DECREF(v);
@@ -203,7 +247,6 @@ typedef struct {
     double last_worth;
 } block_reader;
 
-static PyObject *NAME_POSITION, *NAME_TOKENS, *NAME_MODALITY, *NAME_TIER;
 
 /* the slot of `obj` among the objects held (taken in while there is room): -1 where full */
 static int held_slot(Shadows *self, PyObject *obj) {
@@ -218,8 +261,8 @@ static int held_slot(Shadows *self, PyObject *obj) {
 
 /* cost_aware's value of a meta through the shape memo (`ShadowSet._worth_of`): 0, or -1 */
 static int worth_by_shape(block_reader *r, PyObject *meta, double *worth) {
-    PyObject *parts[4] = {PyObject_GetAttr(meta, NAME_TOKENS), PyObject_GetAttr(meta, NAME_POSITION),
-                          PyObject_GetAttr(meta, NAME_MODALITY), PyObject_GetAttr(meta, NAME_TIER)};
+    PyObject *parts[4] = {meta_attr(meta, F_TOKENS), meta_attr(meta, F_POSITION),
+                          meta_attr(meta, F_MODALITY), meta_attr(meta, F_TIER)};
     PyObject *shape = NULL, *w = NULL;
     int r_ = -1;
     if (!parts[0] || !parts[1] || !parts[2] || !parts[3]) goto done;
@@ -260,7 +303,7 @@ static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int mod
         return 0;
     }
     Shadows *self = r->self;
-    PyObject *tier_obj = PyObject_GetAttr(meta, NAME_TIER);
+    PyObject *tier_obj = meta_attr(meta, F_TIER);
     if (!tier_obj) return -1;
     int tier = held_slot(self, tier_obj);
     Py_DECREF(tier_obj);
@@ -293,12 +336,12 @@ static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int mod
 /* one block of the request: its id and the meta's fields the shadows read (its position, read
  * already, in b->position) */
 static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block *b) {
-    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, NAME_TOKENS, &b->tokens) < 0) return -1;
+    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, F_TOKENS, &b->tokens) < 0) return -1;
     b->worth = 0.0;
     b->modality = 0;
     if (r->value == Py_None && r->modality_index == Py_None) return 0;
     Shadows *self = r->self;
-    PyObject *m = PyObject_GetAttr(meta, NAME_MODALITY);
+    PyObject *m = meta_attr(meta, F_MODALITY);
     if (!m) return -1;
     int slot = held_slot(self, m);
     if (r->modality_index != Py_None) {
@@ -532,7 +575,7 @@ int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObjec
                            .modality_index = Py_None, .last_meta = NULL};
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++) {
         PyObject *meta = PyList_GET_ITEM(metas, j);
-        if (int_attr(meta, NAME_POSITION, &out[j].position) < 0 ||
+        if (int_attr(meta, F_POSITION, &out[j].position) < 0 ||
             read_block(&reader, PyList_GET_ITEM(keys, j), meta, &out[j]) < 0)
             return -1;
     }
@@ -583,7 +626,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         keys[j] = key;
         metas[j] = meta;
         order[j] = j;
-        if (int_attr(meta, NAME_POSITION, &positions[j]) < 0) goto done;
+        if (int_attr(meta, F_POSITION, &positions[j]) < 0) goto done;
         if (j && positions[j] < positions[j - 1]) sorted = 0;
         j++;
     }
@@ -788,6 +831,8 @@ hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i) {
 
 static PyMethodDef module_methods[] = {
     {"key_ids", key_ids, METH_O, "key_ids(keys): the 64-bit id of each key (native.key_bits)"},
+    {"meta_type", meta_type, METH_O,
+     "meta_type(cls): read the metas of exactly this class from their slots (native.py)"},
     {"known", known, METH_VARARGS,
      "known(keys, first, second): (keys, metas) of the keys found in dict first, else second"},
     {"note_split", hkv_note_split, METH_VARARGS,
@@ -1151,11 +1196,9 @@ static struct PyModuleDef shadows_module = {
 
 PyMODINIT_FUNC PyInit__shadows(void) {
     if (PyType_Ready(&ShadowsType) < 0) return NULL;
-    NAME_POSITION = PyUnicode_InternFromString("position");
-    NAME_TOKENS = PyUnicode_InternFromString("tokens");
-    NAME_MODALITY = PyUnicode_InternFromString("modality");
-    NAME_TIER = PyUnicode_InternFromString("tier");
-    if (!NAME_POSITION || !NAME_TOKENS || !NAME_MODALITY || !NAME_TIER) return NULL;
+    const char *names[N_FIELDS] = {"position", "tokens", "modality", "tier"};
+    for (int f = 0; f < N_FIELDS; f++)
+        if (!(NAMES[f] = PyUnicode_InternFromString(names[f]))) return NULL;
     PyObject *m = PyModule_Create(&shadows_module);
     if (!m) return NULL;
     PyObject *labels = Py_BuildValue("(sssssssss)", "lru", "lru+st2", "arc", "s3fifo",
