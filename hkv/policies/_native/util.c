@@ -1,4 +1,4 @@
-/* The containers of hkv's native shadows: a u64 hash map, an ordered set, a binary heap. */
+/* The containers of hkv's native shadows: a u64 hash map, an ordered set, a 4-ary heap. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,15 +272,23 @@ void hkv_heap_free(hkv_heap *h) {
     h->len = h->cap = 0;
 }
 
+/* A 4-ary heap: fewer levels than a binary one and a node's children side by side, so a pop
+ * walks about half the cache lines. Every item's seq is its own (no two items tie), so the
+ * items come out in the one order `before` gives, as from Python's heapq. */
+#define ARITY 4
+
 static void sift_down(hkv_heap *h, size_t i) {
     hkv_item item = h->items[i];
+    const size_t len = h->len;
     for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= h->len) break;
-        if (child + 1 < h->len && before(&h->items[child + 1], &h->items[child])) child++;
-        if (!before(&h->items[child], &item)) break;
-        h->items[i] = h->items[child];
-        i = child;
+        size_t first = ARITY * i + 1, best = first;
+        if (first >= len) break;
+        size_t end = first + ARITY < len ? first + ARITY : len;
+        for (size_t c = first + 1; c < end; c++)
+            if (before(&h->items[c], &h->items[best])) best = c;
+        if (!before(&h->items[best], &item)) break;
+        h->items[i] = h->items[best];
+        i = best;
     }
     h->items[i] = item;
 }
@@ -300,7 +308,7 @@ int hkv_heap_push(hkv_heap *h, hkv_item item) {
     if (hkv_heap_reserve(h) < 0) return -1;
     size_t i = h->len++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = (i - 1) / ARITY;
         if (!before(&item, &h->items[parent])) break;
         h->items[i] = h->items[parent];
         i = parent;
@@ -317,7 +325,7 @@ hkv_item hkv_heap_pop(hkv_heap *h) {
 }
 
 void hkv_heapify(hkv_heap *h) {
-    for (size_t i = h->len / 2; i-- > 0;) sift_down(h, i);
+    for (size_t i = h->len / ARITY + 1; i-- > 0;) sift_down(h, i);
 }
 
 void *hkv_expert_alloc(size_t size, const hkv_ops *ops, int64_t capacity) {
