@@ -717,6 +717,12 @@ def test_the_cpu_budget_rows_and_verdict_come_from_the_least_disturbed_passes():
     assert verdict.endswith(tail)
     every = bench_vllm_auto.cpu_budget_verdict(rows[:1])
     assert "1.50x to 1.50x of the allowance at every tier size" in every
+    inside = bench_vllm_auto.cpu_budget_verdict(rows[1:])  # shadows 0.1 s of a 0.2 s allowance
+    assert inside.endswith(
+        "0.50x to 0.50x of the allowance, inside it at every tier size; the rest of auto's pass "
+        "beyond hkv lru's took 0.400 to 0.400 s where the shadows left 0.100 to 0.100 s of the "
+        "allowance."
+    )
 
 
 def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():

@@ -384,7 +384,15 @@ def cpu_budget_verdict(rows: list[dict[str, Any]]) -> str:
             "speed here."
         )
     known = [s for s in shares if s is not None]
+    if over or len(known) < len(rows):
+        return text + (
+            f"{min(known):.2f}x to {max(known):.2f}x of the allowance, all of it or more at "
+            f"{len(over)} of {len(rows)} tier sizes."
+        )
+    spare = [row["allowance s"] - row["auto's shadows alone s"] for row in rows]
+    rest = [row["hkv auto s"] - row["hkv lru s"] - row["auto's shadows alone s"] for row in rows]
     return text + (
-        f"{min(known):.2f}x to {max(known):.2f}x of the allowance, all of it or more at "
-        f"{len(over)} of {len(rows)} tier sizes."
+        f"{min(known):.2f}x to {max(known):.2f}x of the allowance, inside it at every tier size; "
+        f"the rest of auto's pass beyond hkv lru's took {min(rest):.3f} to {max(rest):.3f} s "
+        f"where the shadows left {min(spare):.3f} to {max(spare):.3f} s of the allowance."
     )
