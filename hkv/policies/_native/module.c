@@ -247,7 +247,6 @@ typedef struct {
     double last_worth;
 } block_reader;
 
-
 /* the slot of `obj` among the objects held (taken in while there is room): -1 where full */
 static int held_slot(Shadows *self, PyObject *obj) {
     for (int j = 0; j < self->n_held; j++)

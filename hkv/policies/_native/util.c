@@ -272,9 +272,9 @@ void hkv_heap_free(hkv_heap *h) {
     h->len = h->cap = 0;
 }
 
-/* A 4-ary heap: fewer levels than a binary one and a node's children side by side, so a pop
- * walks about half the cache lines. Every item's seq is its own (no two items tie), so the
- * items come out in the one order `before` gives, as from Python's heapq. */
+/* A 4-ary heap: half the levels of a binary one, a node's four children side by side (fewer
+ * cache misses a pop, a few more comparisons). Every item's seq is its own (no two items tie),
+ * so the items come out in the one order `before` gives, as from Python's heapq. */
 #define ARITY 4
 
 static void sift_down(hkv_heap *h, size_t i) {
