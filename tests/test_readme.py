@@ -3140,27 +3140,17 @@ def _a2fdbc2_bar() -> tuple[float, ...]:
         auto[("skewed (Zipf 1)", 8.0)],
         auto[("skewed (Zipf 1)", 12.0)],
     )
-    runs = data["runs"]
-
-    def cell(popularity: float, gib: float, policy: str) -> list[dict[str, Any]]:
-        return [
-            r
-            for r in runs
-            if (r["popularity"], r["cpu_gib"], r["policy"]) == (popularity, gib, policy)
-        ]
 
     def net(popularity: float, gib: float, policy: str) -> float:
         def median(p: str) -> float:
-            return statistics.median(r["policy_s_net"] for r in cell(popularity, gib, p))
+            return statistics.median(r["policy_s_net"] for r in cell_runs(data, p, popularity, gib))
 
         return median(policy) / median("lru")
 
-    switched = cell(1.0, 8.0, "hkv_auto")
+    switched = cell_runs(data, "hkv_auto", 1.0, 8.0)
     assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in switched)
-    assert all(
-        r["policy_leaders"] == ["lip"]
-        for r in cell(1.0, 12.0, "hkv_auto") + cell(0.0, 8.0, "hkv_auto")
-    )
+    kept = cell_runs(data, "hkv_auto", 1.0, 12.0) + cell_runs(data, "hkv_auto", 0.0, 8.0)
+    assert all(r["policy_leaders"] == ["lip"] for r in kept)
     switch_ms = [1e3 * r["policy_leaders"][1][2] for r in switched]
     assert s12["cached_frac"] == cell_rows(data, "lru")[("skewed (Zipf 1)", 12.0)]["cached_frac"]
     twins = [r["policy_x_lru"] for r in twin.values()]
