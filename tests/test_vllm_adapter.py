@@ -701,16 +701,27 @@ def test_a_hybrid_models_chains_go_tail_first_across_kv_cache_groups(policy, reu
         ([16, 32, 48, 64], None, 4),  # whole blocks
         ([16, 32, 48, 57], None, 3),  # a short last block
         ([16, 32, 48, 16, 32, 48], None, 6),  # two KV groups at the same positions
+        ([16, 48, 57], None, 2),  # a short last block after a gap: from the whole end before
+        ([16, 32, 70], None, 2),  # ... a gap of more than a block: a block before its end
+        ([9], None, 0),  # only a short block
+        ([16, 25, 16, 25], None, 2),  # two groups' short last blocks: one meta
         ([16, 24, 40, 56], None, 0),  # a short block inside: worked out block by block
         ([16, 32, 48], {"hkv_modalities": [[20, 30, "vision"]]}, 0),  # a marked span
         ([16, 32, 48], {"hkv_modalities": "nonsense"}, 3),  # ignored: text
     ],
 )
-def test_a_requests_metas_at_once_are_each_blocks_own(ends, params, shared_ones):
-    """`block_metas` (the store misses' metas in one pass, shared text metas for whole blocks)
-    gives what `block_meta` gives block by block, fields and all."""
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_requests_metas_at_once_are_each_blocks_own(monkeypatch, ends, params, shared_ones, in_c):
+    """`block_metas` (the store misses' metas in one pass, shared text metas for whole blocks,
+    a short last block's in the same call; C where built, else Python) gives what `block_meta`
+    gives block by block, fields and all."""
     from hkv.integrations.vllm.request import block_meta, block_metas
+    from hkv.policies import native
 
+    if not in_c:
+        monkeypatch.setattr(native, "_shadows", None)
+    elif native._shadows is None:
+        pytest.skip("hkv's C extension is not built here")
     ctx = ReqContext(req_id="metas", kv_transfer_params=params)
     keys = [make_offload_key(i.to_bytes(8, "big"), i // 10) for i in range(len(ends))]
     for k, end in zip(keys, ends, strict=True):
@@ -749,6 +760,24 @@ def test_whole_text_blocks_met_before_take_their_shared_metas_in_one_call(monkey
     for odd in ({**ends, keys[2]: 40}, {**ends, keys[2]: 0}, {**ends, keys[2]: 32.0}):
         assert native.text_metas(keys, odd, 16, shared) is None  # an end but the last not whole
     assert native.text_metas(keys, {**ends, keys[3]: 70}, 16, shared) == [*first[:3], None]
+    made = []  # the short last block, where a maker is given: start, tokens as block_meta's
+
+    def short(start, tokens):
+        made.append((start, tokens))
+        return ("short", start, tokens)
+
+    twice = {**ends, keys[2]: 70, keys[3]: 70}  # two keys at the short end: one call
+    got = native.text_metas(keys, twice, 16, shared, short)
+    assert got == [*first[:2], ("short", 54, 16), ("short", 54, 16)] and made == [(54, 16)]
+    made.clear()
+    assert native.text_metas(keys, {**ends, keys[3]: 57}, 16, shared, short)[3] == ("short", 48, 9)
+    assert native.text_metas(keys, {keys[0]: 9}, 16, shared, short) == [
+        ("short", 0, 9),
+        None,
+        None,
+        None,
+    ]
+    assert native.text_metas(keys, {**ends, keys[2]: 40}, 16, shared, short) is None
     assert native.text_metas(keys, {**ends, keys[3]: 16 * 9}, 16, shared) == [*first[:3], None]
     got = native.text_metas([*keys, key(99)], ends, 16, shared)  # no end
     assert got == [*first, None]

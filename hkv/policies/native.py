@@ -97,23 +97,33 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool)
     return noted, (list(filter(chunks.__contains__, keys)) if held else None)
 
 
-def text_metas(keys: list, ends: dict, block_tokens: int, metas: list) -> list | None:
+def text_metas(keys: list, ends: dict, block_tokens: int, metas: list, short=None) -> list | None:
     """None where an end in `ends` but the largest is not a whole block (a positive multiple of
     `block_tokens`); else each key's shared meta of a whole text block, `metas[end //
     block_tokens - 1]` for its end in `ends` (in C where built), None in the list where a key has
-    no end there, or one that is not whole (a prompt's short last block) or past `metas` (the
-    caller works those out)."""
+    no end there or one past `metas` (the caller works those out). A key ending where no whole
+    block does (a prompt's short last block, at the largest end): `short(start, tokens)` where
+    `short` is given (one call for every key so ending), `start` the end before it as
+    `request.block_meta` works it out (the largest whole end, or `block_tokens` before its own if
+    later, 0 at least), else None."""
     if _shadows is not None:
-        return _shadows.text_metas(keys, ends, block_tokens, metas)
+        return _shadows.text_metas(keys, ends, block_tokens, metas, short)
     values = list(ends.values())
     if any(type(end) is not int or end <= 0 for end in values):
         return None
     last = max(values, default=0)
     if any(end % block_tokens and end != last for end in values):
         return None
-    out = []
+    out, made = [], None
     for key in keys:
         end = ends.get(key)
+        if end is not None and end % block_tokens and short is not None:
+            if made is None:
+                before = max((e for e in values if not e % block_tokens), default=0)
+                start = max(0, end - block_tokens, before)
+                made = short(start, end - start)
+            out.append(made)
+            continue
         whole = end is not None and not end % block_tokens and end // block_tokens <= len(metas)
         out.append(metas[end // block_tokens - 1] if whole else None)
     return out

@@ -148,11 +148,13 @@ def block_metas(
     `block_tokens`, with every shorter block of the request whole too) takes the shared meta of
     its position from `text_metas` (`extend_text_metas`), in one C call for the request where
     every end but the last is whole, so a request's store misses cost a position lookup each
-    instead of a new meta; any other block (a prompt's short last one) is worked out by
-    `block_meta`."""
+    instead of a new meta; a prompt's short last block gets its meta in that call too, where the
+    request keeps its state (`_previous_end` reads its ends there; without it, `block_meta` starts
+    the block `block_tokens` before its end); any other block is worked out by `block_meta`."""
     ends, spans = getattr(req_context, "_offload_key_positions", None), request_spans(req_context)
     if type(ends) is dict and type(keys) is list and spans is None:
-        shared = whole_text_metas(keys, ends, block_tokens, text_metas)
+        short = _short_text_meta if hasattr(req_context, "get_state") else None
+        shared = whole_text_metas(keys, ends, block_tokens, text_metas, short)
         if shared is not None:  # every block but the last whole: the holes worked out here
             if not all(shared):  # (a meta is never falsy: `None in` would call its __eq__)
                 _fill(shared, keys, ends, req_context, block_tokens, text_metas)
@@ -163,6 +165,11 @@ def block_metas(
     out = [None] * len(keys)
     _fill(out, keys, {key: get(key) for key in keys}, req_context, block_tokens, text_metas)
     return out
+
+
+def _short_text_meta(start: int, tokens: int) -> BlockMeta:
+    """A prompt's short last text block, `tokens` from `start` (`block_metas`)."""
+    return BlockMeta(tokens, start, Modality.TEXT, Tier.HOST)
 
 
 def _fill(out: list, keys: Sequence[Any], ends: dict, req_context: Any, block_tokens: int,

@@ -70,11 +70,14 @@ fail:
 }
 
 /* whether every end in dict `ends` but the largest is a positive multiple of block_tokens (an
- * exact int within 64 bits): 1, 0, or -1 with an exception */
-static int whole_but_last(PyObject *ends, long long block_tokens) {
+ * exact int within 64 bits): 1, 0, or -1 with an exception; where 1, `*last` is the largest end
+ * and `*whole` the largest whole one below it (0 if none) */
+static int whole_but_last(PyObject *ends, long long block_tokens, long long *last,
+                          long long *whole) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    long long last = 0, low = 0, high = 0; /* the largest end; the least and largest not whole */
+    long long low = 0, high = 0; /* the least and largest not whole */
+    *last = *whole = 0;
     while (PyDict_Next(ends, &pos, &key, &value)) {
         if (!PyLong_CheckExact(value)) return 0;
         long long at = PyLong_AsLongLong(value);
@@ -83,32 +86,38 @@ static int whole_but_last(PyObject *ends, long long block_tokens) {
             return 0;
         }
         if (at <= 0) return 0;
-        if (at > last) last = at;
+        if (at > *last) *last = at;
         if (at % block_tokens) {
             if (!low || at < low) low = at;
             if (at > high) high = at;
+        } else if (at > *whole) {
+            *whole = at;
         }
     }
-    return !low || (low == high && high == last);
+    if (*whole == *last) *whole = 0; /* ... below the largest (only where the largest is not) */
+    return !low || (low == high && high == *last);
 }
 
-/* text_metas(keys, ends, block_tokens, metas): None where an end in dict `ends` but the largest
- * is not a whole block (a positive multiple of block_tokens); else each key's shared
+/* text_metas(keys, ends, block_tokens, metas, short=None): None where an end in dict `ends` but
+ * the largest is not a whole block (a positive multiple of block_tokens); else each key's shared
  * whole-text-block meta, metas[end // block_tokens - 1] for its end in `ends`, as a new list,
- * None in it where a key has no end there, one that is not whole (the request's short last
- * block), or one past the metas given (the caller works those out). */
+ * None in it where a key has no end there or one past the metas given (the caller works those
+ * out); the request's short last block (its end not whole) short(start, tokens) where `short` is
+ * callable, start the end before it (the largest whole one, or end - block_tokens if later, 0 at
+ * least), one call for every key so ending, else None. */
 PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *keys, *ends, *metas;
+    PyObject *keys, *ends, *metas, *short_of = Py_None, *short_meta = NULL;
     Py_ssize_t block_tokens;
-    if (!PyArg_ParseTuple(args, "O!O!nO!", &PyList_Type, &keys, &PyDict_Type, &ends,
-                          &block_tokens, &PyList_Type, &metas))
+    if (!PyArg_ParseTuple(args, "O!O!nO!|O", &PyList_Type, &keys, &PyDict_Type, &ends,
+                          &block_tokens, &PyList_Type, &metas, &short_of))
         return NULL;
     if (block_tokens < 1) {
         PyErr_Format(PyExc_ValueError, "text_metas: block_tokens %zd; expected >= 1", block_tokens);
         return NULL;
     }
-    if (!whole_but_last(ends, block_tokens)) Py_RETURN_NONE;
+    long long last, whole;
+    if (!whole_but_last(ends, block_tokens, &last, &whole)) Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(keys), known = PyList_GET_SIZE(metas);
     PyObject *out = PyList_New(n);
     if (!out) return NULL;
@@ -116,13 +125,27 @@ PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
         PyObject *end = PyDict_GetItemWithError(ends, PyList_GET_ITEM(keys, i)), *meta = Py_None;
         if (end) { /* an exact int within 64 bits, positive: `whole_but_last` */
             long long at = PyLong_AsLongLong(end);
-            if (at % block_tokens == 0 && at / block_tokens <= known)
-                meta = PyList_GET_ITEM(metas, at / block_tokens - 1);
+            if (at % block_tokens == 0) {
+                if (at / block_tokens <= known) meta = PyList_GET_ITEM(metas, at / block_tokens - 1);
+            } else if (short_of != Py_None) { /* the largest end: `block_meta`'s start */
+                if (!short_meta) {
+                    long long start = at - block_tokens > whole ? at - block_tokens : whole;
+                    if (start < 0) start = 0;
+                    short_meta = PyObject_CallFunction(short_of, "LL", start, at - start);
+                    if (!short_meta) {
+                        Py_DECREF(out);
+                        return NULL;
+                    }
+                }
+                meta = short_meta;
+            }
         } else if (PyErr_Occurred()) {
+            Py_XDECREF(short_meta);
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, i, Py_NewRef(meta));
     }
+    Py_XDECREF(short_meta);
     return out;
 }

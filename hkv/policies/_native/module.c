@@ -838,9 +838,10 @@ static PyMethodDef module_methods[] = {
      "note_split(keys, start, chunks, pending, metas, held): a request's absent keys (from "
      "start) and, if held, its resident ones (native.note_split)"},
     {"text_metas", hkv_text_metas, METH_VARARGS,
-     "text_metas(keys, ends, block_tokens, metas): each key's metas[end // block_tokens - 1], "
-     "None in the list where one is not a whole block within them; None where an end but the "
-     "last is not whole (native.text_metas)"},
+     "text_metas(keys, ends, block_tokens, metas, short=None): each key's metas[end // "
+     "block_tokens - 1], None in the list where one is not a whole block within them (the short "
+     "last block: short(start, tokens) if given); None where an end but the last is not whole "
+     "(native.text_metas)"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(columns, threshold): of (keys, metas), those whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
