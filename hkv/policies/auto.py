@@ -285,11 +285,12 @@ class AutoPolicy(EvictionPolicy):
         rest = self._live.evict(n - len(first), protected) if len(first) < n else []
         if rest is None:
             return None
-        metas = self._metas
+        pop = self._metas.pop
         for key in first:
             del self._aside[key]
-        for key in (*first, *rest):
-            metas.pop(key, None)
+            pop(key, None)
+        for key in rest:
+            pop(key, None)
         return first + rest if first else rest
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
@@ -323,12 +324,10 @@ class AutoPolicy(EvictionPolicy):
     def _score(self, hits_of: list[int], refs: int) -> None:
         """Each expert's score decays by `refs` block references and adds its hits."""
         decay = 0.5 ** (refs / (self.half_life * self._shadow_blocks))
-        scores, present = self._scores, self._shadows.present
-        for i, hits in enumerate(hits_of):
-            if present[i]:
-                scores[i] = scores[i] * decay + hits
+        pairs = zip(self._scores, hits_of, self._shadows.present, strict=True)
+        self._scores = scores = [s * decay + hits if p else s for s, hits, p in pairs]
         self._refs = self._refs * decay + refs
-        best = max(range(len(scores)), key=scores.__getitem__)
+        best = scores.index(max(scores))  # the first of the best
         lead = scores[best] - scores[self._leader]
         if lead <= self.margin * self._refs:
             self._lead = (-1, 0, 0, 0)
