@@ -252,13 +252,14 @@ class AutoPolicy(EvictionPolicy):
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
-        full = len(self) + len(keys) > self.capacity_blocks
-        if aside and (full or not aside.keys().isdisjoint(keys)):
+        if aside and (len(self) + len(keys) > self.capacity_blocks
+                      or not aside.keys().isdisjoint(keys)):  # fmt: skip
             super().insert_each(keys, metas)
             return
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
         self._metas.update(zip(keys, metas, strict=True))
-        self._aside.update((key, self._metas[key]) for key in refused or ())
+        if refused:
+            aside.update((key, self._metas[key]) for key in refused)
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)

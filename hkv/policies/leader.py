@@ -128,7 +128,7 @@ class NativeLeader(EvictionPolicy):
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[Key]:
         """Insert in order; the keys refused for an id another key holds are returned."""
-        keys, metas = list(keys), list(metas)
+        keys, metas = _listed(keys), _listed(metas)
         if len(keys) != len(metas):
             raise ValueError(f"insert_each: {len(keys)} keys, {len(metas)} metas")
         if self._queue:
