@@ -793,6 +793,42 @@ def test_whole_text_blocks_met_before_take_their_shared_metas_in_one_call(monkey
     assert all(a is b for a, b in zip(got[:3], first[:3], strict=True)) and got[3].tokens == 9
 
 
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_requests_end_is_split_in_prefix_order_as_in_prefix_order_splits_it(monkeypatch, in_c):
+    """`native.prefix_split` (C where built, else Python) gives a request's stored and reused
+    keys at its end as `in_prefix_order` then a split by membership give them: groups in turn,
+    a stable sort by end (ties in group order), all as given where a key has no end; None from C
+    only where an end is no int (then the caller sorts in Python)."""
+    import random
+    from types import SimpleNamespace
+
+    from hkv.integrations.vllm.request import in_prefix_order
+    from hkv.policies import native
+
+    if not in_c:
+        monkeypatch.setattr(native, "_shadows", None)
+    elif native._shadows is None:
+        pytest.skip("hkv's C extension is not built here")
+    rng = random.Random(7)
+    for trial in range(300):
+        groups = [
+            [key(100 * g + i) for i in range(rng.randrange(0, 9))]
+            for g in range(rng.randrange(1, 4))
+        ]
+        flat = [k for group in groups for k in group]
+        ends = {k: 16 * rng.randrange(1, 6) for k in flat}  # ties across and within groups
+        if flat and trial % 5 == 0:
+            del ends[rng.choice(flat)]  # one key without an end: all as given
+        stored = {k for k in flat if rng.random() < 0.4}
+        ordered = in_prefix_order(flat, SimpleNamespace(_offload_key_positions=ends))
+        expected = [k for k in ordered if k in stored], [k for k in ordered if k not in stored]
+        got = native.prefix_split(tuple(map(tuple, groups)), ends, frozenset(stored))
+        assert (list(got[0]), list(got[1])) == expected
+    odd = {key(0): 16, key(1): 32.0}
+    got = native.prefix_split(([key(1), key(0)],), odd, set())
+    assert got is None if in_c else got == ([], [key(0), key(1)])
+
+
 def test_positions_are_read_from_the_contexts_dictionary_and_agree_with_its_method():
     """`position_getter` reads a request's positions from the dictionary this vLLM's
     `ReqContext` keeps (one C call a key where vLLM hands the policy every key of a request):

@@ -129,6 +129,19 @@ def text_metas(keys: list, ends: dict, block_tokens: int, metas: list, short=Non
     return out
 
 
+def prefix_split(key_groups, positions: dict, stored_keys: set) -> tuple[list, list] | None:
+    """A request's keys at its end (each of `key_groups` in turn) in prefix order, by their end
+    in `positions` (a stable sort; all as given where one has none there), split into those in
+    `stored_keys` and the others (in C where built; None there where an end is not an int
+    within 64 bits: the caller sorts)."""
+    if _shadows is not None:
+        return _shadows.prefix_split(key_groups, positions, stored_keys)
+    keys = [key for group in key_groups for key in group]
+    if None not in map(positions.get, keys):
+        keys.sort(key=positions.__getitem__)
+    return [k for k in keys if k in stored_keys], [k for k in keys if k not in stored_keys]
+
+
 def key_ids(keys: list) -> list[int]:
     """`key_bits` of each key (in C where built)."""
     if _shadows is not None:

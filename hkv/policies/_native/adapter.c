@@ -1,8 +1,10 @@
 /* vLLM adapter helpers: one walk over a request's keys in C where Python would take several
  * (hkv/integrations/vllm/compat026.py and request.py; the same results in Python:
- * `native.note_split`, `native.text_metas`). */
+ * `native.note_split`, `native.text_metas`, `native.prefix_split`). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <string.h>
 
 #include "adapter.h"
 
@@ -147,5 +149,102 @@ PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
         PyList_SET_ITEM(out, i, Py_NewRef(meta));
     }
     Py_XDECREF(short_meta);
+    return out;
+}
+
+/* whether `keys[order[a]]` goes before `keys[order[b]]`: by position, then as given */
+static int goes_before(const long long *pos, Py_ssize_t a, Py_ssize_t b) {
+    return pos[a] < pos[b] || (pos[a] == pos[b] && a < b);
+}
+
+/* order[0:n] sorted (stable: ties as given) by pos, `tmp` scratch of n: a merge sort */
+static void sort_order(Py_ssize_t *order, Py_ssize_t *tmp, const long long *pos, Py_ssize_t n) {
+    if (n < 2) return;
+    Py_ssize_t half = n / 2;
+    sort_order(order, tmp, pos, half);
+    sort_order(order + half, tmp, pos, n - half);
+    Py_ssize_t i = 0, j = half, k = 0;
+    while (i < half && j < n) tmp[k++] = goes_before(pos, order[j], order[i]) ? order[j++] : order[i++];
+    while (i < half) tmp[k++] = order[i++];
+    while (j < n) tmp[k++] = order[j++];
+    memcpy(order, tmp, (size_t)n * sizeof *order);
+}
+
+/* prefix_split(key_groups, positions, stored_keys): a request's keys at its end, each group's in
+ * turn, put in prefix order, by their end in dict `positions` (a stable sort; as given where one
+ * has none there) and split: (those in set `stored_keys`, the others), two lists. None where an
+ * end is not an exact int within 64 bits (the caller sorts). */
+PyObject *hkv_prefix_split(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *groups, *positions, *stored_keys, *out = NULL, *stored = NULL, *rest = NULL;
+    if (!PyArg_ParseTuple(args, "OO!O", &groups, &PyDict_Type, &positions, &stored_keys))
+        return NULL;
+    if (!PyAnySet_Check(stored_keys)) {
+        PyErr_SetString(PyExc_TypeError, "prefix_split: stored_keys must be a set");
+        return NULL;
+    }
+    PyObject *outer = PySequence_Fast(groups, "prefix_split: key_groups must be a sequence");
+    if (!outer) return NULL;
+    Py_ssize_t ng = PySequence_Fast_GET_SIZE(outer), n = 0;
+    PyObject **inner = PyMem_Calloc((size_t)ng + 1, sizeof *inner), **keys = NULL;
+    Py_ssize_t *order = NULL;
+    long long *pos = NULL;
+    if (!inner) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        inner[g] = PySequence_Fast(PySequence_Fast_GET_ITEM(outer, g),
+                                   "prefix_split: each key group must be a sequence");
+        if (!inner[g]) goto done;
+        n += PySequence_Fast_GET_SIZE(inner[g]);
+    }
+    keys = PyMem_Malloc(((size_t)n + 1) * sizeof *keys);
+    order = PyMem_Malloc((2 * (size_t)n + 1) * sizeof *order);
+    pos = PyMem_Malloc(((size_t)n + 1) * sizeof *pos);
+    if (!keys || !order || !pos) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int known = 1, sorted = 1;
+    for (Py_ssize_t g = 0, i = 0; g < ng; g++) {
+        PyObject **items = PySequence_Fast_ITEMS(inner[g]);
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(inner[g]); j++, i++) {
+            keys[i] = items[j];
+            order[i] = i;
+            if (!known) continue;
+            PyObject *end = PyDict_GetItemWithError(positions, items[j]);
+            if (!end) {
+                if (PyErr_Occurred()) goto done;
+                known = 0; /* a key without a position: all as given (`in_prefix_order`) */
+                continue;
+            }
+            int overflow = 0;
+            pos[i] = PyLong_CheckExact(end) ? PyLong_AsLongLongAndOverflow(end, &overflow) : 0;
+            if (!PyLong_CheckExact(end) || overflow || (pos[i] == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            if (i && pos[i] < pos[i - 1]) sorted = 0;
+        }
+    }
+    if (known && !sorted) sort_order(order, order + n, pos, n);
+    if (!(stored = PyList_New(0)) || !(rest = PyList_New(0))) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = keys[order[i]];
+        int in = PySet_Contains(stored_keys, key);
+        if (in < 0 || PyList_Append(in ? stored : rest, key) < 0) goto done;
+    }
+    out = PyTuple_Pack(2, stored, rest);
+done:
+    Py_XDECREF(stored);
+    Py_XDECREF(rest);
+    for (Py_ssize_t g = 0; inner && g < ng; g++) Py_XDECREF(inner[g]);
+    PyMem_Free(inner);
+    PyMem_Free(keys);
+    PyMem_Free(order);
+    PyMem_Free(pos);
+    Py_DECREF(outer);
     return out;
 }

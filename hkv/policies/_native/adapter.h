@@ -6,5 +6,6 @@
 
 PyObject *hkv_note_split(PyObject *module, PyObject *args);
 PyObject *hkv_text_metas(PyObject *module, PyObject *args);
+PyObject *hkv_prefix_split(PyObject *module, PyObject *args);
 
 #endif

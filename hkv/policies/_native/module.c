@@ -842,6 +842,10 @@ static PyMethodDef module_methods[] = {
      "block_tokens - 1], None in the list where one is not a whole block within them (the short "
      "last block: short(start, tokens) if given); None where an end but the last is not whole "
      "(native.text_metas)"},
+    {"prefix_split", hkv_prefix_split, METH_VARARGS,
+     "prefix_split(key_groups, positions, stored_keys): a request's keys in prefix order by "
+     "their end in positions, split into (those in set stored_keys, the others); None where an "
+     "end is not an int within 64 bits (native.prefix_split)"},
     {"sampled", sampled, METH_VARARGS,
      "sampled(columns, threshold): of (keys, metas), those whose key's bits are below threshold"},
     {NULL, NULL, 0, NULL},
