@@ -1736,13 +1736,22 @@ def cpu_budget_now(name: str = "auto_cpu_budget_7dc7d3a.json", first: int = 2) -
     return (*values, *spare, *rest)
 
 
-def cpu_budget_ade2ba8() -> tuple[float, ...]:
-    """`auto_cpu_budget.json` (hkv ade2ba8): `cpu_budget_now` at every capacity, the rest of
-    `auto` before what the shadows leave, as the paragraph gives them."""
-    values = cpu_budget_now("auto_cpu_budget.json", first=0)
+def cpu_budget_ade2ba8(name: str = "auto_cpu_budget_ade2ba8.json") -> tuple[float, ...]:
+    """`name` (hkv ade2ba8): `cpu_budget_now` at every capacity, the rest of `auto` before what
+    the shadows leave, as the paragraph gives them."""
+    values = cpu_budget_now(name, first=0)
     spare, rest = values[16:20], values[20:24]
     assert max(values[8:12]) < 1.0  # the shadows inside the allowance at every size
     return (*values[:16], *rest, *spare)
+
+
+def cpu_budget_8f0cd27() -> tuple[float, ...]:
+    """`auto_cpu_budget.json` (hkv 8f0cd27) as `cpu_budget_ade2ba8` reads the run before it;
+    then the shadows' own least disturbed pass at 10 % in this run and the one before (their
+    code the same)."""
+    shadows = [result(n)["cells"][3]["pass_s_best"]["shadows"]
+               for n in ("auto_cpu_budget.json", "auto_cpu_budget_ade2ba8.json")]  # fmt: skip
+    return (*cpu_budget_ade2ba8("auto_cpu_budget.json"), *shadows)
 
 
 CLAIMS += [
@@ -1776,6 +1785,15 @@ CLAIMS += [
         "pass: beyond hkv's `lru` and the shadows it took {:.3f}, {:.3f}, {:.3f} and {:.3f} s,\n"
         "where the shadows left {:.3f}, {:.3f}, {:.3f} and {:.3f} s of the allowance.",
         cpu_budget_ade2ba8,
+    ),
+    (
+        "The allowance came to {:.3f}, {:.3f}, {:.3f} and {:.3f} s; the shadows alone took "
+        "{:.3f}, {:.3f},\n{:.3f} and {:.3f} s, {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x of it, and "
+        "`auto` ran at {:.2f}x, {:.2f}x, {:.2f}x\nand {:.2f}x of vLLM lru's speed. Beyond hkv's "
+        "`lru` and the shadows it took {:.3f}, {:.3f}, {:.3f} and\n{:.3f} s, where the shadows "
+        "left {:.3f}, {:.3f}, {:.3f} and {:.3f} s. The shadows' code did not change,\nyet at 10 % "
+        "their own pass took {:.3f} s against {:.3f} s in the ade2ba8 run",
+        cpu_budget_8f0cd27,
     ),
 ]
 
@@ -3187,13 +3205,109 @@ CLAIMS += [
         _a2fdbc2_bar,
     ),
     (
-        "at hkv a2fdbc2, at 8 GiB, by {:.1f} % and by {:.1f} %, {:.1f} % faster\nthan `hkv_bip`.",
+        "at hkv a2fdbc2, at 8 GiB, by {:.1f} % and by {:.1f} %, {:.1f} % faster\nthan `hkv_bip`;",
         lambda: _a2fdbc2_bar()[:3],
     ),
     (
         "{:+.1f} % and {:+.1f} % in the\na2fdbc2 session, where `hkv_lru` moved {:+.1f} % to "
-        "{:+.1f} %)",
+        "{:+.1f} %;",
         _a2fdbc2_readme,
+    ),
+]
+
+
+def h100_8f0cd27() -> dict[str, Any]:
+    """Every cell at 8f0cd27 on an H100 (the H200 not lent): the anchor at 8 with `hkv_bip`,
+    at 12 and 16, and the skewed variant at 8 and 12."""
+    return result("vllm_h100_time_8f0cd27.json")
+
+
+def _8f0cd27_bar() -> tuple[float, ...]:
+    """auto's cuts on the anchor at 8 GiB, its wall against bip's, both TTFTs; the spread of
+    lru's and hkv_lru's walls there; auto's wall at 12, 16 and on the skewed variant at 12, then
+    at 8 with its TTFT and hkv_lru's two there; auto's policy ratios in the four cells and on the
+    skewed variant at 8 (raw, net), its switch's ms there (to lru, every repeat); hkv_lru's
+    policy ratios (fewest, most), raw then net."""
+    data = h100_8f0cd27()
+    auto, bip, twin = (cell_rows(data, p) for p in ("hkv_auto", "hkv_bip", "hkv_lru"))
+    a8, s8 = auto[("anchor", 8.0)], auto[("skewed (Zipf 1)", 8.0)]
+    others = [("anchor", 12.0), ("anchor", 16.0), ("skewed (Zipf 1)", 12.0)]
+
+    def net(popularity: float, gib: float, policy: str) -> float:
+        def median(p: str) -> float:
+            return statistics.median(r["policy_s_net"] for r in cell_runs(data, p, popularity, gib))
+
+        return median(policy) / median("lru")
+
+    switched = cell_runs(data, "hkv_auto", 1.0, 8.0)
+    assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in switched)
+    assert all(r["policy_leaders"] == ["lip"] for r in data["runs"] if r["policy"] == "hkv_auto"
+               and (r["popularity"], r["cpu_gib"]) != (1.0, 8.0))  # fmt: skip
+    switch_ms = [1e3 * r["policy_leaders"][1][2] for r in switched]
+    walls = {p: [r["wall_s"] for r in cell_runs(data, p, 0.0, 8.0)] for p in ("lru", "hkv_lru")}
+    cells = [("anchor", 8.0), *others[:2], others[2]]
+    twins = [r["policy_x_lru"] for r in twin.values()]
+    twins_net = [net(0.0 if w == "anchor" else 1.0, g, "hkv_lru") for w, g in twin]
+    twin8 = twin[("skewed (Zipf 1)", 8.0)]
+    return (-100 * a8["wall_vs_lru"], -100 * a8["ttft_vs_lru"],
+            100 * (a8["wall_s"] / bip[("anchor", 8.0)]["wall_s"] - 1), a8["ttft_mean_s"],
+            bip[("anchor", 8.0)]["ttft_mean_s"], min(walls["lru"]), max(walls["lru"]),
+            min(walls["hkv_lru"]), max(walls["hkv_lru"]),
+            *(100 * auto[c]["wall_vs_lru"] for c in others), 100 * s8["wall_vs_lru"],
+            100 * s8["ttft_vs_lru"], 100 * twin8["wall_vs_lru"], 100 * twin8["ttft_vs_lru"],
+            *(auto[c]["policy_x_lru"] for c in cells), s8["policy_x_lru"],
+            net(1.0, 8.0, "hkv_auto"), min(switch_ms), max(switch_ms), min(twins), max(twins),
+            min(twins_net), max(twins_net))  # fmt: skip
+
+
+def _8f0cd27_readme() -> tuple[float, ...]:
+    """auto's wall cuts on the anchor at 8 and 12 GiB, its TTFT cuts there, its wall against
+    bip's at 8."""
+    data = h100_8f0cd27()
+    auto, bip = cell_rows(data, "hkv_auto"), cell_rows(data, "hkv_bip")
+    a8, a12 = auto[("anchor", 8.0)], auto[("anchor", 12.0)]
+    over_bip = 100 * (a8["wall_s"] / bip[("anchor", 8.0)]["wall_s"] - 1)
+    return (-100 * a8["wall_vs_lru"], -100 * a12["wall_vs_lru"], -100 * a8["ttft_vs_lru"],
+            -100 * a12["ttft_vs_lru"], over_bip)  # fmt: skip
+
+
+def _8f0cd27_even() -> tuple[float, ...]:
+    """auto's and hkv_lru's wall against lru's (fewest, most) in the cells where every policy
+    caches about lru's share (within a point): the anchor at 16 GiB, the skewed variant."""
+    data = h100_8f0cd27()
+    auto, twin, lru = (cell_rows(data, p) for p in ("hkv_auto", "hkv_lru", "lru"))
+    even = [c for c in lru if abs(auto[c]["cached_frac"] - lru[c]["cached_frac"]) < 0.01]
+    assert sorted(even) == [("anchor", 16.0), ("skewed (Zipf 1)", 8.0), ("skewed (Zipf 1)", 12.0)]
+    ours, twins = ([100 * rows[c]["wall_vs_lru"] for c in even] for rows in (auto, twin))
+    return min(ours), max(ours), min(twins), max(twins)
+
+
+CLAIMS += [
+    *engine_tables(h100_8f0cd27),
+    (
+        "Against the bar of issue 34, on the anchor at 8 GiB `auto`'s median wall time and mean "
+        "TTFT are\n{:.1f} % and {:.1f} % below lru's, but its wall time is {:.1f} % above "
+        "`hkv_bip`'s (mean TTFT {:.3f} s\nagainst {:.3f} s), where the bar allows 2 %; one "
+        "policy's repeats spread wider than that here\n(lru's wall time {:.2f} to {:.2f} s, "
+        "`hkv_lru`'s {:.2f} to {:.2f} s). At 12 and 16 GiB and on the\nskewed variant at 12 GiB "
+        "its wall time is {:+.1f} %, {:+.1f} % and {:+.1f} % against lru's; on the\nskewed "
+        "variant at 8 GiB {:+.1f} %, its mean TTFT {:+.1f} %, outside the 1 % asked, where "
+        "`hkv_lru`,\ncaching lru's share, came out {:+.1f} % and {:+.1f} %. Its policy time is "
+        "{:.2f}x, {:.2f}x, {:.2f}x and\n{:.2f}x lru's on the anchor at 8, 12 and 16 GiB and on "
+        "the skewed variant at 12 GiB, but {:.2f}x\n({:.2f}x net of the timer) on the skewed "
+        "variant at 8 GiB, where its switch took {:.1f}-{:.1f} ms;\n`hkv_lru`'s is {:.2f}x to "
+        "{:.2f}x lru's ({:.2f}x to {:.2f}x net).",
+        _8f0cd27_bar,
+    ),
+    (
+        "on an H100 at hkv 8f0cd27 (the H200 not lent), by {:.1f} % and {:.1f} % and by\n{:.1f} % "
+        "and {:.1f} %, {:.1f} % slower than `hkv_bip` at 8 GiB.",
+        _8f0cd27_readme,
+    ),
+    (
+        "{:+.1f} % to {:+.1f} % in the 8f0cd27\nsession, where `hkv_lru` moved {:+.1f} % to "
+        "{:+.1f} %)",
+        _8f0cd27_even,
     ),
 ]
 
