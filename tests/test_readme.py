@@ -3146,6 +3146,22 @@ def h200_a2fdbc2() -> dict[str, Any]:
     return result("vllm_h200_time_a2fdbc2.json")
 
 
+def net_x_lru(data: dict, popularity: float, gib: float, policy: str) -> float:
+    """`policy`'s median policy time net of the timer over lru's, in one cell of `data`."""
+
+    def median(p: str) -> float:
+        return statistics.median(r["policy_s_net"] for r in cell_runs(data, p, popularity, gib))
+
+    return median(policy) / median("lru")
+
+
+def switches_to_lru(data: dict) -> list[dict]:
+    """auto's runs on the skewed variant at 8 GiB, checked to switch to lru at request 73."""
+    switched = cell_runs(data, "hkv_auto", 1.0, 8.0)
+    assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in switched)
+    return switched
+
+
 def _a2fdbc2_bar() -> tuple[float, ...]:
     """auto's cuts on the anchor at 8 GiB and its wall against bip's; its policy ratios on the
     skewed variant at 8 and 12 GiB, its switch's ms at 8 (to lru, every repeat), the cached share
@@ -3159,14 +3175,8 @@ def _a2fdbc2_bar() -> tuple[float, ...]:
         auto[("skewed (Zipf 1)", 12.0)],
     )
 
-    def net(popularity: float, gib: float, policy: str) -> float:
-        def median(p: str) -> float:
-            return statistics.median(r["policy_s_net"] for r in cell_runs(data, p, popularity, gib))
-
-        return median(policy) / median("lru")
-
-    switched = cell_runs(data, "hkv_auto", 1.0, 8.0)
-    assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in switched)
+    net = functools.partial(net_x_lru, data)
+    switched = switches_to_lru(data)
     kept = cell_runs(data, "hkv_auto", 1.0, 12.0) + cell_runs(data, "hkv_auto", 0.0, 8.0)
     assert all(r["policy_leaders"] == ["lip"] for r in kept)
     switch_ms = [1e3 * r["policy_leaders"][1][2] for r in switched]
@@ -3233,14 +3243,8 @@ def _8f0cd27_bar() -> tuple[float, ...]:
     a8, s8 = auto[("anchor", 8.0)], auto[("skewed (Zipf 1)", 8.0)]
     others = [("anchor", 12.0), ("anchor", 16.0), ("skewed (Zipf 1)", 12.0)]
 
-    def net(popularity: float, gib: float, policy: str) -> float:
-        def median(p: str) -> float:
-            return statistics.median(r["policy_s_net"] for r in cell_runs(data, p, popularity, gib))
-
-        return median(policy) / median("lru")
-
-    switched = cell_runs(data, "hkv_auto", 1.0, 8.0)
-    assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in switched)
+    net = functools.partial(net_x_lru, data)
+    switched = switches_to_lru(data)
     assert all(r["policy_leaders"] == ["lip"] for r in data["runs"] if r["policy"] == "hkv_auto"
                and (r["popularity"], r["cpu_gib"]) != (1.0, 8.0))  # fmt: skip
     switch_ms = [1e3 * r["policy_leaders"][1][2] for r in switched]
