@@ -1787,12 +1787,12 @@ CLAIMS += [
         cpu_budget_ade2ba8,
     ),
     (
-        "The allowance came to {:.3f}, {:.3f}, {:.3f} and {:.3f} s; the shadows alone took "
-        "{:.3f}, {:.3f},\n{:.3f} and {:.3f} s, {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x of it, and "
-        "`auto` ran at {:.2f}x, {:.2f}x, {:.2f}x\nand {:.2f}x of vLLM lru's speed. Beyond hkv's "
-        "`lru` and the shadows it took {:.3f}, {:.3f}, {:.3f} and\n{:.3f} s, where the shadows "
-        "left {:.3f}, {:.3f}, {:.3f} and {:.3f} s. The shadows' code did not change,\nyet at 10 % "
-        "their own pass took {:.3f} s against {:.3f} s in the ade2ba8 run",
+        "The allowance came to {:.3f}, {:.3f}, {:.3f} and {:.3f} s; the shadows\nalone took "
+        "{:.3f}, {:.3f}, {:.3f} and {:.3f} s, {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x of it, and "
+        "`auto` ran\nat {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x of vLLM lru's speed. Beyond hkv's "
+        "`lru` and the shadows it took\n{:.3f}, {:.3f}, {:.3f} and {:.3f} s, where the shadows "
+        "left {:.3f}, {:.3f}, {:.3f} and {:.3f} s. The\nshadows' code did not change, yet at 10 % "
+        "their own pass took {:.3f} s against {:.3f} s in the\nade2ba8 run",
         cpu_budget_8f0cd27,
     ),
 ]
