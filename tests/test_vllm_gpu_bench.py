@@ -876,6 +876,45 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     kept = fold(files, tmp_path / "partial.json", partial=True)  # its finished runs, marked
     assert len(kept["runs"]) == 8 and kept["parameters"]["engines"][1]["finished"] is False
     assert "finished" not in kept["parameters"]["engines"][0]
+    warm = [{"policy": "lru", "wall_s": 12.0, "ttft_mean_s": 0.3}]
+    write_json(files[0], {**json.loads(files[0].read_text()), "warmup": warm})
+    engines = fold(files[:1], tmp_path / "warm.json")["parameters"]["engines"]
+    assert engines[0]["warmup"] == warm  # kept apart: no run of its own
+    assert len(fold(files[:1], tmp_path / "warm.json")["runs"]) == 4
+
+
+def test_first_run_penalty_compares_an_engines_opening_run_with_its_later_repeats():
+    """The first run of each cell against its policy's later repeats, the other policies'
+    first repeats as the control; a cell two engines ran, or one with fewer than three repeats,
+    is left out."""
+    from hkv.report.bench_vllm import first_run_penalty
+
+    def runs(gib, walls):  # walls: {policy: [repeat 0, 1, 2...]}, alternated by repeat
+        n = len(next(iter(walls.values())))
+        return [{"policy": p, "repeat": i, "cpu_gib": gib, "variant": "text", "popularity": 0.0,
+                 "wall_s": walls[p][i]} for i in range(n) for p in walls]  # fmt: skip
+
+    engine = {"variant": "text", "popularity": 0.0}
+    data = {
+        "parameters": {"engines": [{**engine, "cpu_gib": 8.0}, {**engine, "cpu_gib": 12.0},
+                                   {**engine, "cpu_gib": 16.0}, {**engine, "cpu_gib": 16.0}]},
+        "runs": runs(8.0, {"lru": [24.0, 20.0, 22.0], "hkv_auto": [19.0, 19.0, 18.0]})
+        + runs(12.0, {"lru": [20.0, 21.0, 22.0], "hkv_auto": [17.0, 16.0, 18.0]})
+        + runs(16.0, {"lru": [30.0, 10.0, 10.0]}),  # two engines: left out
+    }  # fmt: skip
+    got = first_run_penalty([data])
+    assert got["cells"] == 2 and got["first_run_slowest"] == 1
+    assert got["first_run_ratio_median"] == pytest.approx((24 / 21 + 20 / 21.5) / 2)
+    assert got["control_runs"] == 2
+    assert got["control_ratio_median"] == pytest.approx((19 / 18.5 + 17 / 17) / 2)
+    assert first_run_penalty([{**data, "runs": runs(8.0, {"lru": [3.0, 2.0]})}])["cells"] == 0
+
+
+def test_run_refuses_a_negative_number_of_warm_up_runs():
+    from bench.vllm_gpu.__main__ import main
+
+    with pytest.raises(SystemExit, match="--warmup-runs -1: expected 0 or more"):
+        main(["run", "--policy", "lru", "--cpu-gib", "8", "--warmup-runs", "-1", "--out", "x"])
 
 
 def test_method_lines_take_a_runs_policy_time_apart():

@@ -32,6 +32,9 @@ def parser() -> argparse.ArgumentParser:
         "--popularity", type=float, default=0.0, help="Zipf exponent of session popularity"
     )
     one.add_argument("--repeats", type=int, default=1)
+    one.add_argument(
+        "--warmup-runs", type=int, default=1, help="whole runs of the first policy, kept apart"
+    )
     one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
     one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     one.add_argument("--model", type=Path, default=default_model())
@@ -71,6 +74,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.mode == "run" and args.warmup_runs < 0:
+        raise SystemExit(f"--warmup-runs {args.warmup_runs}: expected 0 or more")
     if args.mode in ("run", "capacity"):
         run_then_exit(run_config if args.mode == "run" else run_capacity, args)
     if args.mode == "drive":

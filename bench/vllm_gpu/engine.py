@@ -162,7 +162,11 @@ def run_config(args, result: dict) -> None:
     `args.policy` may name several policies (comma-separated): they share one engine, whose CPU
     tier and GPU prefix cache are emptied and whose policy object is replaced before each run,
     and their runs alternate (repeat 0 of each, then repeat 1 of each), so that the host's drift
-    falls on all of them alike. The engine is built with the first.
+    falls on all of them alike. The engine is built with the first. Before them, `warmup_runs`
+    (default 1) whole runs of the first policy are made and kept apart (`result["warmup"]`): an
+    engine's first run of the workload is slower than its later ones (over the committed engine
+    files, `hkv.report.bench_vllm.first_run_penalty`), which would fall on the first policy
+    alone, lru in every comparison with it.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
@@ -178,6 +182,7 @@ def run_config(args, result: dict) -> None:
         "tp": getattr(args, "tp", 1),
         "gpu_kv_gib": args.gpu_kv_gib,
         "repeats": args.repeats,
+        "warmup_runs": getattr(args, "warmup_runs", 1),
     }
     command = "python -m bench.vllm_gpu run"
     result |= provenance(command, parameters, packages=("hkv", "vllm", "torch"))
@@ -199,7 +204,14 @@ def run_config(args, result: dict) -> None:
     t2 = time.perf_counter()
     warm_up(llm, w)
     result["t_warmup_s"] = time.perf_counter() - t2
-    result["policy_info"], result["repeats"] = {}, []
+    result["policy_info"], result["repeats"], result["warmup"] = {}, [], []
+    for _ in range(parameters["warmup_runs"]):  # kept apart from the comparison: see above
+        one = run_policy(llm, manager, policies[0], (w, sessions, waves), counters, result)
+        kept = ("wall_s", "ttft_mean_s", "cached_frac", "steps")
+        result["warmup"].append(
+            {"policy": policies[0], **{k: one["summary"][k] for k in kept if k in one["summary"]}}
+        )
+        write_json(args.out, result)
     for repeat in range(args.repeats):
         for name in policies:
             one = run_policy(llm, manager, name, (w, sessions, waves), counters, result)

@@ -149,6 +149,8 @@ def fold(files: list, out, partial: bool = False) -> dict:
         engines.append({**params, "cpu_blocks": data["cpu_blocks"], "file": Path(path).name})
         if not finished:
             engines[-1]["finished"] = False
+        if data.get("warmup"):  # the runs made before the timed ones, kept apart
+            engines[-1]["warmup"] = data["warmup"]
         popularity = params.get("popularity", 0.0)
         variants[f"{params['variant']}@{popularity:g}"] = workload_summary(
             Workload(images=params["variant"] == "mm", popularity=popularity)

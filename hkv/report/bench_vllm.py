@@ -228,3 +228,42 @@ def tp2_summary(tp2: Mapping[str, Any]) -> dict[str, Any]:
         "cpu_exact": check["cpu_exact"],
         "cached_share_diff_points": tp2_policies(tp2)["difference, points"].to_dict(),
     }
+
+
+def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """How much slower an engine's first timed run is, over folded engine files (`bench.vllm_gpu
+    fold`) whose engines each ran one cell, policies alternated: in every cell with at least
+    three repeats, the first run's wall time over the median of its policy's later repeats, and
+    for the other policies their first repeat's over the median of their later ones (the
+    control: what the first round costs a policy that does not open the engine)."""
+    import statistics
+
+    first, control, slowest = [], [], 0
+    for data in results:
+        cells: dict[tuple, list[dict]] = {}
+        for engine in data["parameters"]["engines"]:
+            key = (engine["cpu_gib"], engine.get("popularity", 0.0), engine["variant"])
+            cells[key] = [] if key not in cells else None  # type: ignore[assignment]
+        for run in data["runs"]:
+            key = (run["cpu_gib"], run.get("popularity", 0.0), run["variant"])
+            if cells.get(key) is not None:  # (a cell two engines ran: its order is unknown)
+                cells[key].append(run)
+        for runs in filter(None, cells.values()):
+            order = list(dict.fromkeys(run["policy"] for run in runs))
+            for policy in order:
+                walls = [run["wall_s"] for run in runs if run["policy"] == policy]
+                if len(walls) < 3:
+                    continue
+                ratio = walls[0] / statistics.median(walls[1:])
+                if policy == order[0]:
+                    first.append(ratio)
+                    slowest += walls[0] > max(walls[1:])
+                else:
+                    control.append(ratio)
+    return {
+        "cells": len(first),
+        "first_run_slowest": slowest,
+        "first_run_ratio_median": statistics.median(first) if first else None,
+        "control_runs": len(control),
+        "control_ratio_median": statistics.median(control) if control else None,
+    }
