@@ -21,7 +21,9 @@ Modes, each one process:
 process, engine core in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which also lets hkv's
 policies register into vLLM 0.26's built-in dictionary). Its policies share the engine: before
 each run of the workload the GPU prefix cache and the CPU tier are emptied and the offloading
-manager gets a new, empty policy object; the policies' runs alternate, `repeats` rounds.
+manager gets a new, empty policy object; the policies' runs alternate, `repeats` rounds, after
+`--warmup-runs` (default 1) runs of the first policy kept apart (an engine's first run of the
+workload is slower than its later ones: `hkv.report.bench_vllm.first_run_penalty`).
 `capacity` starts the engine sized by `gpu_memory_utilization` and records its KV tiers for the
 check against `hkv plan`. `drive` (`driver`) runs a plan's (`plans`) configurations one
 subprocess each, on free GPUs of `--devices`, until a deadline, and rewrites the results JSON

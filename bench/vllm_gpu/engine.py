@@ -162,11 +162,8 @@ def run_config(args, result: dict) -> None:
     `args.policy` may name several policies (comma-separated): they share one engine, whose CPU
     tier and GPU prefix cache are emptied and whose policy object is replaced before each run,
     and their runs alternate (repeat 0 of each, then repeat 1 of each), so that the host's drift
-    falls on all of them alike. The engine is built with the first. Before them, `warmup_runs`
-    (default 1) whole runs of the first policy are made and kept apart (`result["warmup"]`): an
-    engine's first run of the workload is slower than its later ones (over the committed engine
-    files, `hkv.report.bench_vllm.first_run_penalty`), which would fall on the first policy
-    alone, lru in every comparison with it.
+    falls on all of them alike. The engine is built with the first, and before them runs it
+    `warmup_runs` times apart from them (`warmup_run`).
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
@@ -205,13 +202,8 @@ def run_config(args, result: dict) -> None:
     warm_up(llm, w)
     result["t_warmup_s"] = time.perf_counter() - t2
     result["policy_info"], result["repeats"], result["warmup"] = {}, [], []
-    for _ in range(parameters["warmup_runs"]):  # kept apart from the comparison: see above
-        one = run_policy(llm, manager, policies[0], (w, sessions, waves), counters, result)
-        kept = ("wall_s", "ttft_mean_s", "cached_frac", "steps")
-        result["warmup"].append(
-            {"policy": policies[0], **{k: one["summary"][k] for k in kept if k in one["summary"]}}
-        )
-        write_json(args.out, result)
+    for _ in range(parameters["warmup_runs"]):
+        warmup_run(llm, manager, policies[0], (w, sessions, waves), counters, result)
     for repeat in range(args.repeats):
         for name in policies:
             one = run_policy(llm, manager, name, (w, sessions, waves), counters, result)
@@ -247,6 +239,17 @@ def start_engine(args, policies: list[str], w: Workload, result: dict):
     llm = LLM(**engine_kwargs(args, split_policy(policies[0])[0]))
     result["t_engine_init_s"] = time.perf_counter() - t1
     return llm, sessions, waves
+
+
+def warmup_run(llm, manager, name: str, workload, counters, result: dict) -> None:
+    """One run of policy `name`, its wall time, TTFT, cached share and steps into
+    `result["warmup"]`, apart from the timed runs: an engine's first run of the workload is
+    slower than its later ones (over the committed engine files before 90e62ef, whose first
+    run was always lru's: `hkv.report.bench_vllm.first_run_penalty`), which would otherwise
+    fall on the first policy alone."""
+    summary = run_policy(llm, manager, name, workload, counters, result)["summary"]
+    kept = ("wall_s", "ttft_mean_s", "cached_frac", "steps")
+    result["warmup"].append({"policy": name, **{k: summary[k] for k in kept if k in summary}})
 
 
 def run_policy(llm, manager, name: str, workload, counters, result: dict) -> dict:
