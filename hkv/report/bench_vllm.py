@@ -237,18 +237,19 @@ def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
     for the other policies their first repeat's over the median of their later ones (the
     control: what the first round costs a policy that does not open the engine)."""
     import statistics
+    from collections import Counter
+
+    def cell(item: Mapping[str, Any]) -> tuple:
+        return item["cpu_gib"], item.get("popularity", 0.0), item["variant"]
 
     first, control, slowest = [], [], 0
     for data in results:
-        cells: dict[tuple, list[dict]] = {}
-        for engine in data["parameters"]["engines"]:
-            key = (engine["cpu_gib"], engine.get("popularity", 0.0), engine["variant"])
-            cells[key] = [] if key not in cells else None  # type: ignore[assignment]
+        engines = Counter(map(cell, data["parameters"]["engines"]))
+        cells: dict[tuple, list[Mapping[str, Any]]] = {}
         for run in data["runs"]:
-            key = (run["cpu_gib"], run.get("popularity", 0.0), run["variant"])
-            if cells.get(key) is not None:  # (a cell two engines ran: its order is unknown)
-                cells[key].append(run)
-        for runs in filter(None, cells.values()):
+            if engines[cell(run)] == 1:  # (a cell two engines ran: its runs' order is unknown)
+                cells.setdefault(cell(run), []).append(run)
+        for runs in cells.values():
             order = list(dict.fromkeys(run["policy"] for run in runs))
             for policy in order:
                 walls = [run["wall_s"] for run in runs if run["policy"] == policy]
