@@ -47,7 +47,7 @@ void hkv_map_clear(hkv_map *m) {
 
 static int grow(hkv_map *m) {
     hkv_map bigger;
-    if (hkv_map_init(&bigger, m->cap) < 0) return -1; /* twice the slots */
+    if (hkv_map_init(&bigger, m->cap) < 0) return -1; /* four times the slots (2 x cap + 2, up) */
     for (size_t i = 0; i < m->cap; i++)
         if (m->used[i]) { /* mixed already: its home is its low bits */
             size_t j = (size_t)m->slots[i].key & (bigger.cap - 1);
