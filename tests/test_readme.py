@@ -3275,9 +3275,12 @@ def _8f0cd27_readme() -> tuple[float, ...]:
 
 
 def _8f0cd27_even() -> tuple[float, ...]:
+    return even_cells(h100_8f0cd27())
+
+
+def even_cells(data: dict[str, Any]) -> tuple[float, ...]:
     """auto's and hkv_lru's wall against lru's (fewest, most) in the cells where every policy
     caches about lru's share (within a point): the anchor at 16 GiB, the skewed variant."""
-    data = h100_8f0cd27()
     auto, twin, lru = (cell_rows(data, p) for p in ("hkv_auto", "hkv_lru", "lru"))
     even = [c for c in lru if abs(auto[c]["cached_frac"] - lru[c]["cached_frac"]) < 0.01]
     assert sorted(even) == [("anchor", 16.0), ("skewed (Zipf 1)", 8.0), ("skewed (Zipf 1)", 12.0)]
@@ -3430,16 +3433,6 @@ def _90e62ef_readme() -> tuple[float, ...]:
             -100 * a12["ttft_vs_lru"], under_bip)  # fmt: skip
 
 
-def _90e62ef_even() -> tuple[float, ...]:
-    """As `_8f0cd27_even`, in the 90e62ef session's first engines."""
-    data = h200_90e62ef()
-    auto, twin, lru = (cell_rows(data, p) for p in ("hkv_auto", "hkv_lru", "lru"))
-    even = [c for c in lru if abs(auto[c]["cached_frac"] - lru[c]["cached_frac"]) < 0.01]
-    assert sorted(even) == [("anchor", 16.0), ("skewed (Zipf 1)", 8.0), ("skewed (Zipf 1)", 12.0)]
-    ours, twins = ([100 * rows[c]["wall_vs_lru"] for c in even] for rows in (auto, twin))
-    return min(ours), max(ours), min(twins), max(twins)
-
-
 def _90e62ef_in_short() -> tuple[float, ...]:
     """auto's wall and TTFT cuts on the anchor at 8 and 12 GiB, how much faster than bip at 8,
     its wall range over the other three cells (inside hkv_lru's band), the band's half width and
@@ -3511,7 +3504,7 @@ CLAIMS += [
     (
         "{:+.1f} % to {:+.1f} % in the 90e62ef session, where\n`hkv_lru` moved {:+.1f} % to "
         "{:+.1f} %)",
-        _90e62ef_even,
+        lambda: even_cells(h200_90e62ef()),
     ),
     (
         "In the H200\nsession of hkv 90e62ef, the first whose engines ran the workload once before "
