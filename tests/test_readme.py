@@ -3040,9 +3040,9 @@ def _a38e114_lru_loads() -> tuple[float, ...]:
     """The anchor at 8 GiB: the blocks vLLM's lru loaded (one number for every run) and its
     cached share, hkv_lru's, auto's median wall against hkv_lru's (%); every earlier session's
     lru loaded 15,591 or 15,592 blocks in that cell."""
-    earlier, since = set(), ("a38e114", "a2fdbc2", "90e62ef")  # this session and the later ones
+    earlier, then = set(), h200_a38e114()["date_utc"]  # the sessions run before this one
     for path in sorted(RESULTS.glob("vllm_h200_time*.json")):
-        if not any(commit in path.name for commit in since):
+        if result(path.name)["date_utc"] < then:
             earlier |= {r["loaded_blocks"] for r in result(path.name).get("runs", [])
                         if (r.get("policy"), r.get("popularity"), r.get("cpu_gib"))
                         == ("lru", 0.0, 8.0)}  # fmt: skip
@@ -3357,12 +3357,19 @@ def h200_90e62ef_a16() -> dict[str, Any]:
     return result("vllm_h200_time_90e62ef_a16.json")
 
 
+def engines_of(name: str) -> list[dict[str, Any]]:
+    """A folded engine file's engines (`parameters.engines`)."""
+    return result(name)["parameters"]["engines"]
+
+
 def _first_run() -> tuple[float, ...]:
-    """The engine files before 90e62ef: files, cells, cells whose first run was its policy's
-    slowest, the first run's and the other policies' first repeats' excess (%); then 90e62ef's six
-    engines: their warm-up run over lru's median wall (fewest, most, %), their first timed run's
-    excess (%) and how many of the six were the slowest of their policy."""
-    files = sorted(p.name for p in RESULTS.glob("vllm_h*_time*.json") if "90e62ef" not in p.name)
+    """The engine files made without a warm-up run (those before 90e62ef, whatever comes
+    later): files, cells, cells whose first run was its policy's slowest, the first run's and
+    the other policies' first repeats' excess (%); then 90e62ef's six engines: their warm-up
+    run over lru's median wall (fewest, most, %), their first timed run's excess (%) and how
+    many of the six were the slowest of their policy."""
+    files = [p.name for p in sorted(RESULTS.glob("vllm_h*_time*.json"))]
+    files = [f for f in files if not any("warmup_runs" in e for e in engines_of(f))]  # before it
     before = bench_vllm.first_run_penalty([result(f) for f in files])
     now = [h200_90e62ef(), h200_90e62ef_a16()]
     after = bench_vllm.first_run_penalty(now)
