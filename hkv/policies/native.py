@@ -139,6 +139,11 @@ def prefix_split(key_groups, positions: dict, stored_keys: set) -> tuple[list, l
     keys = [key for group in key_groups for key in group]
     if None not in map(positions.get, keys):
         keys.sort(key=positions.__getitem__)
+    return split_stored(keys, stored_keys)
+
+
+def split_stored(keys: list, stored_keys) -> tuple[list, list]:
+    """`keys` split, in their order, into those in `stored_keys` and the others."""
     return [k for k in keys if k in stored_keys], [k for k in keys if k not in stored_keys]
 
 

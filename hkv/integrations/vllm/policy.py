@@ -56,7 +56,7 @@ from hkv.integrations.vllm.request import block_meta, block_metas, in_prefix_ord
 from hkv.integrations.vllm.settings import adapter_settings
 from hkv.policies import make_policy, online_policy_class, policy_names
 from hkv.policies.leader import vllms_lru
-from hkv.policies.native import prefix_split
+from hkv.policies.native import prefix_split, split_stored
 
 PREFIX = "hkv_"
 PACKAGE = "hkv.integrations.vllm"  # where vLLM looks the classes up (`cache_policy_module_path`)
@@ -288,9 +288,7 @@ class HkvCachePolicy(CachePolicy):
             split = prefix_split(key_groups, positions, insertion_only_keys)  # one C call
         if split is None:
             keys = [key for group in key_groups for key in group]
-            ordered = in_prefix_order(keys, req_context)
-            split = ([k for k in ordered if k in insertion_only_keys],
-                     [k for k in ordered if k not in insertion_only_keys])  # fmt: skip
+            split = split_stored(in_prefix_order(keys, req_context), insertion_only_keys)
         self.policy.after_request(*split)
         if self.chains.chain_of:
             self.chains.finish(req_context)
