@@ -3455,6 +3455,13 @@ def _90e62ef_in_short() -> tuple[float, ...]:
             max(rest), 100 * band["half_width"], 100 * band["low"], 100 * band["high"])  # fmt: skip
 
 
+def cpu_budget_b783df1() -> tuple[float, ...]:
+    """auto's share of vLLM lru's speed (the rounds' medians) at 1, 2, 5 and 10 %, in the b783df1
+    rerun and then in the 8f0cd27 run."""
+    runs = ("auto_cpu_budget_b783df1.json", "auto_cpu_budget.json")
+    return tuple(c["auto_vs_vllm_lru_speed"] for n in runs for c in result(n)["cells"])
+
+
 CLAIMS += [
     (
         (
@@ -3525,6 +3532,12 @@ CLAIMS += [
         "which\n`hkv_lru`, deciding as lru does, moved from lru in the same engines ({:+.1f} % to "
         "{:+.1f} %).",
         _90e62ef_in_short,
+    ),
+    (
+        "`auto` ran at\n{:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x of vLLM lru's speed (medians of the "
+        "rounds; {:.2f}x, {:.2f}x, {:.2f}x and\n{:.2f}x in the 8f0cd27 run), within that noise "
+        "of it.",
+        cpu_budget_b783df1,
     ),
 ]
 
