@@ -1016,3 +1016,39 @@ def test_the_engine_logs_autos_leaders_and_times_each_switch():
     assert [row[1] for row in log[1:]][-1] == policy.leader
     assert all(0 < a[0] < b[0] <= cells["_score"][1] for a, b in pairwise(log[1:]))
     assert sum(row[2] for row in log[1:]) == pytest.approx(cells["_switch"][0], abs=1e-3)
+
+
+def test_rounds_rotate_the_policies_so_each_runs_once_in_every_place():
+    from bench.vllm_gpu.engine import round_order
+
+    names = ["lru", "hkv_auto", "hkv_lru"]
+    rounds = [round_order(names, r, "rotate") for r in range(3)]
+    assert rounds == [names, ["hkv_auto", "hkv_lru", "lru"], ["hkv_lru", "lru", "hkv_auto"]]
+    assert all(sorted(r[slot] for r in rounds) == sorted(names) for slot in range(3))
+    assert round_order(names, 4, "rotate") == rounds[1] and round_order(names, 2, "fixed") == names
+    assert round_order([], 1, "rotate") == []
+
+
+def test_fold_keeps_each_runs_place_in_its_round_and_the_slot_effect_reads_it(tmp_path):
+    """A run's `slot` survives `fold`; `slot_effect` gives each slot's wall time against its
+    policy's median in the cell, over the runs that have one."""
+    from bench.vllm_gpu.summary import fold
+    from hkv.report.bench_vllm import slot_effect
+
+    walls = {("lru", 0): 11.0, ("hkv_lru", 0): 10.0, ("hkv_lru", 1): 11.0, ("lru", 1): 10.0}
+    repeats = [{"policy": p, "repeat": r, "slot": s, "requests": [],
+                "summary": {"wall_s": walls[p, r], "metrics_delta": {}}}
+               for r, order in enumerate((("lru", "hkv_lru"), ("hkv_lru", "lru")))
+               for s, p in enumerate(order)]  # fmt: skip
+    data = {"date_utc": "2026-12-05", "machine": {}, "versions": {}, "status": "done",
+            "parameters": {"variant": "text", "popularity": 0.0, "cpu_gib": 8.0,
+                           "order": "rotate"},
+            "cpu_blocks": 16384, "repeats": repeats}  # fmt: skip
+    write_json(tmp_path / "run.json", data)
+    folded = fold([tmp_path / "run.json"], tmp_path / "folded.json")
+    assert [run["slot"] for run in folded["runs"]] == [0, 1, 0, 1]
+    got = slot_effect([folded])
+    assert got[0]["runs"] == 2 and got[0]["ratio_median"] == pytest.approx(11 / 10.5)
+    assert got[1]["ratio_median"] == pytest.approx(10 / 10.5)
+    unplaced = [{k: v for k, v in run.items() if k != "slot"} for run in folded["runs"]]
+    assert slot_effect([{**folded, "runs": unplaced}]) == {}

@@ -23,7 +23,9 @@ policies register into vLLM 0.26's built-in dictionary). Its policies share the 
 each run of the workload the GPU prefix cache and the CPU tier are emptied and the offloading
 manager gets a new, empty policy object; the policies' runs alternate, `repeats` rounds, after
 `--warmup-runs` (default 1) runs of the first policy kept apart (an engine's first run of the
-workload is slower than its later ones: `hkv.report.bench_vllm.first_run_penalty`).
+workload is slower than its later ones: `hkv.report.bench_vllm.first_run_penalty`), and each
+round starts one policy later than the last (`--order rotate`, the default; `fixed` keeps the
+given order in every round), so that no policy always runs first in its round.
 `capacity` starts the engine sized by `gpu_memory_utilization` and records its KV tiers for the
 check against `hkv plan`. `drive` (`driver`) runs a plan's (`plans`) configurations one
 subprocess each, on free GPUs of `--devices`, until a deadline, and rewrites the results JSON

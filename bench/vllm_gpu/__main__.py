@@ -35,6 +35,12 @@ def parser() -> argparse.ArgumentParser:
     one.add_argument(
         "--warmup-runs", type=int, default=1, help="whole runs of the first policy, kept apart"
     )
+    one.add_argument(
+        "--order",
+        choices=("rotate", "fixed"),
+        default="rotate",
+        help="the policies' order in each round: shifted by one a round, or always as given",
+    )
     one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
     one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     one.add_argument("--model", type=Path, default=default_model())

@@ -162,8 +162,8 @@ def run_config(args, result: dict) -> None:
     `args.policy` may name several policies (comma-separated): they share one engine, whose CPU
     tier and GPU prefix cache are emptied and whose policy object is replaced before each run,
     and their runs alternate (repeat 0 of each, then repeat 1 of each), so that the host's drift
-    falls on all of them alike. The engine is built with the first, and before them runs it
-    `warmup_runs` times apart from them (`warmup_run`).
+    falls on all of them alike, in an order that rotates by round (`round_order`; a run's place
+    is its `slot`). The engine is built with the first, which runs `warmup_runs` times first.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
@@ -180,6 +180,7 @@ def run_config(args, result: dict) -> None:
         "gpu_kv_gib": args.gpu_kv_gib,
         "repeats": args.repeats,
         "warmup_runs": getattr(args, "warmup_runs", 1),
+        "order": getattr(args, "order", "fixed"),
     }
     command = "python -m bench.vllm_gpu run"
     result |= provenance(command, parameters, packages=("hkv", "vllm", "torch"))
@@ -205,9 +206,9 @@ def run_config(args, result: dict) -> None:
     for _ in range(parameters["warmup_runs"]):
         warmup_run(llm, manager, policies[0], (w, sessions, waves), counters, result)
     for repeat in range(args.repeats):
-        for name in policies:
+        for slot, name in enumerate(round_order(policies, repeat, parameters["order"])):
             one = run_policy(llm, manager, name, (w, sessions, waves), counters, result)
-            one["policy"], one["repeat"] = name, repeat
+            one["policy"], one["repeat"], one["slot"] = name, repeat, slot
             result["repeats"].append(one)
             print("SUMMARY", name, args.cpu_gib, args.variant, repeat,
                   json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
@@ -215,6 +216,17 @@ def run_config(args, result: dict) -> None:
             write_json(args.out, result)
     result["status"] = "done"
     write_json(args.out, result)
+
+
+def round_order(policies: list[str], repeat: int, order: str) -> list[str]:
+    """The policies' order in round `repeat`: as given (`fixed`), or shifted by one place a
+    round (`rotate`), so that over as many rounds as policies each runs once in every place
+    of a round and a cost tied to a place (the round's first run, a run after another policy)
+    falls on every policy alike."""
+    if order == "fixed" or not policies:
+        return list(policies)
+    shift = repeat % len(policies)
+    return [*policies[shift:], *policies[:shift]]
 
 
 def start_engine(args, policies: list[str], w: Workload, result: dict):

@@ -157,7 +157,8 @@ def fold(files: list, out, partial: bool = False) -> dict:
         )
         for one in data["repeats"]:
             summary = {k: v for k, v in one["summary"].items() if k not in FOLDED_DROP}
-            runs.append({"policy": one["policy"], "repeat": one["repeat"],
+            place = {"slot": one["slot"]} if "slot" in one else {}  # (files before 'order')
+            runs.append({"policy": one["policy"], "repeat": one["repeat"], **place,
                          "cpu_gib": params["cpu_gib"], "variant": params["variant"],
                          "popularity": popularity, **summary})  # fmt: skip
     first = read_json(files[0], "fold")

@@ -268,3 +268,35 @@ def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
         "control_runs": len(control),
         "control_ratio_median": statistics.median(control) if control else None,
     }
+
+
+def slot_effect(results: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a run's place in its round costs, over folded engine files whose rounds rotated
+    the policies' order (`bench.vllm_gpu run --order rotate`: each run has its `slot`, 0 the
+    round's first): every run's wall time over the median of its policy's repeats in its cell,
+    by slot. With the order rotated each policy runs in every slot, so a slot's cost shows here
+    and falls on every policy alike; in the files before it the first policy ran first in every
+    round, where its cost could not be told from the policy's own."""
+    import statistics
+    from collections import defaultdict
+
+    by_slot: dict[int, list[float]] = defaultdict(list)
+    for data in results:
+        cells: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+        for run in data["runs"]:
+            if "slot" in run:
+                cells[run["cpu_gib"], run.get("popularity", 0.0), run["variant"]].append(run)
+        for runs in cells.values():
+            for policy in {run["policy"] for run in runs}:
+                own = [run for run in runs if run["policy"] == policy]
+                median = statistics.median(run["wall_s"] for run in own)
+                for run in own:
+                    by_slot[run["slot"]].append(run["wall_s"] / median)
+    return {
+        slot: {
+            "runs": len(ratios),
+            "ratio_median": statistics.median(ratios),
+            "ratio_mean": statistics.fmean(ratios),
+        }
+        for slot, ratios in sorted(by_slot.items())
+    }
