@@ -1052,3 +1052,5 @@ def test_fold_keeps_each_runs_place_in_its_round_and_the_slot_effect_reads_it(tm
     assert got[1]["ratio_median"] == pytest.approx(10 / 10.5)
     unplaced = [{k: v for k, v in run.items() if k != "slot"} for run in folded["runs"]]
     assert slot_effect([{**folded, "runs": unplaced}]) == {}
+    engines = folded["parameters"]["engines"]  # a cell two engines ran: left out
+    assert slot_effect([{**folded, "parameters": {"engines": engines * 2}}]) == {}

@@ -180,7 +180,7 @@ def run_config(args, result: dict) -> None:
         "gpu_kv_gib": args.gpu_kv_gib,
         "repeats": args.repeats,
         "warmup_runs": getattr(args, "warmup_runs", 1),
-        "order": getattr(args, "order", "fixed"),
+        "order": getattr(args, "order", "rotate"),
     }
     command = "python -m bench.vllm_gpu run"
     result |= provenance(command, parameters, packages=("hkv", "vllm", "torch"))

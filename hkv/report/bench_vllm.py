@@ -270,22 +270,27 @@ def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def slot_effect(results: list[Mapping[str, Any]]) -> dict[str, Any]:
+def slot_effect(results: list[Mapping[str, Any]]) -> dict[int, dict[str, float]]:
     """What a run's place in its round costs, over folded engine files whose rounds rotated
     the policies' order (`bench.vllm_gpu run --order rotate`: each run has its `slot`, 0 the
     round's first): every run's wall time over the median of its policy's repeats in its cell,
-    by slot. With the order rotated each policy runs in every slot, so a slot's cost shows here
-    and falls on every policy alike; in the files before it the first policy ran first in every
-    round, where its cost could not be told from the policy's own."""
+    by slot (a cell two engines of one file ran is left out, as in `first_run_penalty`). With
+    the order rotated each policy runs in every slot, so a slot's cost shows here and falls on
+    every policy alike; in the files before it the first policy ran first in every round, where
+    its cost could not be told from the policy's own."""
     import statistics
-    from collections import defaultdict
+    from collections import Counter, defaultdict
+
+    def cell(item: Mapping[str, Any]) -> tuple:
+        return item["cpu_gib"], item.get("popularity", 0.0), item["variant"]
 
     by_slot: dict[int, list[float]] = defaultdict(list)
     for data in results:
+        engines = Counter(map(cell, data["parameters"]["engines"]))
         cells: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
         for run in data["runs"]:
-            if "slot" in run:
-                cells[run["cpu_gib"], run.get("popularity", 0.0), run["variant"]].append(run)
+            if "slot" in run and engines[cell(run)] == 1:
+                cells[cell(run)].append(run)
         for runs in cells.values():
             for policy in {run["policy"] for run in runs}:
                 own = [run for run in runs if run["policy"] == policy]
