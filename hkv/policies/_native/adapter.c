@@ -152,22 +152,21 @@ PyObject *hkv_text_metas(PyObject *module, PyObject *args) {
     return out;
 }
 
-/* whether `keys[order[a]]` goes before `keys[order[b]]`: by position, then as given */
-static int goes_before(const long long *pos, Py_ssize_t a, Py_ssize_t b) {
-    return pos[a] < pos[b] || (pos[a] == pos[b] && a < b);
-}
-
-/* order[0:n] sorted (stable: ties as given) by pos, `tmp` scratch of n: a merge sort */
-static void sort_order(Py_ssize_t *order, Py_ssize_t *tmp, const long long *pos, Py_ssize_t n) {
-    if (n < 2) return;
-    Py_ssize_t half = n / 2;
-    sort_order(order, tmp, pos, half);
-    sort_order(order + half, tmp, pos, n - half);
-    Py_ssize_t i = 0, j = half, k = 0;
-    while (i < half && j < n) tmp[k++] = goes_before(pos, order[j], order[i]) ? order[j++] : order[i++];
-    while (i < half) tmp[k++] = order[i++];
-    while (j < n) tmp[k++] = order[j++];
-    memcpy(order, tmp, (size_t)n * sizeof *order);
+/* order[0:n] sorted by positions (stable: ties as given), `tmp` scratch of n: a bottom-up
+ * merge sort (a request's keys: `prefix_split` here, the shadows' merged request in module.c) */
+void hkv_sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *positions,
+                          Py_ssize_t n) {
+    for (Py_ssize_t width = 1; width < n; width *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {
+            Py_ssize_t mid = lo + width < n ? lo + width : n;
+            Py_ssize_t hi = lo + 2 * width < n ? lo + 2 * width : n, a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                tmp[k++] = positions[order[b]] < positions[order[a]] ? order[b++] : order[a++];
+            while (a < mid) tmp[k++] = order[a++];
+            while (b < hi) tmp[k++] = order[b++];
+        }
+        memcpy(order, tmp, (size_t)n * sizeof *order);
+    }
 }
 
 /* prefix_split(key_groups, positions, stored_keys): a request's keys at its end, each group's in
@@ -188,7 +187,7 @@ PyObject *hkv_prefix_split(PyObject *module, PyObject *args) {
     Py_ssize_t ng = PySequence_Fast_GET_SIZE(outer), n = 0;
     PyObject **inner = PyMem_Calloc((size_t)ng + 1, sizeof *inner), **keys = NULL;
     Py_ssize_t *order = NULL;
-    long long *pos = NULL;
+    int64_t *pos = NULL;
     if (!inner) {
         PyErr_NoMemory();
         goto done;
@@ -229,7 +228,7 @@ PyObject *hkv_prefix_split(PyObject *module, PyObject *args) {
             if (i && pos[i] < pos[i - 1]) sorted = 0;
         }
     }
-    if (known && !sorted) sort_order(order, order + n, pos, n);
+    if (known && !sorted) hkv_sort_by_position(order, order + n, pos, n);
     if (!(stored = PyList_New(0)) || !(rest = PyList_New(0))) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = keys[order[i]];

@@ -479,22 +479,6 @@ static int register_block(Shadows *self, uint64_t id, PyObject *key, PyObject *m
     return 0;
 }
 
-/* a stable sort of `order` (indices) by `positions` */
-static void sort_by_position(Py_ssize_t *order, Py_ssize_t *tmp, const int64_t *positions,
-                             Py_ssize_t n) {
-    for (Py_ssize_t width = 1; width < n; width *= 2) {
-        for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {
-            Py_ssize_t mid = lo + width < n ? lo + width : n;
-            Py_ssize_t hi = lo + 2 * width < n ? lo + 2 * width : n, a = lo, b = mid, k = lo;
-            while (a < mid && b < hi)
-                tmp[k++] = positions[order[b]] < positions[order[a]] ? order[b++] : order[a++];
-            while (a < mid) tmp[k++] = order[a++];
-            while (b < hi) tmp[k++] = order[b++];
-        }
-        memcpy(order, tmp, (size_t)n * sizeof *order);
-    }
-}
-
 /* the deferred replay's tiers, on the worker thread (no Python object touched) */
 static void replay_job(void *arg) {
     Shadows *self = arg;
@@ -629,7 +613,7 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         if (j && positions[j] < positions[j - 1]) sorted = 0;
         j++;
     }
-    if (!sorted) sort_by_position(order, order + n, positions, n);
+    if (!sorted) hkv_sort_by_position(order, order + n, positions, n);
     for (j = 0; j < n; j++) {
         key = keys[order[j]];
         meta = metas[order[j]];
