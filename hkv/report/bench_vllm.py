@@ -230,6 +230,22 @@ def tp2_summary(tp2: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def one_engine_cells(data: Mapping[str, Any]) -> dict[tuple, list[Mapping[str, Any]]]:
+    """A folded engine file's runs by cell (CPU tier, popularity, variant), in the file's order,
+    leaving out a cell two of its engines ran (their runs' order in the engine is unknown)."""
+    from collections import Counter
+
+    def cell(item: Mapping[str, Any]) -> tuple:
+        return item["cpu_gib"], item.get("popularity", 0.0), item["variant"]
+
+    engines = Counter(map(cell, data["parameters"]["engines"]))
+    cells: dict[tuple, list[Mapping[str, Any]]] = {}
+    for run in data["runs"]:
+        if engines[cell(run)] == 1:
+            cells.setdefault(cell(run), []).append(run)
+    return cells
+
+
 def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
     """How much slower an engine's first timed run is, over folded engine files (`bench.vllm_gpu
     fold`) whose engines each ran one cell, policies alternated: in every cell with at least
@@ -237,19 +253,10 @@ def first_run_penalty(results: list[Mapping[str, Any]]) -> dict[str, Any]:
     for the other policies their first repeat's over the median of their later ones (the
     control: what the first round costs a policy that does not open the engine)."""
     import statistics
-    from collections import Counter
-
-    def cell(item: Mapping[str, Any]) -> tuple:
-        return item["cpu_gib"], item.get("popularity", 0.0), item["variant"]
 
     first, control, slowest = [], [], 0
     for data in results:
-        engines = Counter(map(cell, data["parameters"]["engines"]))
-        cells: dict[tuple, list[Mapping[str, Any]]] = {}
-        for run in data["runs"]:
-            if engines[cell(run)] == 1:  # (a cell two engines ran: its runs' order is unknown)
-                cells.setdefault(cell(run), []).append(run)
-        for runs in cells.values():
+        for runs in one_engine_cells(data).values():
             order = list(dict.fromkeys(run["policy"] for run in runs))
             for policy in order:
                 walls = [run["wall_s"] for run in runs if run["policy"] == policy]
@@ -274,26 +281,19 @@ def slot_effect(results: list[Mapping[str, Any]]) -> dict[int, dict[str, float]]
     """What a run's place in its round costs, over folded engine files whose rounds rotated
     the policies' order (`bench.vllm_gpu run --order rotate`: each run has its `slot`, 0 the
     round's first): every run's wall time over the median of its policy's repeats in its cell,
-    by slot (a cell two engines of one file ran is left out, as in `first_run_penalty`). With
-    the order rotated each policy runs in every slot, so a slot's cost shows here and falls on
-    every policy alike; in the files before it the first policy ran first in every round, where
-    its cost could not be told from the policy's own."""
+    by slot (a cell two engines of one file ran is left out: `one_engine_cells`). With the order
+    rotated each policy runs in every slot, so a slot's cost shows here and falls on every policy
+    alike; in the files before it the first policy ran first in every round, where its cost could
+    not be told from the policy's own."""
     import statistics
-    from collections import Counter, defaultdict
-
-    def cell(item: Mapping[str, Any]) -> tuple:
-        return item["cpu_gib"], item.get("popularity", 0.0), item["variant"]
+    from collections import defaultdict
 
     by_slot: dict[int, list[float]] = defaultdict(list)
     for data in results:
-        engines = Counter(map(cell, data["parameters"]["engines"]))
-        cells: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
-        for run in data["runs"]:
-            if "slot" in run and engines[cell(run)] == 1:
-                cells[cell(run)].append(run)
-        for runs in cells.values():
-            for policy in {run["policy"] for run in runs}:
-                own = [run for run in runs if run["policy"] == policy]
+        for runs in one_engine_cells(data).values():
+            placed = [run for run in runs if "slot" in run]
+            for policy in {run["policy"] for run in placed}:
+                own = [run for run in placed if run["policy"] == policy]
                 median = statistics.median(run["wall_s"] for run in own)
                 for run in own:
                     by_slot[run["slot"]].append(run["wall_s"] / median)
