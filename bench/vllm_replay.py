@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(
                 f"{fraction:>5.0%} {row['label']:<22} vllm {row['vllm_block_hit_rate']:.4f}  "
-                f"sim(per_request) {row['sim_block_hit_rate']:.4f} {row['diff_points']:+.2f} pts"
+                f"sim(per_request) {row['sim_block_hit_rate']:.4f} {row['diff_points']:+z.2f} pts"
                 f"  sim(per_block) {row['sim_per_block_hit_rate']:.4f} "
-                f"{row['diff_points_per_block']:+.2f} pts",
+                f"{row['diff_points_per_block']:+z.2f} pts",
                 flush=True,
             )
     results = {

@@ -322,7 +322,7 @@ def tp2_bip() -> tuple[float, ...]:
     by_policy = bench_vllm.tp2_policies(result("vllm_h200_tp2.json"))
     bip, lru = (100 * by_policy.loc[p] for p in ("hkv_bip", "lru"))
     assert round(lru["cached share TP=1"], 1) == round(lru["cached share TP=2"], 1)
-    diff = f"{by_policy.loc['hkv_bip', 'difference, points']:+.1f}".replace("-", "\u2212")
+    diff = f"{by_policy.loc['hkv_bip', 'difference, points']:+z.1f}".replace("-", "\u2212")
     return bip["cached share TP=2"], bip["cached share TP=1"], diff, lru["cached share TP=1"]
 
 
@@ -1019,7 +1019,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     # e2e_h200.json
     *[
         (
-            f"| {hot:.0%} | {{}} % | {{}} % | {{:+.1f}} % ({{}}) |".replace("%", " %", 1),
+            f"| {hot:.0%} | {{}} % | {{}} % | {{:+z.1f}} % ({{}}) |".replace("%", " %", 1),
             functools.partial(session_row, hot),
         )
         for hot in (1.0, 0.5, 0.32, 0.25, 0.1)
@@ -1061,7 +1061,7 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     # vllm_h200.json: the targets (bench_vllm.targets_table), multimodal, the simulator
     (
         "a cached share of at least {} % at 8 GiB with no failed stores, and within {} % of "
-        "LRU's wall time at 16 GiB ({:+.1f} %)",
+        "LRU's wall time at 16 GiB ({:+z.1f} %)",
         targets_met,
     ),
     (
@@ -1117,8 +1117,9 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ),
     ("No eviction policy reaches the {} % target at 8 GiB", oracle_short_of_target),
     (
-        "16 GiB ({} engines): every policy keeps {}-{} %. Against LRU, bip was {:+.1f} %, "
-        "{:+.1f} % and {:+.1f} %, and bip with `tail_first` {:+.1f} %, {:+.1f} % and {:+.1f} %.",
+        "16 GiB ({} engines): every policy keeps {}-{} %. Against LRU, bip was {:+z.1f} %, "
+        "{:+z.1f} % and {:+z.1f} %, and bip with `tail_first` {:+z.1f} %, {:+z.1f} % and {:+z.1f} "
+        "%.",
         tail_full_tier,
     ),
     (
@@ -1172,8 +1173,8 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ),
     ("the resident floor at 8K {:.0f} ms instead of {:.0f} ms", graphed_floors),
     (
-        "hkv at 100 % hot took {:+.1f} % ({}) against the faster baseline, and {:.0f} % of the "
-        "resident KV saved took {:+.1f} % ({})",
+        "hkv at 100 % hot took {:+z.1f} % ({}) against the faster baseline, and {:.0f} % of the "
+        "resident KV saved took {:+z.1f} % ({})",
         graphed_sessions,
     ),
     (
@@ -1444,9 +1445,10 @@ def engine_tables(load: Callable[[], dict[str, Any]]) -> list[tuple]:
 
 CLAIMS += [
     (
-        "median wall time on the anchor at 8 GiB is {:+.1f} % against lru's, `hkv_bip`'s "
-        "{:+.1f} %; on the skewed variant at 8 and 12 GiB it is {:+.1f} % and {:+.1f} %, and its "
-        "mean TTFT {:+.1f} % and {:+.1f} %",
+        "median wall time on the anchor at 8 GiB is {:+z.1f} % against lru's, `hkv_bip`'s "
+        "{:+z.1f} %; on the skewed variant at 8 and 12 GiB it is {:+z.1f} % and {:+z.1f} %, and "
+        "its "
+        "mean TTFT {:+z.1f} % and {:+z.1f} %",
         h200_head_vs_lru,
     ),
     *engine_tables(h200_head),
@@ -1457,10 +1459,10 @@ CLAIMS += [
         lambda: h200_native_switch_s(8.0, 1.0),
     ),
     (
-        "`hkv_auto`'s median wall time against vLLM's lru is {:+.1f} % and {:+.1f} % on the "
-        "anchor at 8 and 12 GiB, {:+.1f} % at 16 GiB and {:+.1f} % on the skewed variant at "
-        "12 GiB, but {:+.1f} % on the skewed variant at 8 GiB; `hkv_bip`'s is {:+.1f}, {:+.1f}, "
-        "{:+.1f}, {:+.1f} and {:+.1f} %",
+        "`hkv_auto`'s median wall time against vLLM's lru is {:+z.1f} % and {:+z.1f} % on the "
+        "anchor at 8 and 12 GiB, {:+z.1f} % at 16 GiB and {:+z.1f} % on the skewed variant at "
+        "12 GiB, but {:+z.1f} % on the skewed variant at 8 GiB; `hkv_bip`'s is {:+z.1f}, {:+z.1f}, "
+        "{:+z.1f}, {:+z.1f} and {:+z.1f} %",
         h200_native_vs_lru,
     ),
     (
@@ -1545,14 +1547,14 @@ TIME_CLAIMS = [
         h200_widest_spread,
     ),
     (
-        "`hkv_bip` made vLLM fastest at first: its median wall time is {:+.1f} % against vLLM's "
+        "`hkv_bip` made vLLM fastest at first: its median wall time is {:+z.1f} % against vLLM's "
         "lru at "
-        "8 GiB and {:+.1f} % at 12 GiB, where `hkv_auto`'s is {:+.1f} % and {:+.1f} %",
+        "8 GiB and {:+z.1f} % at 12 GiB, where `hkv_auto`'s is {:+z.1f} % and {:+z.1f} %",
         h200_time_vs_lru,
     ),
     (
         "before `lip` led it (`vllm_h200_time_depth_first.json`), `auto` kept the heads of every "
-        "session and its median wall time was {:+.1f} % and {:+.1f} % against lru's there",
+        "session and its median wall time was {:+z.1f} % and {:+z.1f} % against lru's there",
         h200_time_before_lip,
     ),
     (
@@ -1989,7 +1991,7 @@ CLAIMS += [
         "there, against {:.2f}-{:.2f} s with the same\nkind of leaders in Python (hkv 601309a), "
         "and its {} switches {:.2f}-{:.2f} s. Its median policy time\nis still {:.2f} s a run "
         "above lru's, {:.1f} % of lru's median run, yet paired by repeat its wall\ntime against "
-        "lru's was {:+.1f} %, {:+.1f} % and {:+.1f} %, within {} engine steps of lru's, loading"
+        "lru's was {:+z.1f} %, {:+z.1f} % and {:+z.1f} %, within {} engine steps of lru's, loading"
         "\n{:.1f} % more blocks and storing {:.1f} % fewer",
         h200_native_leader,
     ),
@@ -2066,8 +2068,8 @@ CLAIMS += [
     (
         "At 8 GiB `auto` now switches once a run (`lip` to `{}` at request {}, {:.0f}-{:.0f} ms) "
         "where\nit switched {} times, and at 12 GiB not at all. Paired by repeat its wall time "
-        "against lru's\nranged from {:+.1f} % to {:+.1f} % at 8 GiB and from {:+.1f} % to "
-        "{:+.1f} % at 12 GiB",
+        "against lru's\nranged from {:+z.1f} % to {:+z.1f} % at 8 GiB and from {:+z.1f} % to "
+        "{:+z.1f} % at 12 GiB",
         h200_margin_switches,
     ),
 ]
@@ -2113,7 +2115,8 @@ CLAIMS += [
         lambda: h200_c57a09e_parts()[:6],
     ),
     (
-        "Paired by repeat, `auto`'s wall time against lru's\nran from {:+.1f} % to {:+.1f} % there",
+        "Paired by repeat, `auto`'s wall time against lru's\nran from {:+z.1f} % to {:+z.1f} % "
+        "there",
         lambda: h200_c57a09e_parts()[6:],
     ),
 ]
@@ -2198,12 +2201,12 @@ CLAIMS += [
         lambda: e2b73a6_parts()[14:18],
     ),
     (
-        "8 GiB, `auto`'s wall time against lru's was {:+.1f} % and {:+.1f} %",
+        "8 GiB, `auto`'s wall time against lru's was {:+z.1f} % and {:+z.1f} %",
         lambda: e2b73a6_parts()[18:],
     ),
     (
-        "(hkv e2b73a6, the ninth table) the anchor at 8 GiB came out {:+.1f} % in median wall "
-        "time against lru's and the skewed variant at 8 GiB {:+.1f} % (two repeats), `auto`'s "
+        "(hkv e2b73a6, the ninth table) the anchor at 8 GiB came out {:+z.1f} % in median wall "
+        "time against lru's and the skewed variant at 8 GiB {:+z.1f} % (two repeats), `auto`'s "
         "policy time {} and {} lru's",
         e2b73a6_summary,
     ),
@@ -2260,14 +2263,14 @@ CLAIMS += [
     ),
     ("(request 73, to `cost_aware`, {:.0f}-{:.0f} ms on this host)", lambda: _0ded3b7_parts()[6:8]),
     (
-        "on the skewed variant at 8 GiB was\n{:+.1f} %, {:+.1f} % and {:+.1f} %.",
+        "on the skewed variant at 8 GiB was\n{:+z.1f} %, {:+z.1f} % and {:+z.1f} %.",
         lambda: _0ded3b7_parts()[8:],
     ),
     (
-        "(hkv 0ded3b7, the tenth table) the anchor at 8 GiB came out {:+.1f} % in median wall "
+        "(hkv 0ded3b7, the tenth table) the anchor at 8 GiB came out {:+z.1f} % in median wall "
         "time against lru's, {:.1f} % behind `hkv_bip`, with `auto`'s policy time {:.2f}x lru's; "
         "at 12 and 16 GiB and on the skewed variant at 12 GiB it was ahead of lru, and on the "
-        "skewed variant at 8 GiB {:+.1f} % behind on its median",
+        "skewed variant at 8 GiB {:+z.1f} % behind on its median",
         _0ded3b7_summary,
     ),
 ]
@@ -2294,13 +2297,13 @@ def _d7138de_summary() -> tuple[float, float]:
 
 CLAIMS += [
     (
-        "(hkv d7138de, the eleventh table) that cell came out {:+.1f} % in median wall time and "
-        "{:+.1f} % in mean TTFT",
+        "(hkv d7138de, the eleventh table) that cell came out {:+z.1f} % in median wall time and "
+        "{:+z.1f} % in mean TTFT",
         _d7138de_summary,
     ),
     *engine_tables(h200_d7138de),
     (
-        "there was {:+.1f} %, {:+.1f} %, {:+.1f} %, {:+.1f} % and\n{:+.1f} %; its switch took "
+        "there was {:+z.1f} %, {:+z.1f} %, {:+z.1f} %, {:+z.1f} % and\n{:+z.1f} %; its switch took "
         "{:.0f}-{:.0f} ms on this host, and its policy time was still {:.1f}x lru's.",
         _d7138de_parts,
     ),
@@ -2467,8 +2470,8 @@ CLAIMS += [
     *engine_tables(h200_8fd7e0b),
     (
         "took {:.0f}-{:.0f} ms on this\nmachine. Paired by repeat, `auto`'s wall time against "
-        "lru's there was {:+.1f} %, {:+.1f} % and {:+.1f} %,\nand at 12 GiB {:+.1f} %, "
-        "{:+.1f} % and {:+.1f} %, where both cache 77.5 % and load the same {:,}\nblocks, "
+        "lru's there was {:+z.1f} %, {:+z.1f} % and {:+z.1f} %,\nand at 12 GiB {:+z.1f} %, "
+        "{:+z.1f} % and {:+z.1f} %, where both cache 77.5 % and load the same {:,}\nblocks, "
         "and `auto` never switches: there `auto`'s own time is what separates them, its "
         "policy\ntime {:.2f}-{:.2f} s a run against lru's {:.2f}-{:.2f} s",
         _e55ee99_parts,
@@ -2479,12 +2482,12 @@ CLAIMS += [
         _8fd7e0b_gc,
     ),
     (
-        "(hkv e55ee99, the twelfth table) the anchor at 8 GiB came out {:+.1f} "
-        "% in median wall time and {:+.1f} % in mean TTFT against lru's, {:.1f} % ahead of "
+        "(hkv e55ee99, the twelfth table) the anchor at 8 GiB came out {:+z.1f} "
+        "% in median wall time and {:+z.1f} % in mean TTFT against lru's, {:.1f} % ahead of "
         "`hkv_bip`, with `auto`'s policy time {:.1f}x lru's; at 12 and 16 GiB it was ahead of lru, "
-        "and on the skewed variant at 8 and 12 GiB {:+.1f} % and {:+.1f} % behind on its median, "
-        "within the noise between repeats there (the thirteenth table, a later machine: {:+.1f} % "
-        "and {:+.1f} %)",
+        "and on the skewed variant at 8 and 12 GiB {:+z.1f} % and {:+z.1f} % behind on its median, "
+        "within the noise between repeats there (the thirteenth table, a later machine: {:+z.1f} % "
+        "and {:+z.1f} %)",
         _e55ee99_summary,
     ),
     ("a `cost_aware` kept in C took {:.1f} ms there", _rebuild_kept_in_c_ms),
@@ -2536,12 +2539,13 @@ CLAIMS += [
         "({:.0f}-{:.0f} against {:.0f}-{:.0f} at\n8fd7e0b), and its policy time was {:.2f}x lru's "
         "by the medians. "
         "Two repeats are few, and lru's\nfirst run in an engine is often its slowest: paired by "
-        "repeat, `auto`'s wall time against\nlru's was {:+.1f} % and {:+.1f} %.",
+        "repeat, `auto`'s wall time against\nlru's was {:+z.1f} % and {:+z.1f} %.",
         _8583765_parts,
     ),
     (
         "(hkv 8583765, the fourteenth table, two repeats) its policy time on the skewed variant at "
-        "12 GiB was {:.2f}x lru's and its wall time {:+.1f} % and {:+.1f} % against lru's, paired "
+        "12 GiB was {:.2f}x lru's and its wall time {:+z.1f} % and {:+z.1f} % against lru's, "
+        "paired "
         "by repeat.",
         lambda: _8583765_parts()[7:],
     ),
@@ -2589,15 +2593,17 @@ def _5160b55_summary() -> tuple[float, ...]:
 CLAIMS += [
     *engine_tables(h200_5160b55),
     (
-        "its median wall time against lru's ran from {:+.1f} % to {:+.1f} % over the five cells "
-        "(mean TTFT {:+.1f} % to {:+.1f} %)",
+        "its median wall time against lru's ran from {:+z.1f} % to {:+z.1f} % over the five cells "
+        "(mean TTFT {:+z.1f} % to {:+z.1f} %)",
         lambda: _5160b55_parts()[:4],
     ),
     (
-        "`auto`'s {:+.1f} % on the anchor at 16 GiB and {:+.1f} % on the skewed variant at 12 GiB, "
+        "`auto`'s {:+z.1f} % on the anchor at 16 GiB and {:+z.1f} % on the skewed variant at 12 "
+        "GiB, "
         "where it caches what lru caches, are within {:.1f} % either way, that band's widest "
         "(which of two policies caching alike comes out ahead is chance), and its mean TTFT there "
-        "was {:+.1f} % and {:+.1f} %. Its policy time was {:.2f}x to {:.2f}x lru's by the medians, "
+        "was {:+z.1f} % and {:+z.1f} %. Its policy time was {:.2f}x to {:.2f}x lru's by the "
+        "medians, "
         "the most on the skewed variant at 8 GiB, where its one switch (request 73, to "
         "`cost_aware`) took {:.0f}-{:.0f} ms; `hkv_lru`'s was {:.2f}x to {:.2f}x lru's.",
         lambda: (
@@ -2607,10 +2613,10 @@ CLAIMS += [
         ),
     ),
     (
-        "the anchor at 8 and 12 GiB came out {:+.1f} % and {:+.1f} % in median wall time against "
-        "lru's and the skewed variant at 8 GiB {:+.1f} %; the anchor at 16 GiB and the skewed "
-        "variant at 12 GiB came out {:+.1f} % and {:+.1f} %, inside the {:.1f} % either way "
-        "({:+.1f} % to {:+.1f} %) by which `hkv_lru`, caching lru's share, moved from lru.",
+        "the anchor at 8 and 12 GiB came out {:+z.1f} % and {:+z.1f} % in median wall time against "
+        "lru's and the skewed variant at 8 GiB {:+z.1f} %; the anchor at 16 GiB and the skewed "
+        "variant at 12 GiB came out {:+z.1f} % and {:+z.1f} %, inside the {:.1f} % either way "
+        "({:+z.1f} % to {:+z.1f} %) by which `hkv_lru`, caching lru's share, moved from lru.",
         _5160b55_summary,
     ),
 ]
@@ -2644,9 +2650,9 @@ CLAIMS += [
         "GiB and its mean TTFT by {:.1f} % and {:.1f} %, and ran {:.1f} % faster than `hkv_bip` at "
         "8 GiB. Where the tier holds nearly every session's prefix (the same sessions at 16 GiB, "
         "Zipf-popular sessions at 8 and 12 GiB) every policy caches about the same share, and "
-        "`auto`'s wall time came out between {:+.1f} % and {:+.1f} % of lru's, inside the "
+        "`auto`'s wall time came out between {:+z.1f} % and {:+z.1f} % of lru's, inside the "
         "{:.1f} % either way by which `hkv_lru`, caching what lru caches, moved from lru in the "
-        "same runs ({:+.1f} % to {:+.1f} %).",
+        "same runs ({:+z.1f} % to {:+z.1f} %).",
         _5160b55_in_short,
     ),
     (
@@ -2744,7 +2750,8 @@ CLAIMS += [
     *engine_tables(h200_4c4a2aa),
     (
         "it cut the median wall time by {:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by "
-        "{:.1f} % and {:.1f} %, and came out between {:+.1f} % and {:+.1f} % of lru's wall time in "
+        "{:.1f} % and {:.1f} %, and came out between {:+z.1f} % and {:+z.1f} % of lru's wall time "
+        "in "
         "the other three cells.",
         _4c4a2aa_in_short,
     ),
@@ -2767,8 +2774,8 @@ CLAIMS += [
         _sampling_026,
     ),
     (
-        "`hkv_lru` moved {:+.1f} % to {:+.1f} % from lru's median wall time here, so `auto`'s "
-        "{:+.1f} % on the anchor at 8 GiB (mean TTFT {:+.1f} %) is beyond that noise",
+        "`hkv_lru` moved {:+z.1f} % to {:+z.1f} % from lru's median wall time here, so `auto`'s "
+        "{:+z.1f} % on the anchor at 8 GiB (mean TTFT {:+z.1f} %) is beyond that noise",
         _4c4a2aa_beyond,
     ),
 ]
@@ -2895,8 +2902,8 @@ def _1cfa5f7_s12_again() -> tuple[float, ...]:
 CLAIMS += [
     *engine_tables(h200_1cfa5f7),
     (
-        "the same blocks again: `auto`'s median wall time came out {:+.1f} % and its mean "
-        "{:+.1f} % against lru's, lru's own runs {:.1f}-{:.1f} s.",
+        "the same blocks again: `auto`'s median wall time came out {:+z.1f} % and its mean "
+        "{:+z.1f} % against lru's, lru's own runs {:.1f}-{:.1f} s.",
         _1cfa5f7_s12_again,
     ),
     (
@@ -2905,14 +2912,14 @@ CLAIMS += [
         lambda: _1cfa5f7_in_short()[:4],
     ),
     (
-        "moves with the noise between repeats ({:+.1f} % to {:+.1f} % of lru's in the 1cfa5f7 "
-        "session, {:+.1f} % where it loaded the same blocks as lru;",
+        "moves with the noise between repeats ({:+z.1f} % to {:+z.1f} % of lru's in the 1cfa5f7 "
+        "session, {:+z.1f} % where it loaded the same blocks as lru;",
         lambda: (min(_1cfa5f7_in_short()[4:]), max(_1cfa5f7_in_short()[4:]), _1cfa5f7_s12()[2]),
     ),
     (
         "wall time by {:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by {:.1f} % and "
-        "{:.1f} %; it came out {:+.1f} % and {:+.1f} % on the anchor at 16 GiB and the skewed "
-        "variant at 8 GiB, and {:+.1f} % on the skewed variant at 12 GiB,",
+        "{:.1f} %; it came out {:+z.1f} % and {:+z.1f} % on the anchor at 16 GiB and the skewed "
+        "variant at 8 GiB, and {:+z.1f} % on the skewed variant at 12 GiB,",
         _1cfa5f7_in_short,
     ),
     (
@@ -2938,7 +2945,7 @@ CLAIMS += [
     ),
     (
         "{:,} blocks in every run and `auto` spent {:.2f} s more in its policy, yet its median "
-        "wall time came out {:+.1f} % (runs {:.1f}-{:.1f} s; lru's {:.1f}-{:.1f} s, `hkv_lru`'s "
+        "wall time came out {:+z.1f} % (runs {:.1f}-{:.1f} s; lru's {:.1f}-{:.1f} s, `hkv_lru`'s "
         "{:.1f}-{:.1f} s): beyond the {:.1f} % either way",
         _1cfa5f7_s12,
     ),
@@ -3103,15 +3110,15 @@ CLAIMS += [
         "cached), where every earlier session's engines loaded 15,591 or 15,592 and `hkv_lru` "
         "loaded {:,} here ({:.1f} %); against `hkv_lru`, which decided as lru did in every "
         "earlier session, "
-        "`auto`'s median wall time is {:+.1f} %.",
+        "`auto`'s median wall time is {:+z.1f} %.",
         _a38e114_lru_loads,
     ),
     (
         "on the anchor at 8 GiB `auto`'s median wall time and mean TTFT are {:.1f} % and {:.1f} % "
         "below lru's and its wall time {:.1f} % below `hkv_bip`'s (mean TTFT {:.3f} s against "
         "{:.3f} s); at 12 and 16 GiB and on the skewed variant at 8 and 12 GiB its wall time is "
-        "{:+.1f} %, {:+.1f} %, {:+.1f} % and {:+.1f} % against lru's, while `hkv_lru`, caching "
-        "lru's share everywhere but there, moved {:+.1f} % to {:+.1f} % from lru in the same "
+        "{:+z.1f} %, {:+z.1f} %, {:+z.1f} % and {:+z.1f} % against lru's, while `hkv_lru`, caching "
+        "lru's share everywhere but there, moved {:+z.1f} % to {:+z.1f} % from lru in the same "
         "engines. Its policy time "
         "is {:.2f}x, {:.2f}x and {:.2f}x lru's on the anchor at 8, 12 and 16 GiB and {:.2f}x on "
         "the skewed variant at 12 GiB, but {:.2f}x at 8 GiB, where its switch took {:.0f}-{:.0f} "
@@ -3122,7 +3129,7 @@ CLAIMS += [
     (
         "At hkv a38e114 (eight experts, the eighteenth table) it cut the median wall time by "
         "{:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by {:.1f} % and {:.1f} %, ran "
-        "{:.1f} % faster than `hkv_bip` at 8 GiB, and came out {:+.1f} % to {:+.1f} % of lru's "
+        "{:.1f} % faster than `hkv_bip` at 8 GiB, and came out {:+z.1f} % to {:+z.1f} % of lru's "
         "wall time in the other three cells.",
         _a38e114_short,
     ),
@@ -3132,8 +3139,8 @@ CLAIMS += [
         lambda: _a38e114_short()[:5],
     ),
     (
-        "{:+.1f} % to {:+.1f} % in the a38e114 session, where `hkv_lru` moved {:+.1f} % to "
-        "{:+.1f} %;",
+        "{:+z.1f} % to {:+z.1f} % in the a38e114 session, where `hkv_lru` moved {:+z.1f} % to "
+        "{:+z.1f} %;",
         lambda: (*_a38e114_short()[5:], *_a38e114_bar()[9:11]),
     ),
 ]
@@ -3207,9 +3214,9 @@ CLAIMS += [
         "policy time is {:.2f}x lru's at\n8 GiB, where its switch took {:.0f}-{:.0f} ms, and "
         "{:.2f}x at 12 GiB, where it never switched and cached the\nsame {:.1f} % as lru; with the "
         "timer's own cost a call taken off (`policy_s_net`) those are {:.2f}x and\n{:.2f}x, and "
-        "{:.2f}x on the anchor. At 12 GiB its wall time came out {:+.1f} % against lru's (mean "
-        "TTFT\n{:+.1f} %), outside the 1 % asked of that cell, while `hkv_lru`, caching the same "
-        "share, came out\n{:+.1f} %. `hkv_lru`'s policy time is {:.2f}x to {:.2f}x lru's ({:.2f}x "
+        "{:.2f}x on the anchor. At 12 GiB its wall time came out {:+z.1f} % against lru's (mean "
+        "TTFT\n{:+z.1f} %), outside the 1 % asked of that cell, while `hkv_lru`, caching the same "
+        "share, came out\n{:+z.1f} %. `hkv_lru`'s policy time is {:.2f}x to {:.2f}x lru's ({:.2f}x "
         "to {:.2f}x net).",
         _a2fdbc2_bar,
     ),
@@ -3218,8 +3225,8 @@ CLAIMS += [
         lambda: _a2fdbc2_bar()[:3],
     ),
     (
-        "{:+.1f} % and {:+.1f} % in the\na2fdbc2 session, where `hkv_lru` moved {:+.1f} % to "
-        "{:+.1f} %;",
+        "{:+z.1f} % and {:+z.1f} % in the\na2fdbc2 session, where `hkv_lru` moved {:+z.1f} % to "
+        "{:+z.1f} %;",
         _a2fdbc2_readme,
     ),
 ]
@@ -3301,9 +3308,9 @@ CLAIMS += [
         "`hkv_bip`'s (mean TTFT {:.3f} s\nagainst {:.3f} s), where the bar allows 2 %; one "
         "policy's repeats spread wider than that here\n(lru's wall time {:.2f} to {:.2f} s, "
         "`hkv_lru`'s {:.2f} to {:.2f} s). At 12 and 16 GiB and on the\nskewed variant at 12 GiB "
-        "its wall time is {:+.1f} %, {:+.1f} % and {:+.1f} % against lru's; on the\nskewed "
-        "variant at 8 GiB {:+.1f} %, its mean TTFT {:+.1f} %, outside the 1 % asked, where "
-        "`hkv_lru`,\ncaching lru's share, came out {:+.1f} % and {:+.1f} %. Its policy time is "
+        "its wall time is {:+z.1f} %, {:+z.1f} % and {:+z.1f} % against lru's; on the\nskewed "
+        "variant at 8 GiB {:+z.1f} %, its mean TTFT {:+z.1f} %, outside the 1 % asked, where "
+        "`hkv_lru`,\ncaching lru's share, came out {:+z.1f} % and {:+z.1f} %. Its policy time is "
         "{:.2f}x, {:.2f}x, {:.2f}x and\n{:.2f}x lru's on the anchor at 8, 12 and 16 GiB and on "
         "the skewed variant at 12 GiB, but {:.2f}x\n({:.2f}x net of the timer) on the skewed "
         "variant at 8 GiB, where its switch took {:.1f}-{:.1f} ms;\n`hkv_lru`'s is {:.2f}x to "
@@ -3316,8 +3323,8 @@ CLAIMS += [
         _8f0cd27_readme,
     ),
     (
-        "{:+.1f} % to {:+.1f} % in the 8f0cd27\nsession, where `hkv_lru` moved {:+.1f} % to "
-        "{:+.1f} %;",
+        "{:+z.1f} % to {:+z.1f} % in the 8f0cd27\nsession, where `hkv_lru` moved {:+z.1f} % to "
+        "{:+z.1f} %;",
         _8f0cd27_even,
     ),
 ]
@@ -3478,8 +3485,8 @@ CLAIMS += [
             "`python -m bench.vllm_gpu run` now makes one whole run of the first\npolicy "
             "before the timed ones and keeps it apart (`--warmup-runs`, default 1; its wall "
             "time stays on\nthe engine's entry of the folded file). In this session's six "
-            "engines that run came out {:+.1f} % to\n{:+.1f} % against lru's median wall time, "
-            "and the first timed run came out {:+.1f} % against its\npolicy's later repeats, "
+            "engines that run came out {:+z.1f} % to\n{:+z.1f} % against lru's median wall time, "
+            "and the first timed run came out {:+z.1f} % against its\npolicy's later repeats, "
             "the slowest of them in {} of the six. `auto` kept `lip` throughout in\nevery cell "
             "but the skewed variant at 8 GiB, where it switched at request 73 in every repeat, "
             "to\nlru."
@@ -3492,12 +3499,12 @@ CLAIMS += [
             "Against the bar of issue 34, on the anchor at 8 GiB `auto`'s median wall time and "
             "mean TTFT are\n{:.1f} % and {:.1f} % below lru's and its wall time {:.1f} % below "
             "`hkv_bip`'s. At 12 GiB and on the\nskewed variant at 12 GiB its wall time is "
-            "{:+.1f} % and {:+.1f} % against lru's. At 16 GiB it is\n{:+.1f} % (mean TTFT "
-            "{:+.1f} %), outside the 1 % asked, in an engine where `hkv_lru`, deciding as lru\n"
-            "does, came out {:+.1f} %; the same session ran that cell in a second engine\n"
-            "(`data/results/vllm_h200_time_90e62ef_a16.json`): {:+.1f} % and {:+.1f} %, "
-            "`hkv_lru` {:+.1f} %. On the\nskewed variant at 8 GiB it is {:+.1f} % (mean TTFT "
-            "{:+.1f} %), outside the bar, where `hkv_lru` came out\n{:+.1f} % and {:+.1f} %; "
+            "{:+z.1f} % and {:+z.1f} % against lru's. At 16 GiB it is\n{:+z.1f} % (mean TTFT "
+            "{:+z.1f} %), outside the 1 % asked, in an engine where `hkv_lru`, deciding as lru\n"
+            "does, came out {:+z.1f} %; the same session ran that cell in a second engine\n"
+            "(`data/results/vllm_h200_time_90e62ef_a16.json`): {:+z.1f} % and {:+z.1f} %, "
+            "`hkv_lru` {:+z.1f} %. On the\nskewed variant at 8 GiB it is {:+z.1f} % (mean TTFT "
+            "{:+z.1f} %), outside the bar, where `hkv_lru` came out\n{:+z.1f} % and {:+z.1f} %; "
             "`auto`'s three repeats took {:.2f} to {:.2f} s and lru's {:.2f} to {:.2f} s. Its\n"
             "policy time is {:.2f}x, {:.2f}x, {:.2f}x and {:.2f}x lru's on the anchor at 8, 12 "
             "and 16 GiB and on the\nskewed variant at 12 GiB, but {:.2f}x ({:.2f}x net of the "
@@ -3514,8 +3521,8 @@ CLAIMS += [
         _90e62ef_readme,
     ),
     (
-        "{:+.1f} % to {:+.1f} % in the 90e62ef session, where\n`hkv_lru` moved {:+.1f} % to "
-        "{:+.1f} %)",
+        "{:+z.1f} % to {:+z.1f} % in the 90e62ef session, where\n`hkv_lru` moved {:+z.1f} % to "
+        "{:+z.1f} %)",
         lambda: even_cells(h200_90e62ef()),
     ),
     (
@@ -3526,9 +3533,10 @@ CLAIMS += [
         "by {:.1f} % and {:.1f} % at 8 and 12 GiB and its mean\nTTFT by {:.1f} % and {:.1f} %, and "
         "ran {:.1f} % faster than `hkv_bip` at 8 GiB; where every policy\ncaches about the same "
         "share (the same sessions at 16 GiB, Zipf-popular sessions at 8 and 12 GiB)\nits wall "
-        "time came out between {:+.1f} % and {:+.1f} % of lru's, inside the {:.1f} % either way by "
-        "which\n`hkv_lru`, deciding as lru does, moved from lru in the same engines ({:+.1f} % to "
-        "{:+.1f} %).",
+        "time came out between {:+z.1f} % and {:+z.1f} % of lru's, inside the {:.1f} % either way "
+        "by "
+        "which\n`hkv_lru`, deciding as lru does, moved from lru in the same engines ({:+z.1f} % to "
+        "{:+z.1f} %).",
         _90e62ef_in_short,
     ),
     (
@@ -3626,9 +3634,9 @@ SLOTS_384AD26 = (
     "three rounds each of three policies runs once in every place of a round; until now lru "
     "opened every round, and a cost of the round's first place could not be told from lru's "
     "own. There was none to speak of: over this session's {} timed runs "
-    "(`hkv.report.bench_vllm.slot_effect`), a run's wall time came out {:+.1f} %, {:+.1f} % "
-    "and {:+.1f} % on average against its policy's median in its cell in the first, second "
-    "and third place of its round ({:+.1f} % in the fourth, where the anchor at 8 GiB ran "
+    "(`hkv.report.bench_vllm.slot_effect`), a run's wall time came out {:+z.1f} %, {:+z.1f} % "
+    "and {:+z.1f} % on average against its policy's median in its cell in the first, second "
+    "and third place of its round ({:+z.1f} % in the fourth, where the anchor at 8 GiB ran "
     "four policies). `auto` kept `lip` throughout in every cell but the skewed variant at 8 "
     "GiB, where it switched at request 73 in every repeat of both engines, to lru."
 )
@@ -3636,18 +3644,18 @@ BAR_384AD26 = (
     "Against the bar of issue 34 on this H100, on the anchor at 8 GiB `auto`'s median wall "
     "time and mean TTFT are {:.1f} % and {:.1f} % below lru's, its wall time {:.1f} % below "
     "`hkv_bip`'s and its policy time {:.2f}x lru's. At 12 and 16 GiB and on the skewed "
-    "variant at 12 GiB its wall time is {:+.1f} %, {:+.1f} % and {:+.1f} % against lru's and "
-    "its mean TTFT {:+.1f} %, {:+.1f} % and {:+.1f} %. On the skewed variant at 8 GiB it is "
-    "{:+.1f} % (mean TTFT {:+.1f} %) in the first engine and {:+.1f} % ({:+.1f} %) in the "
-    "second, outside the 1 % asked, where `hkv_lru`, deciding as lru does, came out {:+.1f} % "
-    "and {:+.1f} %; its policy time there is {:.2f}x and {:.2f}x lru's ({:.2f}x and {:.2f}x "
+    "variant at 12 GiB its wall time is {:+z.1f} %, {:+z.1f} % and {:+z.1f} % against lru's and "
+    "its mean TTFT {:+z.1f} %, {:+z.1f} % and {:+z.1f} %. On the skewed variant at 8 GiB it is "
+    "{:+z.1f} % (mean TTFT {:+z.1f} %) in the first engine and {:+z.1f} % ({:+z.1f} %) in the "
+    "second, outside the 1 % asked, where `hkv_lru`, deciding as lru does, came out {:+z.1f} % "
+    "and {:+z.1f} %; its policy time there is {:.2f}x and {:.2f}x lru's ({:.2f}x and {:.2f}x "
     "net of the timer), its switch {:.1f}-{:.1f} ms. In the other cells its policy time is "
     "{:.2f}x to {:.2f}x lru's, and `hkv_lru`'s is {:.2f}x to {:.2f}x over both engines "
     "({:.2f}x to {:.2f}x net). This session meets the bar in every cell but the skewed "
     "variant at 8 GiB, which it misses in both engines (wall time, TTFT, policy time). That "
     "cell is where `auto` ends up deciding as lru does: over the {} engine files up to this "
     "session's that ran it with `hkv_lru` beside `auto`, `auto`'s median wall time came out "
-    "{:+.1f} % against `hkv_lru`'s at the median of them, and `hkv_lru`'s {:+.1f} % against "
+    "{:+z.1f} % against `hkv_lru`'s at the median of them, and `hkv_lru`'s {:+z.1f} % against "
     "lru's, so `auto` sits about at lru's time there, and one engine's three repeats put it a "
     "few percent to either side."
 )
@@ -3682,10 +3690,10 @@ CLAIMS += [
     ),
     (
         "On Zipf-popular sessions at 8 GiB it still came out slower than lru in the latest "
-        "sessions ({:+.1f} % on the H200 at 90e62ef, {:+.1f} % and {:+.1f} % in two engines on "
+        "sessions ({:+z.1f} % on the H200 at 90e62ef, {:+z.1f} % and {:+z.1f} % in two engines on "
         "the H100 at 384ad26): there it switches to lru and then decides as lru does; over the "
         "{} engine files up to 384ad26 that ran that cell beside `hkv_lru`, its median wall time "
-        "came out {:+.1f} % against `hkv_lru`'s at the median, and its own policy time, {:.2f}x "
+        "came out {:+z.1f} % against `hkv_lru`'s at the median, and its own policy time, {:.2f}x "
         "to {:.2f}x lru's in those three engines, misses the issue's bar of 1.0x.",
         _skewed8_readme,
     ),
@@ -3696,6 +3704,20 @@ CLAIMS += [
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
     text = " ".join(snippet.format(*values()).split())
     assert text in README, f"README should say: {text!r}"
+
+
+NEGATIVE_ZERO = re.compile(r"(?<![\w.])-0(?:\.0+)?(?![\d.])")
+"""A number that rounds to zero printed with a minus sign ("-0.0 %"): a change of nothing that
+reads as a loss. Signed formats take `z` (`{:+z.1f}`), which prints it "+0.0"."""
+
+
+def test_no_number_reads_as_a_negative_zero() -> None:
+    assert "-0.0 %" in "moved -0.0 % then" and NEGATIVE_ZERO.search("moved -0.0 % then")
+    assert not NEGATIVE_ZERO.search("-0.04 and -0.1 and 10-0.5 and -0.05x")
+    found = NEGATIVE_ZERO.findall(README)
+    assert not found, f"the README or docs print a negative zero: {found}"
+    rendered = [" ".join(s.format(*v()).split()) for s, v in CLAIMS]
+    assert not [t for t in rendered if NEGATIVE_ZERO.search(t)]
 
 
 def test_pinned_versions_in_setup() -> None:

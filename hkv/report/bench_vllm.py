@@ -15,7 +15,7 @@ REPLAY_COLUMNS = ["vllm_block_hit_rate", "sim_block_hit_rate", "diff_points", "f
 REPLAY_FORMAT = {
     "vllm_block_hit_rate": "{:.4f}",
     "sim_block_hit_rate": "{:.4f}",
-    "diff_points": "{:+.2f}",
+    "diff_points": "{:+z.2f}",
 }
 GPU_TABLE_FORMAT = {
     "cached_share": "{:.1%}",
@@ -28,7 +28,7 @@ GPU_TABLE_FORMAT = {
 TP_FORMAT = {
     "cached share TP=1": "{:.1%}",
     "cached share TP=2": "{:.1%}",
-    "difference, points": "{:+.2f}",
+    "difference, points": "{:+z.2f}",
     "wall s TP=1": "{:.1f}",
     "wall s TP=2": "{:.1f}",
 }

@@ -118,8 +118,8 @@ def time_table(results: dict[str, Any]) -> str:
         lines.append(
             f"| {row['workload']} | {row['cpu_gib']:g} GiB | {row['policy']} "
             f"| {100 * row['cached_frac']:.1f} % | {row['wall_s']:.2f} "
-            f"| {100 * row.get('wall_vs_lru', 0):+.1f} % | {row['ttft_mean_s']:.3f} "
-            f"| {100 * row.get('ttft_vs_lru', 0):+.1f} % | {row['policy_s']:.2f} "
+            f"| {100 * row.get('wall_vs_lru', 0):+z.1f} % | {row['ttft_mean_s']:.3f} "
+            f"| {100 * row.get('ttft_vs_lru', 0):+z.1f} % | {row['policy_s']:.2f} "
             f"| {row.get('policy_x_lru', 1):.1f}x |"
         )
     return "\n".join(lines)
@@ -175,13 +175,14 @@ def time_findings(timed: dict[str, Any], traced: dict[str, Any]) -> list[str]:
         best = min(others, key=lambda r: r["wall_s"]) if others else None
         text = (
             f"{workload} at {gib:g} GiB: hkv_auto's median wall time is "
-            f"{100 * auto['wall_vs_lru']:+.1f} % against lru's and its mean TTFT "
-            f"{100 * auto['ttft_vs_lru']:+.1f} %, its policy time {auto['policy_x_lru']:.1f}x lru's"
+            f"{100 * auto['wall_vs_lru']:+z.1f} % against lru's and its mean TTFT "
+            f"{100 * auto['ttft_vs_lru']:+z.1f} %, its policy time {auto['policy_x_lru']:.1f}x "
+            f"lru's"
         )
         if best is not None:
             gap = auto["wall_s"] / best["wall_s"] - 1
             name = best["policy"]
-            text += f"; its wall time is {100 * gap:+.1f} % against {name}'s, the fastest other"
+            text += f"; its wall time is {100 * gap:+z.1f} % against {name}'s, the fastest other"
         lines.append(text + ".")
     by_policy = {r["policy"]: r for r in traced["runs"]}
     auto, bip = by_policy.get("hkv_auto"), by_policy.get("hkv_bip")
@@ -208,10 +209,10 @@ def _traced_findings(auto: dict[str, Any], bip: dict[str, Any]) -> list[str]:
         f"{100 * auto['cached_frac']:.1f} % against hkv_bip's {100 * bip['cached_frac']:.1f} % "
         f"{'yet' if more > 0 else 'and'} takes {abs(more):.2f} s "
         f"{'longer' if more > 0 else 'less'}: "
-        f"{a['prefill_s'] - b['prefill_s']:+.2f} s in prefill steps, "
-        f"{a['decode_s'] - b['decode_s']:+.2f} s in decode-only steps and "
-        f"{a['idle_s'] - b['idle_s']:+.2f} s in idle steps, of which its own policy time is "
-        f"{a['policy_s'] - b['policy_s']:+.2f} s. Its hits stop short of the session's last "
+        f"{a['prefill_s'] - b['prefill_s']:+z.2f} s in prefill steps, "
+        f"{a['decode_s'] - b['decode_s']:+z.2f} s in decode-only steps and "
+        f"{a['idle_s'] - b['idle_s']:+z.2f} s in idle steps, of which its own policy time is "
+        f"{a['policy_s'] - b['policy_s']:+z.2f} s. Its hits stop short of the session's last "
         f"chain in {partial} requests against {partial_bip}{why}"
     )
     extra, idle = a["steps"] - b["steps"], a["idle_steps"] - b["idle_steps"]
@@ -311,16 +312,16 @@ def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv
     for row in against_lru(results, policy):
         change, ttft = row["wall vs lru"], row["TTFT vs lru"]
         text = (f"{row['engine']}: {policy} {row[f'wall s, {policy}']:.2f} s of wall time against "
-                f"lru's {row['wall s, lru']:.2f} s ({100 * change:+.1f} %), mean TTFT "
-                f"{100 * ttft:+.1f} %, its own code {row[f'policy s, {policy}']:.2f} s against "
+                f"lru's {row['wall s, lru']:.2f} s ({100 * change:+z.1f} %), mean TTFT "
+                f"{100 * ttft:+z.1f} %, its own code {row[f'policy s, {policy}']:.2f} s against "
                 f"lru's {row['policy s, lru']:.2f} s")  # fmt: skip
         if band is not None:
             width = band["half_width"]
             where = "faster than lru beyond" if change < -width else "within"
             where = "slower than lru beyond" if change > width else where
             text += (f"; {where} the {100 * width:.1f} % either way that {twin}, deciding as lru "
-                     f"does, moved from it ({100 * band['low']:+.1f} % to "
-                     f"{100 * band['high']:+.1f} %)")  # fmt: skip
+                     f"does, moved from it ({100 * band['low']:+z.1f} % to "
+                     f"{100 * band['high']:+z.1f} %)")  # fmt: skip
         lines.append(text + ".")
     return lines
 

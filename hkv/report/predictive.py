@@ -118,7 +118,7 @@ def claim_line(policy: str, numbers: dict[str, Any]) -> str:
     return (
         f"{policy}: mean regret {numbers['mean_regret']:.2f} points (max "
         f"{numbers['max_regret']:.2f}) against the best of vLLM's options and the peers; "
-        f"{numbers['mean_gain_over_lru']:+.2f} points over vLLM's lru on average; below vLLM's "
+        f"{numbers['mean_gain_over_lru']:+z.2f} points over vLLM's lru on average; below vLLM's "
         f"lru in {numbers['cells_below_lru']} of {numbers['cells']} cells"
     )
 

@@ -145,7 +145,7 @@ def recommendation(ranking: pd.DataFrame, by_store: pd.DataFrame, suite: Mapping
     text = (
         f"**Recommended: `{name}`**, the suite's safest policy: more than half a point behind the "
         f"best competitor in {behind} of {cells} cells, mean regret "
-        f"{row['mean_regret']:+.2f} points, over {suite_scope_sentence(suite)}."
+        f"{row['mean_regret']:+z.2f} points, over {suite_scope_sentence(suite)}."
     )
     if name not in by_store.index:
         return text
