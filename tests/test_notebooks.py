@@ -342,10 +342,11 @@ def check_vllm_benchmarks(r: dict[str, Any]) -> None:
     touched.append(load_result("vllm_h100_time_8f0cd27"))  # every cell, on an H100
     touched.append(load_result("vllm_h200_time_90e62ef"))  # every cell, warm-up runs kept apart
     touched += [load_result(f"vllm_h100_time_384ad26{s}") for s in ("", "_s8")]  # rotated rounds
+    touched += [load_result(f"vllm_h100_time_0804a67{s}") for s in ("", "_2")]  # and again
     assert r["vllm_h200"]["auto_touch_rows"] == [bench_vllm_auto.time_rows(t) for t in touched]
     findings = [bench_vllm_auto.time_findings(t, {"runs": []}) for t in touched]
     assert r["vllm_h200"]["auto_touch_findings"] == findings  # 0.26's touch in one C pass
-    assert [len(f) for f in findings] == [5, 1, 5, 2, 1, 5, 5, 5, 5, 3, 5, 5, 5, 1]  # each session
+    assert [len(f) for f in findings] == [5, 1, 5, 2, 1, 5, 5, 5, 5, 3, 5, 5, 5, 1, 5, 2]
     assert all("gc_s" in run for t in touched[-6:] for run in t["runs"])  # garbage collection
     budget = bench_vllm_auto.cpu_budget_rows(load_result("auto_cpu_budget"))  # one core, vLLM 0.32
     assert r["auto_cpu_budget"] == budget and len(budget) == 4
