@@ -1118,8 +1118,8 @@ CLAIMS: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ("No eviction policy reaches the {} % target at 8 GiB", oracle_short_of_target),
     (
         "16 GiB ({} engines): every policy keeps {}-{} %. Against LRU, bip was {:+z.1f} %, "
-        "{:+z.1f} % and {:+z.1f} %, and bip with `tail_first` {:+z.1f} %, {:+z.1f} % and {:+z.1f} "
-        "%.",
+        "{:+z.1f} % and {:+z.1f} %, and bip with `tail_first` {:+z.1f} %, {:+z.1f} % "
+        "and {:+z.1f} %.",
         tail_full_tier,
     ),
     (
@@ -1446,8 +1446,8 @@ def engine_tables(load: Callable[[], dict[str, Any]]) -> list[tuple]:
 CLAIMS += [
     (
         "median wall time on the anchor at 8 GiB is {:+z.1f} % against lru's, `hkv_bip`'s "
-        "{:+z.1f} %; on the skewed variant at 8 and 12 GiB it is {:+z.1f} % and {:+z.1f} %, and "
-        "its "
+        "{:+z.1f} %; on the skewed variant at 8 and 12 GiB it is {:+z.1f} % and "
+        "{:+z.1f} %, and its "
         "mean TTFT {:+z.1f} % and {:+z.1f} %",
         h200_head_vs_lru,
     ),
@@ -2115,8 +2115,8 @@ CLAIMS += [
         lambda: h200_c57a09e_parts()[:6],
     ),
     (
-        "Paired by repeat, `auto`'s wall time against lru's\nran from {:+z.1f} % to {:+z.1f} % "
-        "there",
+        "Paired by repeat, `auto`'s wall time against lru's\nran from {:+z.1f} % to "
+        "{:+z.1f} % there",
         lambda: h200_c57a09e_parts()[6:],
     ),
 ]
@@ -2544,8 +2544,8 @@ CLAIMS += [
     ),
     (
         "(hkv 8583765, the fourteenth table, two repeats) its policy time on the skewed variant at "
-        "12 GiB was {:.2f}x lru's and its wall time {:+z.1f} % and {:+z.1f} % against lru's, "
-        "paired "
+        "12 GiB was {:.2f}x lru's and its wall time {:+z.1f} % and {:+z.1f} % "
+        "against lru's, paired "
         "by repeat.",
         lambda: _8583765_parts()[7:],
     ),
@@ -2598,12 +2598,12 @@ CLAIMS += [
         lambda: _5160b55_parts()[:4],
     ),
     (
-        "`auto`'s {:+z.1f} % on the anchor at 16 GiB and {:+z.1f} % on the skewed variant at 12 "
-        "GiB, "
+        "`auto`'s {:+z.1f} % on the anchor at 16 GiB and {:+z.1f} % on the skewed "
+        "variant at 12 GiB, "
         "where it caches what lru caches, are within {:.1f} % either way, that band's widest "
         "(which of two policies caching alike comes out ahead is chance), and its mean TTFT there "
-        "was {:+z.1f} % and {:+z.1f} %. Its policy time was {:.2f}x to {:.2f}x lru's by the "
-        "medians, "
+        "was {:+z.1f} % and {:+z.1f} %. Its policy time was {:.2f}x to {:.2f}x lru's "
+        "by the medians, "
         "the most on the skewed variant at 8 GiB, where its one switch (request 73, to "
         "`cost_aware`) took {:.0f}-{:.0f} ms; `hkv_lru`'s was {:.2f}x to {:.2f}x lru's.",
         lambda: (
@@ -2750,8 +2750,8 @@ CLAIMS += [
     *engine_tables(h200_4c4a2aa),
     (
         "it cut the median wall time by {:.1f} % and {:.1f} % at 8 and 12 GiB and the mean TTFT by "
-        "{:.1f} % and {:.1f} %, and came out between {:+z.1f} % and {:+z.1f} % of lru's wall time "
-        "in "
+        "{:.1f} % and {:.1f} %, and came out between {:+z.1f} % and {:+z.1f} % of "
+        "lru's wall time in "
         "the other three cells.",
         _4c4a2aa_in_short,
     ),
@@ -3533,8 +3533,8 @@ CLAIMS += [
         "by {:.1f} % and {:.1f} % at 8 and 12 GiB and its mean\nTTFT by {:.1f} % and {:.1f} %, and "
         "ran {:.1f} % faster than `hkv_bip` at 8 GiB; where every policy\ncaches about the same "
         "share (the same sessions at 16 GiB, Zipf-popular sessions at 8 and 12 GiB)\nits wall "
-        "time came out between {:+z.1f} % and {:+z.1f} % of lru's, inside the {:.1f} % either way "
-        "by "
+        "time came out between {:+z.1f} % and {:+z.1f} % of lru's, inside the {:.1f} "
+        "% either way by "
         "which\n`hkv_lru`, deciding as lru does, moved from lru in the same engines ({:+z.1f} % to "
         "{:+z.1f} %).",
         _90e62ef_in_short,
