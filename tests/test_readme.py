@@ -1889,9 +1889,11 @@ def cell_runs(data: dict, policy: str, popularity: float, gib: float) -> list[di
     return [r for r in data["runs"] if (r["policy"], r["popularity"], r["cpu_gib"]) == cell]
 
 
-def paired_walls(data: dict, popularity: float, gib: float) -> list[float]:
-    """auto's wall time against lru's (%) in one cell, repeat by repeat."""
-    pairs = zip(cell_runs(data, "hkv_auto", popularity, gib),
+def paired_walls(
+    data: dict, popularity: float, gib: float, policy: str = "hkv_auto"
+) -> list[float]:
+    """`policy`'s wall time against lru's (%) in one cell, repeat by repeat."""
+    pairs = zip(cell_runs(data, policy, popularity, gib),
                 cell_runs(data, "lru", popularity, gib), strict=True)  # fmt: skip
     return [100 * (a["wall_s"] / b["wall_s"] - 1) for a, b in pairs]
 
@@ -3777,13 +3779,7 @@ ALIKE = ((0.0, 12.0), (0.0, 16.0), (1.0, 8.0), (1.0, 12.0))
 def twin_rounds(files: tuple[dict, ...]) -> list[float]:
     """hkv_lru's wall time against lru's in the same round (%), every round of the `ALIKE`
     cells of the engine files."""
-    out = []
-    for data in files:
-        for popularity, gib in ALIKE:
-            lru = {r["repeat"]: r["wall_s"] for r in cell_runs(data, "lru", popularity, gib)}
-            twin = cell_runs(data, "hkv_lru", popularity, gib)
-            out += [100 * (r["wall_s"] / lru[r["repeat"]] - 1) for r in twin]
-    return out
+    return [x for data in files for p, g in ALIKE for x in paired_walls(data, p, g, "hkv_lru")]
 
 
 def _0804a67_leaders() -> tuple[Any, ...]:

@@ -176,8 +176,8 @@ def time_findings(timed: dict[str, Any], traced: dict[str, Any]) -> list[str]:
         text = (
             f"{workload} at {gib:g} GiB: hkv_auto's median wall time is "
             f"{100 * auto['wall_vs_lru']:+z.1f} % against lru's and its mean TTFT "
-            f"{100 * auto['ttft_vs_lru']:+z.1f} %, its policy time {auto['policy_x_lru']:.1f}x "
-            f"lru's"
+            f"{100 * auto['ttft_vs_lru']:+z.1f} %, "
+            f"its policy time {auto['policy_x_lru']:.1f}x lru's"
         )
         if best is not None:
             gap = auto["wall_s"] / best["wall_s"] - 1
