@@ -747,6 +747,32 @@ def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():
     assert runs[0]["evicted_blocks"] == runs[1]["evicted_blocks"]  # lru reads no key's bits
 
 
+def test_parts_benchmark_times_parts_without_changing_a_decision():
+    """`bench.adapter_parts`: a pass with every part timed decides as a plain pass does, puts
+    every part back, and times the parts each policy has (a nested part within its own)."""
+    pytest.importorskip("vllm")
+    from bench import adapter_parts
+
+    requests = vllm026.prompts(MEDIUM_MM)
+    originals = [getattr(adapter_parts.owner_of(w), a) for w, a in adapter_parts.PARTS.values()]
+    for name in ("hkv_lru", "hkv_auto"):
+        plain = adapter_overhead.replay(name, requests, 60, False, store_blocks=8)
+        timed = adapter_parts.one_pass(name, requests, 60, store_blocks=8)
+        assert timed["evictions_sha256"] == plain["evictions_sha256"]
+        assert timed["stored_blocks"] == plain["stored_blocks"]
+        parts = {k: v for k, v in timed["parts"].items() if v[1]}
+        assert {"touch", "sync", "evict"} <= parts.keys()
+        assert any(k.startswith("auto.") for k in parts) == (name == "hkv_auto")
+        assert all(parts[inner][0] <= parts[outer][0] for inner, outer in
+                   (("noting", "touch"), ("note_split", "noting"),
+                    ("auto.shadows", "auto.after_request"), ("auto.known", "auto.after_request"))
+                   if inner in parts)  # fmt: skip
+        assert ("noting" in parts) == (name == "hkv_auto")  # lru reads no metadata
+    assert [getattr(adapter_parts.owner_of(w), a) for w, a in adapter_parts.PARTS.values()] == (
+        originals
+    )
+
+
 def test_overhead_benchmark_refuses_a_salt_it_cannot_use(capsys):
     with pytest.raises(SystemExit):
         adapter_overhead.main(["--salt", "-1", "--no-write"])
