@@ -30,11 +30,12 @@ from hkv.sim.anchor import Workload
 
 POLICIES = ("hkv_lru", "hkv_bip", "hkv_auto")
 ADAPTER = "hkv.integrations.vllm.policy:HkvCachePolicy"
-PARTS: dict[str, tuple[str, str]] = {
-    "touch": (ADAPTER, "touch"),  # 0.26's whole-prompt touch: a request's start and end
+PARTS: dict[str, tuple[str, ...]] = {
+    "touch": (ADAPTER, "touch"),  # 0.26's whole-prompt touch (the first: the one access)
     "noting": ("hkv.integrations.vllm.compat026", "_note_absent"),  # in touch: metas noted
     "note_split": ("hkv.integrations.vllm.compat026", "note_split"),  # in noting, C
     "note_misses": (ADAPTER, "note_misses"),  # in noting: the policy told, verdicts kept
+    "noting.sync": (ADAPTER, "sync", "noting"),  # sync's time inside noting alone
     "sync": (ADAPTER, "sync"),  # vLLM's inserts handed to the policy (inside the others)
     "evict": (ADAPTER, "evict"),
     "auto.after_request": ("hkv.policies.auto:AutoPolicy", "after_request"),  # in touch
@@ -45,9 +46,10 @@ PARTS: dict[str, tuple[str, str]] = {
     "leader.after_request": ("hkv.policies.leader:NativeLeader", "after_request"),
     "leader.insert_each": ("hkv.policies.leader:NativeLeader", "insert_each"),
 }
-"""label -> (module or module:class, attribute) timed while a pass runs; the comment says
-which part a part runs inside. `leader.*`: a leader run in C (`hkv_lru`'s, and `auto`'s
-after `native_first`), `auto.*` inside it where `auto` runs it."""
+"""label -> (module or module:class, attribute[, part]) timed while a pass runs (with a part:
+only its calls made inside that part); the comment says which part a part runs inside.
+`leader.*`: a leader run in C (`hkv_lru`'s, and `auto`'s after `native_first`), `auto.*` inside
+it where `auto` runs it."""
 
 
 def owner_of(where: str) -> Any:
@@ -60,18 +62,23 @@ def timed_parts() -> tuple[dict[str, list], list]:
     """Every part of `PARTS` wrapped in a timer: label -> [seconds, calls], and the
     (owner, attribute, original) to put back."""
     cells: dict[str, list] = {}
+    active = dict.fromkeys(PARTS, 0)  # how deep each part is running now
     undo = []
-    for label, (where, attr) in PARTS.items():
+    for label, (where, attr, *inside) in PARTS.items():
         owner, cell = owner_of(where), [0.0, 0]
         original = getattr(owner, attr)
 
-        def timed(*args, __f=original, __cell=cell, **kwargs):
+        def timed(*args, __f=original, __cell=cell, __me=label, __in=inside, **kwargs):
+            if __in and not active[__in[0]]:
+                return __f(*args, **kwargs)
+            active[__me] += 1
             start = time.perf_counter()
             try:
                 return __f(*args, **kwargs)
             finally:
                 __cell[0] += time.perf_counter() - start
                 __cell[1] += 1
+                active[__me] -= 1
 
         setattr(owner, attr, timed)
         cells[label], undo = cell, [*undo, (owner, attr, original)]
