@@ -9,7 +9,8 @@ held, its leader's own bookkeeping, a switch of leader) and its inserts. Same re
 manager, 16-token blocks, the 8 GiB tier), the policies in rounds, each part's time the median
 of the rounds. Parts nest (`PARTS` says in what): they do not add up to a policy's time.
 
-    python -m bench.adapter_parts --popularity 1 --out data/results/adapter_parts_cpu.json
+    python -m bench.adapter_parts --popularity 1 0 --repeats 9 \\
+        --out data/results/adapter_parts_cpu.json
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.adapter_overhead import replay, setup
+from bench.adapter_overhead import make_cache_policy, replay, setup
 from bench.sim.two_tier import blocks_for_gib
 from bench.vllm026 import STORE_BLOCKS
 from hkv.report import save_results
@@ -138,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: expected a whole number of 1 or more")
+    for name in args.policies:
+        try:
+            make_cache_policy(name, 1)
+        except (AttributeError, ValueError) as error:
+            parser.error(f"--policies {name}: {error}")
     capacity = blocks_for_gib(args.cpu_gib)
     cells = [measure(args.policies, Workload(popularity=z), capacity, args.repeats)
              for z in args.popularity]  # fmt: skip

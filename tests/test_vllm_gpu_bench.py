@@ -773,6 +773,20 @@ def test_parts_benchmark_times_parts_without_changing_a_decision():
     assert [getattr(adapter_parts.owner_of(e[0]), e[1]) for e in entries] == originals
 
 
+def test_parts_benchmark_refuses_what_it_cannot_run(capsys):
+    pytest.importorskip("vllm")
+    from bench import adapter_parts
+
+    cases = (
+        (["--repeats", "0"], "--repeats 0: expected a whole number of 1"),
+        (["--policies", "hkv_nonsense"], "--policies hkv_nonsense: hkv has no"),
+    )
+    for argv, says in cases:
+        with pytest.raises(SystemExit):
+            adapter_parts.main(argv)
+        assert says in capsys.readouterr().err
+
+
 def test_overhead_benchmark_refuses_a_salt_it_cannot_use(capsys):
     with pytest.raises(SystemExit):
         adapter_overhead.main(["--salt", "-1", "--no-write"])
