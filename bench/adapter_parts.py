@@ -82,7 +82,8 @@ def timed_parts() -> tuple[dict[str, list], list]:
                 active[__me] -= 1
 
         setattr(owner, attr, timed)
-        cells[label], undo = cell, [*undo, (owner, attr, original)]
+        cells[label] = cell
+        undo.append((owner, attr, original))
     return cells, undo
 
 
