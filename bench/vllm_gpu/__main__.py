@@ -26,28 +26,7 @@ def parser() -> argparse.ArgumentParser:
     one.add_argument(
         "--policy", required=True, help="lru, arc, hkv_<policy>[+flag]; or several: a,b,c"
     )
-    one.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
-    one.add_argument("--variant", choices=("text", "mm"), default="text")
-    one.add_argument(
-        "--popularity", type=float, default=0.0, help="Zipf exponent of session popularity"
-    )
-    one.add_argument("--repeats", type=int, default=1)
-    one.add_argument(
-        "--warmup-runs", type=int, default=1, help="whole runs of the first policy, kept apart"
-    )
-    one.add_argument(
-        "--order",
-        choices=("rotate", "fixed"),
-        default="rotate",
-        help="the policies' order in each round: shifted by one a round, or always as given",
-    )
-    one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
-    one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    one.add_argument("--model", type=Path, default=default_model())
-    one.add_argument("--out", type=Path, required=True)
-    one.add_argument(
-        "--trace", action="store_true", help="per-step trace and its diagnosis (steps.py)"
-    )
+    run_arguments(one)
     cap = sub.add_parser("capacity", help="the engine sized by utilization: its KV tiers")
     cap.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
     cap.add_argument("--tp", type=int, default=1)
@@ -76,6 +55,37 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("link", help="pinned host<->GPU bandwidth as one JSON line")
     sub.add_parser("workload", help="the request sequence's summary as JSON")
     return parser
+
+
+def run_arguments(one: argparse.ArgumentParser) -> None:
+    """`run`'s options beside `--policy`."""
+    one.add_argument("--cpu-gib", type=float, required=True, help="CPU tier, total over ranks")
+    one.add_argument("--variant", choices=("text", "mm"), default="text")
+    one.add_argument(
+        "--popularity", type=float, default=0.0, help="Zipf exponent of session popularity"
+    )
+    one.add_argument("--repeats", type=int, default=1)
+    one.add_argument(
+        "--warmup-runs", type=int, default=1, help="whole runs of the first policy, kept apart"
+    )
+    one.add_argument(
+        "--order",
+        choices=("rotate", "fixed"),
+        default="rotate",
+        help="the policies' order in each round: shifted by one a round, or always as given",
+    )
+    one.add_argument("--gpu-kv-gib", type=float, default=4.0, help="per GPU")
+    one.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    one.add_argument("--model", type=Path, default=default_model())
+    one.add_argument("--out", type=Path, required=True)
+    one.add_argument(
+        "--trace", action="store_true", help="per-step trace and its diagnosis (steps.py)"
+    )
+    one.add_argument(
+        "--no-host-probe",
+        action="store_true",
+        help="no yardstick process beside the engine (probe.py; off anyway under 4 CPUs)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ import os
 import random
 import time
 
-from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES
+from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES, probe
 from bench.vllm_gpu.steps import StepTrace, diagnose
 from bench.vllm_gpu.summary import method_use, summarize
 from bench.vllm_gpu.timers import GcTimer, ManagerCounter, PolicyTimer, StepTimer
@@ -127,6 +127,7 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
     base = counter_totals(counters)
     metrics_before = metric_values(llm)
     rows = []
+    host = (time.monotonic(), probe.process_cpu_s(), probe.steal_s())
     start = time.perf_counter()
     for wave_index, wave in enumerate(waves):
         prompts, params = wave_requests(w, sessions, wave, tag)
@@ -146,6 +147,7 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
                 }
             )
     wall_s = time.perf_counter() - start
+    window, cpu_s, steal = (host[0], time.monotonic()), probe.process_cpu_s(), probe.steal_s()
     delta = {k: v - metrics_before.get(k, 0.0) for k, v in metric_values(llm).items()}
     now = counter_totals(counters)
     used = {k: now[k] - base[k] for k in now if k != "methods"}
@@ -153,7 +155,10 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
     if policy_timer.overhead is not None:
         used["timer_overhead_s_per_call"] = policy_timer.overhead["recorded_s"]
         used["timer_wrapper_s_per_call"] = policy_timer.overhead["added_s"]
-    return {"summary": summarize(rows, wall_s, used, delta, block_bytes), "requests": rows}
+    summary = summarize(rows, wall_s, used, delta, block_bytes)
+    summary["cpu_s"] = cpu_s - host[1]  # the engine process's, all its threads
+    summary["steal_s"] = None if steal is None or host[2] is None else steal - host[2]
+    return {"summary": summary, "requests": rows, "window": window}
 
 
 def run_config(args, result: dict) -> None:
@@ -205,17 +210,32 @@ def run_config(args, result: dict) -> None:
     result["policy_info"], result["repeats"], result["warmup"] = {}, [], []
     for _ in range(parameters["warmup_runs"]):
         warmup_run(llm, manager, policies[0], (w, sessions, waves), counters, result)
+    host = probe.start(not getattr(args, "no_host_probe", False))
+    result["host_probe"] = host is not None
+    try:
+        timed_rounds(args, (llm, manager, counters, host), (w, sessions, waves), result)
+    finally:
+        if host is not None:
+            host.close()
+    result["status"] = "done"
+    write_json(args.out, result)
+
+
+def timed_rounds(args, engine, workload, result: dict) -> None:
+    """`args.repeats` rounds of the policies' runs into `result["repeats"]`, each with the
+    host probe's rate over it (`probe`; None where no probe runs), written after every run."""
+    llm, manager, counters, host = engine
+    policies, order = result["policies"], result["order"]
     for repeat in range(args.repeats):
-        for slot, name in enumerate(round_order(policies, repeat, parameters["order"])):
-            one = run_policy(llm, manager, name, (w, sessions, waves), counters, result)
+        for slot, name in enumerate(round_order(policies, repeat, order)):
+            one = run_policy(llm, manager, name, workload, counters, result)
             one["policy"], one["repeat"], one["slot"] = name, repeat, slot
+            one["summary"]["host_rate"] = host.rate(*one["window"]) if host else None
             result["repeats"].append(one)
             print("SUMMARY", name, args.cpu_gib, args.variant, repeat,
                   json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
                   flush=True)  # fmt: skip
             write_json(args.out, result)
-    result["status"] = "done"
-    write_json(args.out, result)
 
 
 def round_order(policies: list[str], repeat: int, order: str) -> list[str]:

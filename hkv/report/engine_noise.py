@@ -1,0 +1,131 @@
+"""Two ways to see a few percent between policies through an engine's run-to-run noise.
+
+Identical runs of one policy in one engine on the GPU machines differ by a quarter or more in
+wall time, so the median of three to eight rounds moves by a few percent from engine to engine
+even where two policies decide alike (`bench_vllm_auto.noise_band`). Both functions here read
+folded engine files (`python -m bench.vllm_gpu fold`):
+
+- `speed_adjusted`: one engine, policies compared at equal host speed. Each run carries the
+  host probe's rate over it (`bench.vllm_gpu.probe`: a fixed piece of Python in a process of its
+  own beside the engine); a least-squares fit of log wall time on the policy and the log of that
+  rate gives the policy's wall-time ratio to lru at equal host speed, its standard error, and the
+  fit's elasticity (how much slower a run gets per unit slower host).
+- `pooled`: many engines, one cell, where the policy decided alike in every engine (the same
+  blocks stored and loaded: its decisions do not depend on timing). Each engine's ratio of
+  medians to lru's, their geometric mean, and a bootstrap interval over engines.
+
+Standard library and numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+Cell = tuple[float, float]  # (CPU tier GiB, popularity)
+
+
+def cell_runs(data: Mapping[str, Any], cell: Cell, variant: str = "text") -> list[dict]:
+    """The runs of one cell (CPU GiB, popularity) in a folded engine file, in its order."""
+    gib, popularity = cell
+    return [
+        run for run in data["runs"]
+        if run["cpu_gib"] == gib and run.get("popularity", 0.0) == popularity
+        and run.get("variant", "text") == variant
+    ]  # fmt: skip
+
+
+def speed_adjusted(
+    data: Mapping[str, Any], cell: Cell, policy: str = "hkv_auto", base: str = "lru"
+) -> dict[str, float] | None:
+    """`policy`'s wall-time ratio to `base` at equal host speed in one engine, or None where a
+    run of either has no probe rate (`host_rate`) or either ran under twice.
+
+    Fit: log(wall) = a + d * [run is `policy`'s] + b * log(host rate), over both policies'
+    runs. `ratio` is exp(d), `se` its standard error (relative), `elasticity` is -b, `raw_ratio`
+    the plain ratio of medians, and `r` the correlation of log wall time with log rate once each
+    policy's mean is taken out (how much of the noise the host explains)."""
+    runs = [r for r in cell_runs(data, cell) if r["policy"] in (policy, base)]
+    if any(r.get("host_rate") is None for r in runs):
+        return None
+    mine = [r for r in runs if r["policy"] == policy]
+    theirs = [r for r in runs if r["policy"] == base]
+    if len(mine) < 2 or len(theirs) < 2:
+        return None
+    wall = np.log([r["wall_s"] for r in runs])
+    rate = np.log([r["host_rate"] for r in runs])
+    flag = np.array([r["policy"] == policy for r in runs], dtype=float)
+    x = np.column_stack([np.ones_like(wall), flag, rate])
+    coef, _, _, _ = np.linalg.lstsq(x, wall, rcond=None)
+    left = wall - x @ coef
+    dof = len(runs) - 3
+    sigma2 = float(left @ left) / dof if dof > 0 else math.nan
+    se = math.sqrt(sigma2 * np.linalg.inv(x.T @ x)[1, 1]) if dof > 0 else math.nan
+    centred = [wall - _group_mean(wall, flag), rate - _group_mean(rate, flag)]
+    return {
+        "ratio": math.exp(coef[1]),
+        "se": se,
+        "elasticity": -float(coef[2]),
+        "r": float(np.corrcoef(*centred)[0, 1]),
+        "raw_ratio": _median_ratio(mine, theirs, "wall_s"),
+        "runs": len(runs),
+    }
+
+
+def _group_mean(values: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Each value's own group's mean (the groups: `flag` 1 and 0)."""
+    ones = flag == 1
+    return np.where(ones, values[ones].mean(), values[~ones].mean())
+
+
+def _median_ratio(mine: list[dict], theirs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in mine) / statistics.median(r[key] for r in theirs)
+
+
+def pooled(
+    results: Iterable[tuple[str, Mapping[str, Any]]],
+    cell: Cell,
+    policy: str = "hkv_auto",
+    base: str = "lru",
+    resamples: int = 10_000,
+) -> dict[str, Any] | None:
+    """Engines where `policy` ran with `base` in `cell` and decided as in the last of them
+    (`stored_blocks` and `loaded_blocks` of its first run there equal): each one's ratio of
+    median wall time and of median mean TTFT to `base`'s, their geometric means, and 95 %
+    percentile intervals of those means over `resamples` draws of the engines (seeded: the same
+    every time). `results` are (name, folded file) pairs, oldest first. None where no engine
+    ran both."""
+    engines = []
+    for name, data in results:
+        runs = cell_runs(data, cell)
+        mine = [r for r in runs if r["policy"] == policy]
+        theirs = [r for r in runs if r["policy"] == base]
+        if mine and theirs:
+            decided = (mine[0]["stored_blocks"], mine[0]["loaded_blocks"])
+            engines.append({
+                "file": name, "rounds": len(mine), "decided": decided,
+                "gpu": data.get("machine", {}).get("gpu_name"),
+                "wall": _median_ratio(mine, theirs, "wall_s"),
+                "ttft": _median_ratio(mine, theirs, "ttft_mean_s"),
+                "policy_s": _median_ratio(mine, theirs, "policy_s"),
+            })  # fmt: skip
+    if not engines:
+        return None
+    kept = [e for e in engines if e["decided"] == engines[-1]["decided"]]
+    out: dict[str, Any] = {"engines": kept, "left_out": len(engines) - len(kept)}
+    draw = random.Random(0)
+    for key in ("wall", "ttft", "policy_s"):
+        logs = [math.log(e[key]) for e in kept]
+        means = sorted(statistics.fmean(draw.choices(logs, k=len(logs))) for _ in range(resamples))
+        out[key] = {
+            "mean": math.exp(statistics.fmean(logs)),
+            "low": math.exp(means[int(0.025 * resamples)]),
+            "high": math.exp(means[int(0.975 * resamples) - 1]),
+            "above_base": sum(value > 0 for value in logs),
+        }
+    return out

@@ -1,0 +1,131 @@
+"""Seeing policies through an engine's run-to-run noise: the host probe beside the engine
+(`bench.vllm_gpu.probe`) and the two readings of folded engine files that use it or pool
+engines (`hkv.report.engine_noise`). No GPU, no vLLM."""
+
+from __future__ import annotations
+
+import math
+import mmap
+import random
+import time
+
+import pytest
+
+from bench.vllm_gpu import probe
+from hkv.report import engine_noise
+
+
+def test_probe_chunks_are_stamped_in_order_into_the_ring():
+    ring = mmap.mmap(-1, probe.HEADER.size + 4 * probe.STAMP.size)
+    before = time.monotonic()
+    probe.run_chunks(ring, slots=4, chunks=6)  # wraps: the ring keeps the last four
+    assert probe.HEADER.unpack_from(ring, 0)[0] == 6
+    stamps = [probe.STAMP.unpack_from(ring, probe.HEADER.size + i * 8)[0] for i in (2, 3, 0, 1)]
+    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= stamps[3] <= time.monotonic()
+
+
+def test_probe_rates_a_window_and_refuses_one_it_cannot_see():
+    start = time.monotonic()
+    host = probe.HostProbe(slots=1 << 12)
+    try:
+        time.sleep(0.3)
+        begin = time.monotonic()
+        time.sleep(0.3)
+        end = time.monotonic()
+        rate = host.rate(begin, end)
+        assert rate is not None and rate > 10  # chunks a second (about a thousand)
+        assert host.rate(end, begin) is None  # an empty window
+        assert host.rate(start - 60, end) is None  # before the probe's first chunk
+        path = host._path
+        assert path.exists()
+    finally:
+        host.close()
+    assert not path.exists()  # the ring goes with the probe
+
+
+def test_probe_is_off_where_asked_or_where_cores_are_few(monkeypatch):
+    assert probe.start(enabled=False) is None
+    monkeypatch.setattr(probe.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert probe.start() is None
+
+
+def test_steal_is_read_from_proc_stat_and_missing_is_none(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 5 100 0 0 0 250 0 0\ncpu0 1 2 3\n")
+    assert probe.steal_s(stat) == pytest.approx(250 / probe.os.sysconf("SC_CLK_TCK"))
+    assert probe.steal_s(tmp_path / "none") is None
+    stat.write_text("intr 1 2 3\n")
+    assert probe.steal_s(stat) is None
+    first = probe.process_cpu_s()
+    sum(i * i for i in range(200_000))
+    assert probe.process_cpu_s() > first
+
+
+def _run(policy, wall, rate=None, stored=100, loaded=50, ttft=None, policy_s=1.0, cell=(8, 1)):
+    return {"policy": policy, "cpu_gib": cell[0], "popularity": cell[1], "variant": "text",
+            "wall_s": wall, "ttft_mean_s": ttft or wall / 100, "host_rate": rate,
+            "stored_blocks": stored, "loaded_blocks": loaded, "policy_s": policy_s}  # fmt: skip
+
+
+def test_speed_adjusted_finds_the_ratio_the_host_hid():
+    draw = random.Random(3)
+    runs = []
+    for _ in range(8):  # the host's speed swings by a third; auto is truly 2 % slower
+        for policy, truth in (("lru", 1.0), ("hkv_auto", 1.02)):
+            rate = draw.uniform(750, 1000)
+            wall = 12.0 * truth * (1000 / rate) ** 0.8 * math.exp(draw.gauss(0, 0.002))
+            runs.append(_run(policy, wall, rate))
+    fit = engine_noise.speed_adjusted({"runs": runs}, (8, 1))
+    assert fit["ratio"] == pytest.approx(1.02, abs=0.005)
+    assert fit["elasticity"] == pytest.approx(0.8, abs=0.05)
+    assert fit["r"] < -0.9 and fit["se"] < 0.005 and fit["runs"] == 16
+    runs[0]["host_rate"] = None  # a run with no probe: no fit
+    assert engine_noise.speed_adjusted({"runs": runs}, (8, 1)) is None
+    assert engine_noise.speed_adjusted({"runs": runs[1:3]}, (8, 1)) is None  # too few runs
+
+
+def test_pooled_keeps_engines_that_decided_as_the_last_and_bounds_the_mean():
+    files = []
+    for i, change in enumerate((1.04, 0.97, 1.01, 1.02)):
+        runs = [_run("lru", 10.0), _run("lru", 10.2),
+                _run("hkv_auto", 10.0 * change), _run("hkv_auto", 10.2 * change)]  # fmt: skip
+        files.append((f"e{i}", {"runs": runs, "machine": {"gpu_name": "H"}}))
+    odd = [_run("lru", 10.0), _run("hkv_auto", 20.0, stored=99)]  # decided otherwise
+    out = engine_noise.pooled([("odd", {"runs": odd}), *files], (8, 1))
+    assert out["left_out"] == 1 and [e["file"] for e in out["engines"]] == ["e0", "e1", "e2", "e3"]
+    wall = out["wall"]
+    geo = math.exp(sum(map(math.log, (1.04, 0.97, 1.01, 1.02))) / 4)
+    assert wall["mean"] == pytest.approx(geo) and wall["above_base"] == 3
+    assert 0.97 <= wall["low"] <= wall["mean"] <= wall["high"] <= 1.04
+    assert engine_noise.pooled(files, (12, 1)) is None  # no engine ran that cell
+    assert engine_noise.pooled(files, (8, 1)) == engine_noise.pooled(files, (8, 1))  # seeded
+
+
+def test_each_timed_run_gets_the_probe_rate_over_its_own_window(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from bench.vllm_gpu import engine
+
+    clock = iter(range(100))
+
+    def fake_run(llm, manager, name, workload, counters, result):
+        start = next(clock)
+        return {"summary": {"wall_s": 1.0}, "window": (start, start + 0.5)}
+
+    class Host:
+        def rate(self, start, end):
+            return 1000.0 + start  # says which window it was asked about
+
+    monkeypatch.setattr(engine, "run_policy", fake_run)
+    args = SimpleNamespace(repeats=2, cpu_gib=8.0, variant="text", out=tmp_path / "r.json")
+    result = {"policies": ["lru", "hkv_auto"], "order": "rotate", "repeats": []}
+    engine.timed_rounds(args, (None, None, None, Host()), None, result)
+    assert [(r["policy"], r["summary"]["host_rate"]) for r in result["repeats"]] == [
+        ("lru", 1000.0),
+        ("hkv_auto", 1001.0),
+        ("hkv_auto", 1002.0),
+        ("lru", 1003.0),
+    ]
+    result["repeats"] = []
+    engine.timed_rounds(args, (None, None, None, None), None, result)  # no probe
+    assert {r["summary"]["host_rate"] for r in result["repeats"]} == {None}
