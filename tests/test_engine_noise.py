@@ -5,9 +5,7 @@ engines (`hkv.report.engine_noise`). No GPU, no vLLM."""
 from __future__ import annotations
 
 import math
-import mmap
 import random
-import time
 
 import pytest
 
@@ -15,38 +13,14 @@ from bench.vllm_gpu import probe
 from hkv.report import engine_noise
 
 
-def test_probe_chunks_are_stamped_in_order_into_the_ring():
-    ring = mmap.mmap(-1, probe.HEADER.size + 4 * probe.STAMP.size)
-    before = time.monotonic()
-    probe.run_chunks(ring, slots=4, chunks=6)  # wraps: the ring keeps the last four
-    assert probe.HEADER.unpack_from(ring, 0)[0] == 6
-    stamps = [probe.STAMP.unpack_from(ring, probe.HEADER.size + i * 8)[0] for i in (2, 3, 0, 1)]
-    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= stamps[3] <= time.monotonic()
-
-
-def test_probe_rates_a_window_and_refuses_one_it_cannot_see():
-    start = time.monotonic()
-    host = probe.HostProbe(slots=1 << 12)
-    try:
-        time.sleep(0.3)
-        begin = time.monotonic()
-        time.sleep(0.3)
-        end = time.monotonic()
-        rate = host.rate(begin, end)
-        assert rate is not None and rate > 10  # chunks a second (about a thousand)
-        assert host.rate(end, begin) is None  # an empty window
-        assert host.rate(start - 60, end) is None  # before the probe's first chunk
-        path = host._path
-        assert path.exists()
-    finally:
-        host.close()
-    assert not path.exists()  # the ring goes with the probe
-
-
-def test_probe_is_off_where_asked_or_where_cores_are_few(monkeypatch):
-    assert probe.start(enabled=False) is None
-    monkeypatch.setattr(probe.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert probe.start() is None
+def test_idle_rate_counts_chunks_a_second_and_around_brackets_the_run():
+    rate = probe.idle_rate(0.05)
+    assert 10 < rate < 1e6  # chunks a second (about a thousand)
+    calls = []
+    out, (before, after) = probe.around(lambda: calls.append("run") or "done", seconds=0.02)
+    assert out == "done" and calls == ["run"] and before > 0 and after > 0
+    out, rates = probe.around(lambda: "done", enabled=False)
+    assert out == "done" and rates == (None, None)  # off: no time spent
 
 
 def test_steal_is_read_from_proc_stat_and_missing_is_none(tmp_path):
@@ -79,6 +53,7 @@ def test_speed_adjusted_finds_the_ratio_the_host_hid():
     assert fit["ratio"] == pytest.approx(1.02, abs=0.005)
     assert fit["elasticity"] == pytest.approx(0.8, abs=0.05)
     assert fit["r"] < -0.9 and fit["se"] < 0.005 and fit["runs"] == 16
+    assert fit["rate_gap"] == pytest.approx(1.0, abs=0.1)  # the host's speed: the policy's not
     runs[0]["host_rate"] = None  # a run with no probe: no fit
     assert engine_noise.speed_adjusted({"runs": runs}, (8, 1)) is None
     assert engine_noise.speed_adjusted({"runs": runs[1:3]}, (8, 1)) is None  # too few runs
@@ -101,31 +76,26 @@ def test_pooled_keeps_engines_that_decided_as_the_last_and_bounds_the_mean():
     assert engine_noise.pooled(files, (8, 1)) == engine_noise.pooled(files, (8, 1))  # seeded
 
 
-def test_each_timed_run_gets_the_probe_rate_over_its_own_window(monkeypatch, tmp_path):
+def test_each_timed_run_gets_the_idle_rates_around_it(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from bench.vllm_gpu import engine
 
-    clock = iter(range(100))
+    rates = iter([100.0, 400.0, 50.0, 200.0, 10.0, 40.0, 30.0, 30.0])
 
     def fake_run(llm, manager, name, workload, counters, result):
-        start = next(clock)
-        return {"summary": {"wall_s": 1.0}, "window": (start, start + 0.5)}
-
-    class Host:
-        def rate(self, start, end):
-            return 1000.0 + start  # says which window it was asked about
+        return {"summary": {"wall_s": 1.0}}
 
     monkeypatch.setattr(engine, "run_policy", fake_run)
+    monkeypatch.setattr(engine.probe, "idle_rate", lambda seconds=0.5: next(rates))
     args = SimpleNamespace(repeats=2, cpu_gib=8.0, variant="text", out=tmp_path / "r.json")
-    result = {"policies": ["lru", "hkv_auto"], "order": "rotate", "repeats": []}
-    engine.timed_rounds(args, (None, None, None, Host()), None, result)
-    assert [(r["policy"], r["summary"]["host_rate"]) for r in result["repeats"]] == [
-        ("lru", 1000.0),
-        ("hkv_auto", 1001.0),
-        ("hkv_auto", 1002.0),
-        ("lru", 1003.0),
-    ]
-    result["repeats"] = []
-    engine.timed_rounds(args, (None, None, None, None), None, result)  # no probe
+    result = {"policies": ["lru", "hkv_auto"], "order": "rotate", "repeats": [],
+              "host_probe": True}  # fmt: skip
+    engine.timed_rounds(args, (None, None, None), None, result)
+    got = [(r["policy"], r["summary"]["host_rate_before"], r["summary"]["host_rate"])
+           for r in result["repeats"]]  # fmt: skip
+    assert got == [("lru", 100.0, 200.0), ("hkv_auto", 50.0, 100.0),
+                   ("hkv_auto", 10.0, 20.0), ("lru", 30.0, 30.0)]  # fmt: skip
+    result |= {"repeats": [], "host_probe": False}
+    engine.timed_rounds(args, (None, None, None), None, result)  # off: no rates
     assert {r["summary"]["host_rate"] for r in result["repeats"]} == {None}

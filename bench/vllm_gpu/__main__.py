@@ -84,7 +84,7 @@ def run_arguments(one: argparse.ArgumentParser) -> None:
     one.add_argument(
         "--no-host-probe",
         action="store_true",
-        help="no yardstick process beside the engine (probe.py; off anyway under 4 CPUs)",
+        help="no idle yardstick around each run (probe.py: a second a run)",
     )
 
 

@@ -12,7 +12,7 @@ import time
 from bench.vllm_gpu import ORACLE, ORACLE_PARAM, VLLM_POLICIES, probe
 from bench.vllm_gpu.steps import StepTrace, diagnose
 from bench.vllm_gpu.summary import method_use, summarize
-from bench.vllm_gpu.timers import GcTimer, ManagerCounter, PolicyTimer, StepTimer
+from bench.vllm_gpu.timers import GcTimer, ManagerCounter, PolicyTimer, StepTimer, time_inner_parts
 from hkv.report import provenance, write_json
 from hkv.sim.anchor import TOKEN_HIGH, Workload, build_sessions
 
@@ -127,7 +127,7 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
     base = counter_totals(counters)
     metrics_before = metric_values(llm)
     rows = []
-    host = (time.monotonic(), probe.process_cpu_s(), probe.steal_s())
+    host = (probe.process_cpu_s(), probe.steal_s())
     start = time.perf_counter()
     for wave_index, wave in enumerate(waves):
         prompts, params = wave_requests(w, sessions, wave, tag)
@@ -147,7 +147,7 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
                 }
             )
     wall_s = time.perf_counter() - start
-    window, cpu_s, steal = (host[0], time.monotonic()), probe.process_cpu_s(), probe.steal_s()
+    cpu_s, steal = probe.process_cpu_s(), probe.steal_s()
     delta = {k: v - metrics_before.get(k, 0.0) for k, v in metric_values(llm).items()}
     now = counter_totals(counters)
     used = {k: now[k] - base[k] for k in now if k != "methods"}
@@ -156,9 +156,9 @@ def run_workload(llm, w: Workload, sessions, waves, counters, tag: bool = False)
         used["timer_overhead_s_per_call"] = policy_timer.overhead["recorded_s"]
         used["timer_wrapper_s_per_call"] = policy_timer.overhead["added_s"]
     summary = summarize(rows, wall_s, used, delta, block_bytes)
-    summary["cpu_s"] = cpu_s - host[1]  # the engine process's, all its threads
-    summary["steal_s"] = None if steal is None or host[2] is None else steal - host[2]
-    return {"summary": summary, "requests": rows, "window": window}
+    summary["cpu_s"] = cpu_s - host[0]  # the engine process's, all its threads
+    summary["steal_s"] = None if steal is None or host[1] is None else steal - host[1]
+    return {"summary": summary, "requests": rows}
 
 
 def run_config(args, result: dict) -> None:
@@ -210,27 +210,30 @@ def run_config(args, result: dict) -> None:
     result["policy_info"], result["repeats"], result["warmup"] = {}, [], []
     for _ in range(parameters["warmup_runs"]):
         warmup_run(llm, manager, policies[0], (w, sessions, waves), counters, result)
-    host = probe.start(not getattr(args, "no_host_probe", False))
-    result["host_probe"] = host is not None
-    try:
-        timed_rounds(args, (llm, manager, counters, host), (w, sessions, waves), result)
-    finally:
-        if host is not None:
-            host.close()
+    result["host_probe"] = not getattr(args, "no_host_probe", False)
+    timed_rounds(args, (llm, manager, counters), (w, sessions, waves), result)
     result["status"] = "done"
     write_json(args.out, result)
 
 
 def timed_rounds(args, engine, workload, result: dict) -> None:
     """`args.repeats` rounds of the policies' runs into `result["repeats"]`, each with the
-    host probe's rate over it (`probe`; None where no probe runs), written after every run."""
-    llm, manager, counters, host = engine
+    host's speed just before and after it (`probe.around`: chunks a second while the engine is
+    idle; their geometric mean `host_rate`; None where `result["host_probe"]` is off), written
+    after every run."""
+    llm, manager, counters = engine
     policies, order = result["policies"], result["order"]
     for repeat in range(args.repeats):
         for slot, name in enumerate(round_order(policies, repeat, order)):
-            one = run_policy(llm, manager, name, workload, counters, result)
+
+            def run(name=name):
+                return run_policy(llm, manager, name, workload, counters, result)
+
+            one, (before, after) = probe.around(run, result["host_probe"])
             one["policy"], one["repeat"], one["slot"] = name, repeat, slot
-            one["summary"]["host_rate"] = host.rate(*one["window"]) if host else None
+            mean = (before * after) ** 0.5 if before else None
+            one["summary"] |= {"host_rate_before": before, "host_rate_after": after,
+                               "host_rate": mean}  # fmt: skip
             result["repeats"].append(one)
             print("SUMMARY", name, args.cpu_gib, args.variant, repeat,
                   json.dumps({k: v for k, v in one["summary"].items() if k != "metrics_delta"}),
@@ -308,37 +311,6 @@ def run_policy(llm, manager, name: str, workload, counters, result: dict) -> dic
         one["trace"] = trace.snapshot()
         one["summary"]["diagnosis"] = diagnose(one["trace"], counters[5])
     return one
-
-
-INNER_PARTS = ("_score", "_switch", "after_request", "note_misses", "evict", "touch_all")
-"""Methods of an hkv policy timed inside the adapter's calls (`auto`: `_score` is its shadows'
-replay of a request, `_switch` a change of leader)."""
-
-
-def time_inner_parts(policy) -> dict[str, list]:
-    """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls], and
-    for `auto` "leaders": its first leader, then each switch as [request (its `_score` calls
-    so far), new leader, seconds]."""
-    if policy is None:
-        return {}
-    cells = {}
-    for name in INNER_PARTS:
-        method = getattr(policy, name, None)
-        if method is not None:
-            cells[name] = [0.0, 0]
-            setattr(policy, name, PolicyTimer._timed(method, cells[name]))
-    if "_switch" in cells and hasattr(policy, "leader"):
-        timed, log = policy._switch, [policy.leader]
-        cells["leaders"] = log
-
-        def switch(best: int) -> None:
-            before = cells["_switch"][0]
-            timed(best)
-            seconds = round(cells["_switch"][0] - before, 4)
-            log.append([cells["_score"][1], policy.leader, seconds])
-
-        policy._switch = switch
-    return cells
 
 
 def previous_turn_blocks(sessions, waves) -> dict[int, int]:

@@ -164,3 +164,34 @@ class GcTimer:
 
     def snapshot(self) -> dict:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+INNER_PARTS = ("_score", "_switch", "after_request", "note_misses", "evict", "touch_all")
+"""Methods of an hkv policy timed inside the adapter's calls (`auto`: `_score` is its shadows'
+replay of a request, `_switch` a change of leader)."""
+
+
+def time_inner_parts(policy) -> dict[str, list]:
+    """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls], and
+    for `auto` "leaders": its first leader, then each switch as [request (its `_score` calls
+    so far), new leader, seconds]."""
+    if policy is None:
+        return {}
+    cells = {}
+    for name in INNER_PARTS:
+        method = getattr(policy, name, None)
+        if method is not None:
+            cells[name] = [0.0, 0]
+            setattr(policy, name, PolicyTimer._timed(method, cells[name]))
+    if "_switch" in cells and hasattr(policy, "leader"):
+        timed, log = policy._switch, [policy.leader]
+        cells["leaders"] = log
+
+        def switch(best: int) -> None:
+            before = cells["_switch"][0]
+            timed(best)
+            seconds = round(cells["_switch"][0] - before, 4)
+            log.append([cells["_score"][1], policy.leader, seconds])
+
+        policy._switch = switch
+    return cells

@@ -5,11 +5,11 @@ wall time, so the median of three to eight rounds moves by a few percent from en
 even where two policies decide alike (`bench_vllm_auto.noise_band`). Both functions here read
 folded engine files (`python -m bench.vllm_gpu fold`):
 
-- `speed_adjusted`: one engine, policies compared at equal host speed. Each run carries the
-  host probe's rate over it (`bench.vllm_gpu.probe`: a fixed piece of Python in a process of its
-  own beside the engine); a least-squares fit of log wall time on the policy and the log of that
-  rate gives the policy's wall-time ratio to lru at equal host speed, its standard error, and the
-  fit's elasticity (how much slower a run gets per unit slower host).
+- `speed_adjusted`: one engine, policies compared at equal host speed. Each run carries the host's
+  speed around it (`bench.vllm_gpu.probe`: a fixed piece of Python timed in the engine's process
+  while it is idle, just before and after the run); a least-squares fit of log wall time on the
+  policy and the log of that rate gives the policy's wall-time ratio to lru at equal host speed, its
+  standard error, and the fit's elasticity (how much slower a run gets per unit slower host).
 - `pooled`: many engines, one cell, where the policy decided alike in every engine (the same
   blocks stored and loaded: its decisions do not depend on timing). Each engine's ratio of
   medians to lru's, their geometric mean, and a bootstrap interval over engines.
@@ -19,10 +19,12 @@ Standard library and numpy only.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,13 @@ def cell_runs(data: Mapping[str, Any], cell: Cell, variant: str = "text") -> lis
     ]  # fmt: skip
 
 
+def engine_files(folder: str | Path, pattern: str = "vllm_h*_time*.json") -> list[tuple[str, dict]]:
+    """The folded engine files in `folder` whose names match `pattern` (by default every engine
+    whose policies took turns), as (name, contents), oldest first (`date_utc`)."""
+    files = [(path.name, json.loads(path.read_text())) for path in Path(folder).glob(pattern)]
+    return sorted(files, key=lambda item: item[1].get("date_utc", ""))
+
+
 def speed_adjusted(
     data: Mapping[str, Any], cell: Cell, policy: str = "hkv_auto", base: str = "lru"
 ) -> dict[str, float] | None:
@@ -48,8 +57,10 @@ def speed_adjusted(
 
     Fit: log(wall) = a + d * [run is `policy`'s] + b * log(host rate), over both policies'
     runs. `ratio` is exp(d), `se` its standard error (relative), `elasticity` is -b, `raw_ratio`
-    the plain ratio of medians, and `r` the correlation of log wall time with log rate once each
-    policy's mean is taken out (how much of the noise the host explains)."""
+    the plain ratio of medians, `r` the correlation of log wall time with log rate once each
+    policy's mean is taken out (how much of the noise the host explains), and `rate_gap` the
+    ratio of the two policies' mean rates (geometric): near 1 where the rate does not depend on
+    the policy, as a yardstick must not."""
     runs = [r for r in cell_runs(data, cell) if r["policy"] in (policy, base)]
     if any(r.get("host_rate") is None for r in runs):
         return None
@@ -73,6 +84,7 @@ def speed_adjusted(
         "elasticity": -float(coef[2]),
         "r": float(np.corrcoef(*centred)[0, 1]),
         "raw_ratio": _median_ratio(mine, theirs, "wall_s"),
+        "rate_gap": math.exp(float(rate[flag == 1].mean() - rate[flag == 0].mean())),
         "runs": len(runs),
     }
 
@@ -129,3 +141,39 @@ def pooled(
             "above_base": sum(value > 0 for value in logs),
         }
     return out
+
+
+CELLS: tuple[tuple[str, Cell], ...] = (
+    ("anchor, 8 GiB", (8.0, 0.0)),
+    ("anchor, 12 GiB", (12.0, 0.0)),
+    ("anchor, 16 GiB", (16.0, 0.0)),
+    ("skewed, 8 GiB", (8.0, 1.0)),
+    ("skewed, 12 GiB", (12.0, 1.0)),
+)
+"""The engine cells of issue 34's bar: (label, (CPU tier GiB, popularity))."""
+
+
+def pooled_rows(
+    results: list[tuple[str, Mapping[str, Any]]], policy: str = "hkv_auto", base: str = "lru"
+) -> list[dict[str, Any]]:
+    """`pooled` at each of `CELLS`, one row each: the engines kept and their rounds, and the
+    changes against `base` in percent (geometric mean, 95 % interval) of median wall time,
+    median mean TTFT and median policy time. Cells no engine ran are left out."""
+    rows = []
+    for label, cell in CELLS:
+        out = pooled(results, cell, policy, base)
+        if out is None:
+            continue
+        row: dict[str, Any] = {
+            "cell": label,
+            "engines": len(out["engines"]),
+            "rounds": sum(e["rounds"] for e in out["engines"]),
+            "left out": out["left_out"],
+        }
+        for key, name in (("wall", "wall"), ("ttft", "mean TTFT"), ("policy_s", "policy time")):
+            stats = out[key]
+            row[f"{name} %"] = 100 * (stats["mean"] - 1)
+            row[f"{name} 95 % low"] = 100 * (stats["low"] - 1)
+            row[f"{name} 95 % high"] = 100 * (stats["high"] - 1)
+        rows.append(row)
+    return rows
