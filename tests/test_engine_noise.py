@@ -99,3 +99,18 @@ def test_each_timed_run_gets_the_idle_rates_around_it(monkeypatch, tmp_path):
     result |= {"repeats": [], "host_probe": False}
     engine.timed_rounds(args, (None, None, None), None, result)  # off: no rates
     assert {r["summary"]["host_rate"] for r in result["repeats"]} == {None}
+
+
+def test_follows_wall_reads_each_policys_runs_about_its_own_mean():
+    runs = []
+    for policy, level in (("lru", 10.0), ("hkv_auto", 20.0)):  # levels apart: not counted
+        for speed in (1.0, 1.2, 0.9, 1.1):
+            run = _run(policy, level * speed, rate=1000 / speed)
+            runs.append(run | {"cpu_s": 0.8 * run["wall_s"], "odd": 1.0 + (speed == 1.2)})
+    data = {"runs": runs}
+    assert engine_noise.follows_wall(data, (8, 1), "cpu_s") == pytest.approx(1.0)
+    assert engine_noise.follows_wall(data, (8, 1), "host_rate") == pytest.approx(-1.0)
+    assert abs(engine_noise.follows_wall(data, (8, 1), "odd")) < 1
+    runs[0]["cpu_s"] = None
+    assert engine_noise.follows_wall(data, (8, 1), "cpu_s") is None  # a run without it
+    assert engine_noise.follows_wall(data, (12, 1), "cpu_s") is None  # no such cell

@@ -82,9 +82,9 @@ def run_arguments(one: argparse.ArgumentParser) -> None:
         "--trace", action="store_true", help="per-step trace and its diagnosis (steps.py)"
     )
     one.add_argument(
-        "--no-host-probe",
+        "--host-probe",
         action="store_true",
-        help="no idle yardstick around each run (probe.py: a second a run)",
+        help="the host's speed while idle around each run (probe.py: a second a run)",
     )
 
 

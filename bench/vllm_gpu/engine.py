@@ -210,7 +210,7 @@ def run_config(args, result: dict) -> None:
     result["policy_info"], result["repeats"], result["warmup"] = {}, [], []
     for _ in range(parameters["warmup_runs"]):
         warmup_run(llm, manager, policies[0], (w, sessions, waves), counters, result)
-    result["host_probe"] = not getattr(args, "no_host_probe", False)
+    result["host_probe"] = getattr(args, "host_probe", False)
     timed_rounds(args, (llm, manager, counters), (w, sessions, waves), result)
     result["status"] = "done"
     write_json(args.out, result)

@@ -1,19 +1,19 @@
-"""How fast the host runs around each engine run: a yardstick the policies cannot move.
+"""How fast the host runs around each engine run (`run --host-probe`), and what each run cost.
 
 Identical runs of one policy in one engine differ by up to a third in wall time on the GPU
-machines (`vllm_h200_time_dccd834.json`: lru 11.0 s to 14.2 s, and its policy time, pure CPU
-work, 0.16 s to 0.23 s with it), slow spells lasting over several runs. `idle_rate` runs a fixed
-piece of Python (dictionary updates over a few thousand keys, `CHUNK_KEYS` x `CHUNK_ROUNDS` a
-chunk) in the engine's own process, while the engine is idle, for `IDLE_S` seconds just before
-and just after each run: chunks a second, the speed the engine's thread had around that run. A
-rate that falls where the walls rise says the host, not the policy, slowed the run, and
-`hkv.report.engine_noise.speed_adjusted` compares policies at equal host speed.
-
-Measured while the engine is idle, not beside it: a process of its own running the same loop
-on another core while a replay ran (a 2-vCPU VM) slowed to about half its idle rate, and more
-beside `auto` than beside lru, so a rate taken during a run would depend on the policy it is
-meant to see past. Beside the rate, per run, the engine process's own CPU seconds
-(`resource.getrusage`) and the host's steal time (`/proc/stat`).
+machines (`vllm_h200_time_dccd834.json`: lru 11.0 s to 14.2 s), slow spells lasting over several
+runs. `idle_rate` runs a fixed piece of Python (dictionary updates over a few thousand keys,
+`CHUNK_KEYS` x `CHUNK_ROUNDS` a chunk) in the engine's own process while the engine is idle, for
+`IDLE_S` seconds just before and just after a run: chunks a second, how fast the host ran
+around that run. It is measured while the engine is idle, not beside it: a process of its own
+running the same loop on another core while a replay ran (a 2-vCPU VM) slowed to about half its
+idle rate, and more beside `auto` than beside lru, so a rate taken during a run depends on the
+policy it is meant to see past. `hkv.report.engine_noise.speed_adjusted` compares policies at
+equal idle rate. On the H200 it explained none of the noise (`vllm_h200_time_81e0b9c.json`),
+hence off by default: there the engine process's own CPU seconds over a run (`process_cpu_s`,
+recorded for every run, with the host's steal time from `/proc/stat`) follow its wall time
+run for run, and so does the policies' own pure-Python time: the same work runs slower in a
+slow run, while the engine runs, and not while it is idle.
 """
 
 from __future__ import annotations

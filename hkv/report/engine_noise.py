@@ -177,3 +177,24 @@ def pooled_rows(
             row[f"{name} 95 % high"] = 100 * (stats["high"] - 1)
         rows.append(row)
     return rows
+
+
+def follows_wall(data: Mapping[str, Any], cell: Cell, key: str) -> float | None:
+    """How closely a run's `key` (the probe's `host_rate`, the process's `cpu_s`, ...) follows
+    its wall time in one engine's cell: the correlation of their logs over every policy's runs,
+    each policy's mean taken out (so no policy's own level counts). None where a run lacks it
+    or no policy ran twice."""
+    runs = cell_runs(data, cell)
+    if not runs or any(not run.get(key) for run in runs):
+        return None
+    walls: list[float] = []
+    values: list[float] = []
+    for policy in dict.fromkeys(run["policy"] for run in runs):
+        own = [run for run in runs if run["policy"] == policy]
+        if len(own) < 2:
+            continue
+        wall = np.log([run["wall_s"] for run in own])
+        value = np.log([run[key] for run in own])
+        walls += list(wall - wall.mean())
+        values += list(value - value.mean())
+    return float(np.corrcoef(walls, values)[0, 1]) if len(walls) > 2 else None
