@@ -313,6 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.salt < 1 << 64:
         parser.error(f"--salt {args.salt}: expected a whole number from 0 to 2**64 - 1")
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: expected a whole number of 1 or more")
+    for name in [*args.policies, *([args.profile] if args.profile else [])]:
+        try:  # a policy it cannot build: said before the workload is built, not as a traceback
+            make_cache_policy(name, 1)
+        except (AttributeError, ValueError) as error:
+            parser.error(f"--policies {name}: {error}")
     if args.profile:
         profile(args.profile, args)
         return 0

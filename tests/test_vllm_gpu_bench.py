@@ -773,17 +773,19 @@ def test_parts_benchmark_times_parts_without_changing_a_decision():
     assert [getattr(adapter_parts.owner_of(e[0]), e[1]) for e in entries] == originals
 
 
-def test_parts_benchmark_refuses_what_it_cannot_run(capsys):
+@pytest.mark.parametrize("bench_name", ["adapter_parts", "adapter_overhead"])
+def test_parts_and_overhead_benchmarks_refuse_what_they_cannot_run(capsys, bench_name):
     pytest.importorskip("vllm")
-    from bench import adapter_parts
+    import importlib
 
+    bench = importlib.import_module(f"bench.{bench_name}")
     cases = (
         (["--repeats", "0"], "--repeats 0: expected a whole number of 1"),
         (["--policies", "hkv_nonsense"], "--policies hkv_nonsense: hkv has no"),
     )
     for argv, says in cases:
         with pytest.raises(SystemExit):
-            adapter_parts.main(argv)
+            bench.main([*argv, "--no-write"] if bench_name == "adapter_overhead" else argv)
         assert says in capsys.readouterr().err
 
 
