@@ -57,6 +57,7 @@ STATED: dict[str, dict[str, str]] = {
         **dict.fromkeys(["8 GiB", "16 GiB"], "COMPARE_CPU_GIB, FULL_CPU_GIB (parameters cell)"),
         "20 %": "the wall-time target of bench_vllm.targets_table (checked below)",
         **dict.fromkeys(["8", "2 GiB"], "the TP=2 setup: 8 KV heads, 2 GiB of GPU KV per GPU"),
+        "95 %": "the interval engine_noise.pooled gives (its docstring)",
     },
     "09_end_to_end_benchmarks": {
         **dict.fromkeys(["1", "2", "3", "08"], SECTION),
