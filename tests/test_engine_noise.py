@@ -114,3 +114,19 @@ def test_follows_wall_reads_each_policys_runs_about_its_own_mean():
     runs[0]["cpu_s"] = None
     assert engine_noise.follows_wall(data, (8, 1), "cpu_s") is None  # a run without it
     assert engine_noise.follows_wall(data, (12, 1), "cpu_s") is None  # no such cell
+
+
+def test_pooled_frames_read_a_folder_of_engine_files(tmp_path):
+    import json
+
+    for i, change in enumerate((1.04, 0.98)):
+        runs = [_run("lru", 10.0), _run("hkv_auto", 10.0 * change), _run("hkv_lru", 9.9)]
+        data = {"date_utc": f"2026-12-0{i + 1}", "runs": runs}
+        (tmp_path / f"vllm_h200_time_e{i}.json").write_text(json.dumps(data))
+    (tmp_path / "other.json").write_text("{}")  # not an engine file: not read
+    frames = engine_noise.pooled_frames(tmp_path)
+    assert [f.caption.split(" against")[0] for f in frames] == ["hkv_auto", "hkv_lru"]
+    assert "2 engine files, vllm_h200_time_e0.json to vllm_h200_time_e1.json" in frames[0].caption
+    table = frames[0].data
+    assert list(table.index) == ["skewed, 8 GiB"] and table.loc["skewed, 8 GiB", "engines"] == 2
+    assert engine_noise.pooled_frames(tmp_path, ["hkv_bip"]) == []  # never ran: no table

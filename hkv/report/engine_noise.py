@@ -198,3 +198,22 @@ def follows_wall(data: Mapping[str, Any], cell: Cell, key: str) -> float | None:
         walls += list(wall - wall.mean())
         values += list(value - value.mean())
     return float(np.corrcoef(walls, values)[0, 1]) if len(walls) > 2 else None
+
+
+def pooled_frames(folder: str | Path, policies: Iterable[str] = ("hkv_auto", "hkv_lru")) -> list:
+    """Notebook 08: `pooled_rows` over `engine_files(folder)` as one styled table per policy
+    (changes in percent, signed), its caption naming the policy and the files read."""
+    import pandas as pd
+
+    engines = engine_files(folder)
+    span = f"{len(engines)} engine files, {engines[0][0]} to {engines[-1][0]}" if engines else ""
+    frames = []
+    for policy in policies:
+        frame = pd.DataFrame(pooled_rows(engines, policy))
+        if frame.empty:
+            continue
+        frame = frame.set_index("cell")
+        signed = [column for column in frame if "%" in column]
+        caption = f"{policy} against vLLM's lru, pooled over {span}"
+        frames.append(frame.style.format("{:+.1f}", subset=signed).set_caption(caption))
+    return frames
