@@ -34,8 +34,10 @@ atomically after each.
 Per run (`summary`): workload wall time, TTFT mean / p50 / p90, cached share of prompt tokens
 (all turns and turns > 0; vLLM's `num_cached_tokens`, GPU prefix hits plus CPU-tier hits), GB
 loaded from and stored into the CPU tier, failed stores (`prepare_store` refused: no room could
-be made), and the policy's own time per scheduler step (`timers`: every `CachePolicy` method
-timed, over every engine step).
+be made), the policy's own time per scheduler step (`timers`: every `CachePolicy` method
+timed, over every engine step), the engine process's CPU seconds and the host's steal seconds
+over the run (`probe`), and with `run --host-probe` the host's speed while the engine is idle
+just before and after it.
 """
 
 from pathlib import Path
