@@ -454,6 +454,8 @@ def test_a_requests_absent_and_resident_keys_in_c_are_the_python_ones(monkeypatc
     absent = [i for i in (0, 2, 5, 7, 8, 10) if i >= start]
     assert in_c[1] == (absent, [b"b", b"b", b"f", b"h"] if held else None)
     assert in_c[0][0] == ([keys[i] for i in absent], [metas[i] for i in absent])
+    resident = ([b"b", b"b", b"f", b"h"], [metas[i] for i in (1, 4, 6, 9)])  # text: by position
+    assert in_c[0][1] == (resident if held else None)
     assert chunks == dict.fromkeys([b"b", b"f", b"h"]) and len(pending) == 2  # neither changes
 
 

@@ -663,6 +663,46 @@ def test_vllm_026_auto_decisions_match_the_recorded_reference(case, native):
     assert digests == RECORDED_026_AUTO[case]
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_vllm_026_auto_decides_alike_with_the_adapters_metas_or_its_own(monkeypatch, native):
+    """0.26's first touch of a text request gives `auto` its resident blocks' metas by position
+    (`native.note_split`), where it looked them up among those kept at insert before: the same
+    evictions and switches either way, full and sampled tiers, with lead changes."""
+    pytest.importorskip("vllm")
+    import dataclasses
+
+    from hkv.integrations.vllm.policy import policy_class
+    from hkv.policies.auto import AutoPolicy
+
+    requests = vllm026.prompts(dataclasses.replace(MEDIUM_MM, images=False))
+    sampled = {"sample_blocks": 64, "sample_above": 64, "margin_rebuild": 0.005,
+               "evidence_rebuild": 0.0, "confirm_rebuild": 1}  # fmt: skip
+    given, after = [], AutoPolicy.after_request
+
+    def spy(self, stored, reused, metas=None):
+        given.append(metas is not None)
+        return after(self, stored, reused, metas)
+
+    monkeypatch.setattr(AutoPolicy, "after_request", spy)
+    runs = {}
+    for takes in (True, False):
+        monkeypatch.setattr(AutoPolicy, "takes_reused_metas", takes)
+        given.clear()
+        for capacity, params in ((150, sampled), (60, {}), (40, {})):
+            policy = policy_class("hkv_auto")(
+                capacity, block_tokens=16, policy_params={"native": native, **params}
+            )
+            manager = vllm026.Manager026(policy, capacity, 8)
+            for prompt in requests:
+                manager.request(prompt)
+            manager.finish()
+            digest = hashlib.sha256(b"".join(manager.evictions)).hexdigest()
+            runs.setdefault(takes, []).append((digest, policy.policy.switches))
+        assert all(given) if takes else not any(given)  # the metas given, or looked up
+    assert runs[True] == runs[False]
+    assert sum(switches for _, switches in runs[True]) > 0 and len(set(runs[True])) == 3
+
+
 def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisions_moved():
     """`bench.adapter_cells`: a cell is `GIB:POPULARITY` (a clear error otherwise); a tree's
     runs fold into each policy's times, ratios to lru026 (median) and digests, and the report

@@ -113,6 +113,7 @@ class AutoPolicy(EvictionPolicy):
     native: bool = True
     name = "auto"
     context_fields = ("cost_model", "config")
+    takes_reused_metas = True  # `after_request`'s `metas`
 
     def validate(self) -> None:
         if isinstance(self.experts, str) or not isinstance(self.experts, Sequence):
@@ -258,8 +259,7 @@ class AutoPolicy(EvictionPolicy):
             return
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
         self._metas.update(zip(keys, metas, strict=True))
-        if refused:
-            aside.update((key, self._metas[key]) for key in refused)
+        aside.update((key, self._metas[key]) for key in refused or ())  # refused: set aside
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)
@@ -289,13 +289,13 @@ class AutoPolicy(EvictionPolicy):
         pop = self._metas.pop
         for key in first:
             del self._aside[key]
-            pop(key, None)
-        for key in rest:
+        for key in chain(first, rest):
             pop(key, None)
         return first + rest if first else rest
 
-    def after_request(self, stored: Sequence[Key], reused: Sequence[Key]) -> None:
-        """The leader hears of the request; every shadow replays it; the lead may change."""
+    def after_request(self, stored: Sequence[Key], reused: Sequence[Key], metas=None) -> None:
+        """The leader hears of the request; every shadow replays it; the lead may change (the
+        reused blocks' `metas`: the caller's, vLLM 0.26's text by position, else those kept)."""
         self._ended = True
         aside, live = self._aside, self._live
         if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again:
@@ -305,8 +305,8 @@ class AutoPolicy(EvictionPolicy):
         pending, self._pending = self._pending, ([], [])
         if not self.capacity_blocks:
             return
-        found = known(reused if isinstance(reused, list) else list(reused), self._metas,
-                      self._declined)  # fmt: skip
+        reused = reused if isinstance(reused, list) else list(reused)
+        found = known(reused, self._metas, self._declined) if metas is None else (reused, metas)
         threshold = self._threshold if self._sampled else None
         if threshold is not None and (pending[0] or found[0]):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)

@@ -87,14 +87,19 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool)
     """One pass over a request's keys (in C where built): `(noted, resident)`. `noted`: of
     `keys[start:]`, those in neither `chunks` nor `pending`, in order: where `metas` is a list,
     as `(their keys, their metas[i])`, else as their indices `i`; `resident`: where `held`, the
-    keys of all of `keys` in `chunks`, in order, else None."""
+    keys of all of `keys` in `chunks`, in order (where `metas` is a list, as `(their keys, their
+    metas[i])` too: a text block's meta is its position's), else None."""
     if _shadows is not None:
         return _shadows.note_split(keys, start, chunks, pending, metas, held)
     absent = [
         i for i in range(start, len(keys)) if keys[i] not in chunks and keys[i] not in pending
     ]
     noted = absent if metas is None else ([keys[i] for i in absent], [metas[i] for i in absent])
-    return noted, (list(filter(chunks.__contains__, keys)) if held else None)
+    if not held:
+        return noted, None
+    held_at = [i for i, key in enumerate(keys) if key in chunks]
+    resident = [keys[i] for i in held_at]
+    return noted, (resident if metas is None else (resident, [metas[i] for i in held_at]))
 
 
 def text_metas(keys: list, ends: dict, block_tokens: int, metas: list, short=None) -> list | None:

@@ -42,7 +42,13 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
         if resident is None:
             resident = list(filter(adapter.chunks.__contains__, keys))
         adapter.sync()
-        adapter.policy.after_request((), resident)
+        policy = adapter.policy
+        if isinstance(resident, tuple):  # text: each resident block's meta, its position's
+            if getattr(policy, "takes_reused_metas", False):
+                policy.after_request((), *resident)
+                return
+            resident = resident[0]
+        policy.after_request((), resident)
 
 
 def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
@@ -60,7 +66,8 @@ def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
 
 def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any, held: bool):
     """Note the metas of `keys[start:]` that are neither resident nor noted yet, and tell the
-    policy of them; the request's resident keys where `held` (one pass, `native.note_split`)."""
+    policy of them; the request's resident keys where `held` (one pass, `native.note_split`),
+    with their metas for a text request, as `(keys, metas)`."""
     spans = request_spans(req_context)
     metas = None
     if not spans:

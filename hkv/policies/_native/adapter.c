@@ -20,7 +20,8 @@ static int append_new(PyObject *list, PyObject *item) {
  * noted: of keys[start:], those in neither dict `chunks` nor dict `pending`, in order: where
  * `metas` is a list (as long as `keys` at least), as `(their keys, their metas[i])`, two lists;
  * else as their indices i; resident: where `held` is true, the keys of all of `keys` in
- * `chunks`, in order, else None. Neither dict changes. */
+ * `chunks`, in order (with `metas` a list: as `(their keys, their metas[i])` too), else None.
+ * Neither dict changes. */
 PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *keys, *chunks, *pending, *metas;
@@ -42,13 +43,18 @@ PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     }
     PyObject *noted = PyList_New(0), *resident = held ? PyList_New(0) : Py_NewRef(Py_None);
     PyObject *noted_metas = with_metas ? PyList_New(0) : NULL;
-    if (!noted || !resident || (with_metas && !noted_metas)) goto fail;
+    PyObject *resident_metas = with_metas && held ? PyList_New(0) : NULL;
+    if (!noted || !resident || (with_metas && !noted_metas) ||
+        (with_metas && held && !resident_metas))
+        goto fail;
     for (Py_ssize_t i = held ? 0 : (start > 0 ? start : 0); i < n; i++) {
         PyObject *key = items[i];
         int in_chunks = PyDict_Contains(chunks, key);
         if (in_chunks < 0) goto fail;
         if (in_chunks) {
             if (held && PyList_Append(resident, key) < 0) goto fail;
+            if (resident_metas && PyList_Append(resident_metas, PyList_GET_ITEM(metas, i)) < 0)
+                goto fail;
             continue;
         }
         if (i < start) continue;
@@ -61,6 +67,8 @@ PyObject *hkv_note_split(PyObject *module, PyObject *args) {
             goto fail;
     }
     Py_DECREF(seq);
+    if (resident_metas) return Py_BuildValue("((NN)(NN))", noted, noted_metas, resident,
+                                             resident_metas);
     if (with_metas) return Py_BuildValue("((NN)N)", noted, noted_metas, resident);
     return Py_BuildValue("(NN)", noted, resident);
 fail:
@@ -68,6 +76,7 @@ fail:
     Py_XDECREF(noted);
     Py_XDECREF(noted_metas);
     Py_XDECREF(resident);
+    Py_XDECREF(resident_metas);
     return NULL;
 }
 
