@@ -4082,6 +4082,46 @@ PROBE_81E0B9C = (
 CLAIMS += [(PROBE_81E0B9C, _probe_81e0b9c)]
 
 
+def _cells_94cf731() -> tuple[Any, ...]:
+    """`adapter_cells_cpu_94cf731.json`: auto's median net ratio to lru026, this hkv then the
+    commit before, on the skewed variant at 8 GiB, the anchor at 8 GiB and the skewed variant
+    at 12 GiB (every policy's evictions alike in both), then the 81e0b9c engines' ratios."""
+    data = result("adapter_cells_cpu_94cf731.json")
+    cells = {(c["cpu_gib"], c["popularity"]): c for c in data["cells"]}
+    out = []
+    for key in ((8.0, 1.0), (8.0, 0.0), (12.0, 1.0)):
+        this, before = cells[key]["this"], cells[key]["against"]
+        assert all(this[p]["evictions_sha256"] == before[p]["evictions_sha256"] for p in this)
+        out += [this["hkv_auto"]["median_ratio_to_lru026"],
+                before["hkv_auto"]["median_ratio_to_lru026"]]  # fmt: skip
+    (skewed,) = [c for c in result("adapter_parts_cpu.json")["cells"] if c["popularity"] == 1.0]
+    parts = skewed["policies"]["hkv_auto"]["parts"]
+    known_us = parts["auto.known"]["us_per_request"]
+    after_us = parts["auto.after_request"]["us_per_request"]
+    return (known_us, after_us, data["parameters"]["rounds"], *out,
+            *itemgetter(4, 5)(_probe_81e0b9c()))  # fmt: skip
+
+
+CELLS_94CF731 = (
+    "At hkv 94cf731 vLLM 0.26's first touch of a text request hands `auto` its resident blocks' "
+    "metas, a text block's meta being its position's, from the same C pass that splits the "
+    "request (`native.note_split`), where `auto` looked each one up among those kept at insert "
+    "(`native.known`, {:.0f} of the {:.0f} microseconds of its `after_request` above). The "
+    "decisions "
+    "are the same (`tests/test_vllm_gpu_bench.py`: full and sampled tiers, switches, C and "
+    "Python shadows). On this repository's CPU replay of the engine's cells, this hkv and the "
+    "commit before taking turns (`python -m bench.adapter_cells --against`, {} rounds, "
+    "`data/results/adapter_cells_cpu_94cf731.json`), `auto`'s policy time net of the timer came "
+    "out {:.2f}x vLLM 0.26's lru against {:.2f}x before on the skewed variant at 8 GiB, {:.2f}x "
+    "against {:.2f}x on the anchor at 8 GiB and {:.2f}x against {:.2f}x on the skewed variant "
+    "at 12 GiB, every policy's evictions alike. On this replay `auto` is under lru's policy time "
+    "in every cell, while the H200 engines at 81e0b9c put it over it on the skewed variant at 8 "
+    "GiB ({:.2f}x and {:.2f}x): the replay leaves out part of what `auto` costs inside the "
+    "engine."
+)
+CLAIMS += [(CELLS_94CF731, _cells_94cf731)]
+
+
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
     text = " ".join(snippet.format(*values()).split())
