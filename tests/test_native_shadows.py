@@ -448,14 +448,16 @@ def test_a_requests_absent_and_resident_keys_in_c_are_the_python_ones(monkeypatc
     keys = (b"a", b"b", b"c", b"d", b"b", b"e", b"f", b"c", b"g", b"h", b"a", b"i")
     chunks, pending = dict.fromkeys([b"b", b"f", b"h"]), dict.fromkeys([b"d", b"i"])
     metas = [BlockMeta(tokens=TOKENS, position=TOKENS * i) for i in range(len(keys))]
-    in_c = [native.note_split(keys, start, chunks, pending, m, held) for m in (metas, None)]
+    calls = [(metas, True), (None, True), (metas, False)]  # (metas, held_metas)
+    in_c = [native.note_split(keys, start, chunks, pending, m, held, w) for m, w in calls]
     monkeypatch.setattr(native, "_shadows", None)
-    assert in_c == [native.note_split(keys, start, chunks, pending, m, held) for m in (metas, None)]
+    assert in_c == [native.note_split(keys, start, chunks, pending, m, held, w) for m, w in calls]
     absent = [i for i in (0, 2, 5, 7, 8, 10) if i >= start]
     assert in_c[1] == (absent, [b"b", b"b", b"f", b"h"] if held else None)
     assert in_c[0][0] == ([keys[i] for i in absent], [metas[i] for i in absent])
     resident = ([b"b", b"b", b"f", b"h"], [metas[i] for i in (1, 4, 6, 9)])  # text: by position
     assert in_c[0][1] == (resident if held else None)
+    assert in_c[2] == (in_c[0][0], resident[0] if held else None)  # metas not asked for: keys
     assert chunks == dict.fromkeys([b"b", b"f", b"h"]) and len(pending) == 2  # neither changes
 
 

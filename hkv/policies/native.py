@@ -83,14 +83,14 @@ def known(keys: list, first: dict, second: dict) -> Columns:
     return [k for k, _ in found], [m for _, m in found]
 
 
-def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool):
+def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool, held_metas=False):
     """One pass over a request's keys (in C where built): `(noted, resident)`. `noted`: of
     `keys[start:]`, those in neither `chunks` nor `pending`, in order: where `metas` is a list,
     as `(their keys, their metas[i])`, else as their indices `i`; `resident`: where `held`, the
-    keys of all of `keys` in `chunks`, in order (where `metas` is a list, as `(their keys, their
-    metas[i])` too: a text block's meta is its position's), else None."""
+    keys of all of `keys` in `chunks`, in order (where `metas` is a list and `held_metas`, as
+    `(their keys, their metas[i])` too: a text block's meta is its position's), else None."""
     if _shadows is not None:
-        return _shadows.note_split(keys, start, chunks, pending, metas, held)
+        return _shadows.note_split(keys, start, chunks, pending, metas, held, held_metas)
     absent = [
         i for i in range(start, len(keys)) if keys[i] not in chunks and keys[i] not in pending
     ]
@@ -99,7 +99,9 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool)
         return noted, None
     held_at = [i for i, key in enumerate(keys) if key in chunks]
     resident = [keys[i] for i in held_at]
-    return noted, (resident if metas is None else (resident, [metas[i] for i in held_at]))
+    if metas is None or not held_metas:
+        return noted, resident
+    return noted, (resident, [metas[i] for i in held_at])
 
 
 def text_metas(keys: list, ends: dict, block_tokens: int, metas: list, short=None) -> list | None:

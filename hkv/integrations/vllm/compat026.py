@@ -42,13 +42,10 @@ def touch_request(adapter: Any, keys: Sequence[Any], req_context: Any) -> None:
         if resident is None:
             resident = list(filter(adapter.chunks.__contains__, keys))
         adapter.sync()
-        policy = adapter.policy
-        if isinstance(resident, tuple):  # text: each resident block's meta, its position's
-            if getattr(policy, "takes_reused_metas", False):
-                policy.after_request((), *resident)
-                return
-            resident = resident[0]
-        policy.after_request((), resident)
+        if isinstance(resident, tuple):  # text, a policy that takes them: their metas too
+            adapter.policy.after_request((), *resident)
+        else:
+            adapter.policy.after_request((), resident)
 
 
 def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
@@ -67,13 +64,14 @@ def _note_request(adapter: Any, req_id: str, num_keys: int) -> int | None:
 def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any, held: bool):
     """Note the metas of `keys[start:]` that are neither resident nor noted yet, and tell the
     policy of them; the request's resident keys where `held` (one pass, `native.note_split`),
-    with their metas for a text request, as `(keys, metas)`."""
+    as `(keys, metas)` for a text request to a policy that takes them (`auto`)."""
     spans = request_spans(req_context)
     metas = None
     if not spans:
         metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
     chunks, pending = adapter.chunks, adapter.pending_meta
-    noted, resident = note_split(keys, start, chunks, pending, metas, held)
+    with_metas = held and getattr(adapter.policy, "takes_reused_metas", False)
+    noted, resident = note_split(keys, start, chunks, pending, metas, held, with_metas)
     if spans:  # indices: their metas worked out here
         meta = span_meta(spans, adapter.block_tokens)
         noted = [keys[i] for i in noted], list(map(meta, noted))

@@ -16,19 +16,20 @@ static int append_new(PyObject *list, PyObject *item) {
     return r;
 }
 
-/* note_split(keys, start, chunks, pending, metas, held): one pass over a request's keys.
+/* note_split(keys, start, chunks, pending, metas, held, held_metas=False): one pass over a
+ * request's keys.
  * noted: of keys[start:], those in neither dict `chunks` nor dict `pending`, in order: where
  * `metas` is a list (as long as `keys` at least), as `(their keys, their metas[i])`, two lists;
  * else as their indices i; resident: where `held` is true, the keys of all of `keys` in
- * `chunks`, in order (with `metas` a list: as `(their keys, their metas[i])` too), else None.
- * Neither dict changes. */
+ * `chunks`, in order (with `metas` a list and `held_metas`: as `(their keys, their metas[i])`
+ * too), else None. Neither dict changes. */
 PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *keys, *chunks, *pending, *metas;
     Py_ssize_t start;
-    int held;
-    if (!PyArg_ParseTuple(args, "OnO!O!Op", &keys, &start, &PyDict_Type, &chunks, &PyDict_Type,
-                          &pending, &metas, &held))
+    int held, held_metas = 0;
+    if (!PyArg_ParseTuple(args, "OnO!O!Op|p", &keys, &start, &PyDict_Type, &chunks, &PyDict_Type,
+                          &pending, &metas, &held, &held_metas))
         return NULL;
     PyObject *seq = PySequence_Fast(keys, "note_split: keys must be a list or tuple");
     if (!seq) return NULL;
@@ -43,9 +44,10 @@ PyObject *hkv_note_split(PyObject *module, PyObject *args) {
     }
     PyObject *noted = PyList_New(0), *resident = held ? PyList_New(0) : Py_NewRef(Py_None);
     PyObject *noted_metas = with_metas ? PyList_New(0) : NULL;
-    PyObject *resident_metas = with_metas && held ? PyList_New(0) : NULL;
+    int resident_with_metas = with_metas && held && held_metas;
+    PyObject *resident_metas = resident_with_metas ? PyList_New(0) : NULL;
     if (!noted || !resident || (with_metas && !noted_metas) ||
-        (with_metas && held && !resident_metas))
+        (resident_with_metas && !resident_metas))
         goto fail;
     for (Py_ssize_t i = held ? 0 : (start > 0 ? start : 0); i < n; i++) {
         PyObject *key = items[i];
