@@ -16,7 +16,11 @@ with hkv's `lru` and with hkv's `auto` (its adapter), and `auto`'s shadows alone
 request ends that pass gave them (recorded, then replayed through a fresh `ShadowSet` of its
 experts, as `auto` replays them: one C call a request, its registry of ids kept). What `auto`
 may spend beyond hkv's `lru` and still run as fast as vLLM's `lru` is the gap between those
-two passes; the shadows' share of it says whether anything else could close it. Passes of their
+two passes; the shadows' share of it says whether anything else could close it. Replayed back to
+back, though, the shadows find their data in the CPU's caches; inside `auto`'s pass vLLM's own
+calls run between them. So each round also runs hkv's `lru` through the manager with the same
+request ends replayed by a fresh `ShadowSet` at each request's end (`with_shadows`): what that
+adds to the `lru` pass is the shadows' cost where `auto` runs them. Passes of their
 own, after the rounds, time the adapter's calls for hkv's `lru` and `auto` and `auto`'s request end
 inside them (`ADAPTER_PARTS`, `AUTO_PARTS`): where the rest of `auto`'s time goes. The heap
 is frozen first, as vLLM's engine freezes it (`replay_speed.frozen_heap`).
@@ -130,6 +134,10 @@ def request_ends(trace, capacity: int) -> tuple[list, dict]:
     return ends, shadows._context
 
 
+PASSES = ("vllm:lru", "lru", "auto", "shadows", "lru+shadows", "shadows_in_pass")
+"""`budget`'s passes a round: vLLM's lru, hkv's lru and `auto` through vLLM's manager, `auto`'s
+shadows alone on its recorded request ends, back to back, and a pass of hkv's lru with those
+request ends replayed at each request's end (`with_shadows`), and the shadows' own time in it."""
 ADAPTER_PARTS = ("on_store_miss", "on_request_finished", "evict", "sync")
 """vLLM 0.32's calls into hkv's adapter a request makes (besides `get`, `insert` and the `mark_*`
 of each block, the containers' own methods), none inside another but `sync` (the inserts handed
@@ -160,6 +168,40 @@ def timed_parts(trace, name: str, capacity: int) -> dict[str, list]:
     return cells
 
 
+def with_shadows(
+    trace, capacity: int, ends: list, context: dict, out: list | None = None
+) -> tuple[float, float]:
+    """A pass of `trace` through vLLM's manager run by hkv's `lru`, where every request's end also
+    replays `auto`'s recorded request end through a fresh `ShadowSet` of its experts, as `auto`
+    does at that point: (the pass's seconds, the shadows' seconds inside it). The shadows then
+    run where `auto` runs them, between vLLM's own calls, which leave other data in the CPU's
+    caches than a loop of request ends replayed back to back does. `out` (a list) gets each
+    replay's result, in order."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager
+    from hkv.policies.auto import DEFAULT_EXPERTS
+    from hkv.policies.shadow import ShadowSet
+
+    manager = hkv_manager("lru", trace, capacity)
+    adapter = manager._policy
+    shadows = ShadowSet(list(DEFAULT_EXPERTS), capacity, context, native=True, keys=True)
+    finished, pending, spent = adapter.on_request_finished, iter(ends), [0.0]
+
+    def on_request_finished(*args, **kwargs):
+        out = finished(*args, **kwargs)
+        request = next(pending, None)
+        if request is not None:
+            start = time.perf_counter()
+            hits = shadows.replay_columns(*request)
+            spent[0] += time.perf_counter() - start
+            if out is not None:
+                out.append(hits)
+        return out
+
+    adapter.on_request_finished = on_request_finished
+    seconds = trace.num_block_refs / drive(trace, manager)["refs_per_s"]
+    return seconds, spent[0]
+
+
 def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
     """vLLM's lru, hkv's lru and auto through vLLM's manager, and auto's shadows alone on the
     request ends it gave them, in `repeats` rounds (one pass of each a round)."""
@@ -168,7 +210,7 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
 
     capacity = capacity_for(trace, fraction)
     ends, context = request_ends(trace, capacity)
-    passes: dict[str, list[float]] = {"vllm:lru": [], "lru": [], "auto": [], "shadows": []}
+    passes: dict[str, list[float]] = {name: [] for name in PASSES}
     for _ in range(repeats):
         for name in ("vllm:lru", "lru", "auto"):  # replay_speed's passes (`vllm:lru`: its baseline)
             passes[name].append(trace.num_block_refs / through_vllm(trace, name, capacity))
@@ -177,6 +219,9 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
         for misses, hits in ends:
             shadows.replay_columns(misses, hits)
         passes["shadows"].append(time.perf_counter() - start)
+        both, inside = with_shadows(trace, capacity, ends, context)
+        passes["lru+shadows"].append(both)
+        passes["shadows_in_pass"].append(inside)
     parts = {name: [timed_parts(trace, name, capacity) for _ in range(repeats)]
              for name in ("lru", "auto")}  # fmt: skip
     median = {name: statistics.median(times) for name, times in passes.items()}
@@ -195,6 +240,13 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
         "shadows_share_of_allowance": round(median["shadows"] / allowance, 2)
         if allowance > 0
         else None,  # (hkv's lru no faster than vLLM's: no allowance to share)
+        # what the shadows add to a pass where they run between vLLM's calls (`with_shadows`)
+        "shadows_added_s": round(median["lru+shadows"] - median["lru"], 4),
+        "shadows_added_share_of_allowance": round(
+            (median["lru+shadows"] - median["lru"]) / allowance, 2
+        )
+        if allowance > 0
+        else None,
         "parts_s_median": {  # (timed passes of their own after the rounds, one a repeat)
             name: {part: round(statistics.median(p[part][0] for p in runs), 4) for part in runs[0]}
             for name, runs in parts.items()
@@ -206,7 +258,8 @@ def budget(trace, fraction: float, repeats: int) -> dict[str, Any]:
     print(f"{fraction:4.0%} ({capacity} blocks): vLLM lru {median['vllm:lru']:.3f} s, hkv lru "
           f"{median['lru']:.3f}, auto {median['auto']:.3f} (x{row['auto_vs_vllm_lru_speed']:.2f} "
           f"vLLM lru's speed); allowance {allowance:.3f} s, auto's shadows alone "
-          f"{median['shadows']:.3f} s", flush=True)  # fmt: skip
+          f"{median['shadows']:.3f} s, {median['shadows_in_pass']:.3f} s inside a pass, which they "
+          f"slow by {median['lru+shadows'] - median['lru']:.3f} s", flush=True)  # fmt: skip
     return row
 
 

@@ -588,7 +588,7 @@ def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_p
     trace = Trace(requests, 512)
     row = shadow_cost.budget(trace, 0.1, 2)
     assert row["request_ends"] == len(requests) and row["block_refs"] == trace.num_block_refs
-    assert set(row["pass_s_median"]) == {"vllm:lru", "lru", "auto", "shadows"}
+    assert set(row["pass_s_median"]) == set(shadow_cost.PASSES)
     assert all(t > 0 for t in row["pass_s_best"].values())
     median, half = row["pass_s_median"], 5e-5  # (each median rounded to 0.1 ms in the row)
     low = (median["vllm:lru"] - half) / (median["auto"] + half)
@@ -596,11 +596,41 @@ def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_p
     assert low - 0.001 <= row["auto_vs_vllm_lru_speed"] <= high + 0.001
     share = row["shadows_share_of_allowance"]
     assert share is None if row["allowance_s"] <= 0 else share > 0
+    added = median["lru+shadows"] - median["lru"]
+    assert abs(row["shadows_added_s"] - added) <= 2 * half
+    assert 0 < median["shadows_in_pass"] < median["lru+shadows"]
     parts, calls = row["parts_s_median"], row["parts_calls"]
     assert set(parts["lru"]) == set(shadow_cost.ADAPTER_PARTS)
     assert set(parts["auto"]) == set(shadow_cost.ADAPTER_PARTS + shadow_cost.AUTO_PARTS)
     assert calls["auto"]["after_request"] == calls["auto"]["on_request_finished"] == len(requests)
     assert parts["auto"]["replay_columns"] <= parts["auto"]["after_request"]
+
+
+def test_the_shadows_inside_a_pass_replay_every_request_end_as_back_to_back():
+    """`shadow_cost.with_shadows`: hkv's lru through vLLM's manager, auto's recorded request ends
+    replayed by fresh shadows at each request's end: every one of them, once, in order, each
+    giving the hits it gives replayed back to back (the pass's own calls between them change
+    only where the shadows' data sits, not what they decide)."""
+    pytest.importorskip("vllm")
+    from bench import shadow_cost
+    from hkv.policies.auto import DEFAULT_EXPERTS
+    from hkv.policies.shadow import ShadowSet
+    from hkv.sim.trace import Request, Trace
+
+    rng = random.Random(5)
+    requests = tuple(
+        Request(float(i), 512 * n, 1, tuple(rng.randrange(200) for _ in range(n)))
+        for i, n in enumerate(rng.randint(1, 16) for _ in range(90))
+    )
+    trace = Trace(requests, 512)
+    capacity = 40
+    ends, context = shadow_cost.request_ends(trace, capacity)
+    inside: list = []
+    seconds, shadows_s = shadow_cost.with_shadows(trace, capacity, ends, context, inside)
+    alone = ShadowSet(list(DEFAULT_EXPERTS), capacity, context, native=True, keys=True)
+    assert inside == [alone.replay_columns(*end) for end in ends]
+    assert len(inside) == len(ends) == len(requests)
+    assert 0 < shadows_s < seconds
 
 
 @pytest.mark.parametrize(
