@@ -187,7 +187,7 @@ def with_shadows(
     finished, pending, spent = adapter.on_request_finished, iter(ends), [0.0]
 
     def on_request_finished(*args, **kwargs):
-        out = finished(*args, **kwargs)
+        result = finished(*args, **kwargs)
         request = next(pending, None)
         if request is not None:
             start = time.perf_counter()
@@ -195,7 +195,7 @@ def with_shadows(
             spent[0] += time.perf_counter() - start
             if out is not None:
                 out.append(hits)
-        return out
+        return result
 
     adapter.on_request_finished = on_request_finished
     seconds = trace.num_block_refs / drive(trace, manager)["refs_per_s"]

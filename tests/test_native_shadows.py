@@ -597,7 +597,7 @@ def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_p
     share = row["shadows_share_of_allowance"]
     assert share is None if row["allowance_s"] <= 0 else share > 0
     added = median["lru+shadows"] - median["lru"]
-    assert abs(row["shadows_added_s"] - added) <= 2 * half
+    assert abs(row["shadows_added_s"] - added) <= 3 * half + 1e-9  # three roundings
     assert 0 < median["shadows_in_pass"] < median["lru+shadows"]
     parts, calls = row["parts_s_median"], row["parts_calls"]
     assert set(parts["lru"]) == set(shadow_cost.ADAPTER_PARTS)
