@@ -740,29 +740,60 @@ def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisi
 
 
 def test_the_cpu_budget_rows_and_verdict_come_from_the_least_disturbed_passes():
-    """`bench_vllm_auto.cpu_budget_rows`: each tier's best passes, the allowance (vLLM lru's
+    """`cpu_budget.cpu_budget_rows`: each tier's best passes, the allowance (vLLM lru's
     less hkv lru's) and the shadows' share of it; the verdict counts the tiers at 1.0x or more."""
-    from hkv.report import bench_vllm_auto
+    from hkv.report import cpu_budget
 
     def cell(frac: float, shadows: float) -> dict:
         best = {"vllm:lru": 0.6, "lru": 0.4, "auto": 0.9, "shadows": shadows}
         return {"capacity_frac": frac, "capacity_blocks": 100, "pass_s_best": best}
 
-    rows = bench_vllm_auto.cpu_budget_rows({"cells": [cell(0.01, 0.3), cell(0.1, 0.1)]})
+    rows = cpu_budget.cpu_budget_rows({"cells": [cell(0.01, 0.3), cell(0.1, 0.1)]})
     assert rows[0]["tier"] == "1 % (100 blocks)" and rows[0]["allowance s"] == 0.2
     assert [r["shadows / allowance"] for r in rows] == [1.5, 0.5]
     assert rows[0]["auto x vLLM lru's speed"] == 0.67
-    verdict = bench_vllm_auto.cpu_budget_verdict(rows)
+    verdict = cpu_budget.cpu_budget_verdict(rows)
     tail = "0.50x to 1.50x of the allowance, all of it or more at 1 of 2 tier sizes."
     assert verdict.endswith(tail)
-    every = bench_vllm_auto.cpu_budget_verdict(rows[:1])
+    every = cpu_budget.cpu_budget_verdict(rows[:1])
     assert "1.50x to 1.50x of the allowance at every tier size" in every
-    inside = bench_vllm_auto.cpu_budget_verdict(rows[1:])  # shadows 0.1 s of a 0.2 s allowance
+    inside = cpu_budget.cpu_budget_verdict(rows[1:])  # shadows 0.1 s of a 0.2 s allowance
     assert inside.endswith(
         "0.50x to 0.50x of the allowance, inside it at every tier size; the rest of auto's pass "
         "beyond hkv lru's took 0.400 to 0.400 s where the shadows left 0.100 to 0.100 s of the "
         "allowance."
     )
+
+
+def test_the_cpu_budget_verdict_reads_what_the_shadows_added_inside_a_pass_where_it_was_run():
+    """Where a run replayed the shadows inside hkv lru's pass (`shadow_cost.with_shadows`), the
+    rows give what that added and its share of the allowance, and the verdict goes by it: the
+    shadows can fit the allowance back to back and not where `auto` runs them."""
+    from hkv.report import cpu_budget
+
+    def cell(frac: float, both: float) -> dict:
+        best = {"vllm:lru": 0.6, "lru": 0.4, "auto": 0.8, "shadows": 0.15, "lru+shadows": both}
+        return {"capacity_frac": frac, "capacity_blocks": 100, "pass_s_best": best}
+
+    rows = cpu_budget.cpu_budget_rows({"cells": [cell(0.01, 0.65), cell(0.1, 0.5)]})
+    assert [r["shadows added in a pass s"] for r in rows] == [0.25, 0.1]
+    assert [r["added / allowance"] for r in rows] == [1.25, 0.5]
+    assert [r["shadows / allowance"] for r in rows] == [0.75, 0.75]
+    assert list(rows[0])[-1] == "auto x vLLM lru's speed"
+    verdict = cpu_budget.cpu_budget_verdict(rows)
+    assert "0.75x to 0.75x of the allowance replayed back to back" in verdict
+    assert verdict.endswith("0.50x to 1.25x of it to hkv lru's pass replayed where auto replays "
+                            "them, all of it or more at 1 of 2 tier sizes.")  # fmt: skip
+    assert cpu_budget.cpu_budget_verdict(rows[:1]).endswith(
+        "with them replayed exactly, nothing else auto could shed would bring it to vLLM lru's "
+        "speed here."
+    )
+    same = {"vllm:lru": 0.4, "lru": 0.4, "auto": 0.8, "shadows": 0.1, "lru+shadows": 0.5}
+    slower = cpu_budget.cpu_budget_rows(
+        {"cells": [{"capacity_frac": 0.05, "capacity_blocks": 9, "pass_s_best": same}]}
+    )
+    assert slower[0]["added / allowance"] is None
+    assert cpu_budget.cpu_budget_verdict(slower).endswith("no faster than vLLM's here.")
 
 
 def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():
