@@ -59,7 +59,7 @@ def test_speed_adjusted_finds_the_ratio_the_host_hid():
     assert engine_noise.speed_adjusted({"runs": runs[1:3]}, (8, 1)) is None  # too few runs
 
 
-def test_pooled_keeps_engines_that_decided_as_the_last_and_bounds_the_mean():
+def test_pooled_keeps_engines_that_decided_as_most_did_and_bounds_the_mean():
     files = []
     for i, change in enumerate((1.04, 0.97, 1.01, 1.02)):
         runs = [_run("lru", 10.0), _run("lru", 10.2),
@@ -74,6 +74,10 @@ def test_pooled_keeps_engines_that_decided_as_the_last_and_bounds_the_mean():
     assert 0.97 <= wall["low"] <= wall["mean"] <= wall["high"] <= 1.04
     assert engine_noise.pooled(files, (12, 1)) is None  # no engine ran that cell
     assert engine_noise.pooled(files, (8, 1)) == engine_noise.pooled(files, (8, 1))  # seeded
+    later = engine_noise.pooled([*files, ("odd", {"runs": odd})], (8, 1))  # the latest, alone
+    assert later["left_out"] == 1 and len(later["engines"]) == 4
+    pair = [("a", {"runs": odd}), ("b", {"runs": odd}), *files[:2]]  # two and two: the later
+    assert [e["file"] for e in engine_noise.pooled(pair, (8, 1))["engines"]] == ["e0", "e1"]
 
 
 def test_each_timed_run_gets_the_idle_rates_around_it(monkeypatch, tmp_path):

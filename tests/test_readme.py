@@ -4008,24 +4008,26 @@ def _pooled_claim() -> tuple[Any, ...]:
 POOLED = (
     "All the committed engines at once (`hkv.report.engine_noise.pooled`, shown in notebook 08). "
     "One engine's medians move by a few percent from session to session, but on a given cell "
-    "`auto` decides alike in every engine where nothing in its decisions changed: it stores and "
-    "loads the same blocks, timing does not steer it. So the {} committed engine files whose "
-    "policies took turns can be read together: per cell, those where `auto` stored and loaded "
-    "what it did in the latest of them, each one's ratio of medians to lru's, their geometric "
-    "mean, and a 95 % interval from resampling the engines (seeded). On the skewed variant at 8 "
-    "GiB ({} engines, {} rounds of `auto`): wall time {:+z.1f} % ({:+z.1f} % to {:+z.1f} %), "
-    "mean TTFT {:+z.1f} % ({:+z.1f} % to {:+z.1f} %), policy time {:+z.1f} % ({:+z.1f} % to "
-    "{:+z.1f} %). The wall time is within the bar's 1 %; the mean TTFT and the policy time are "
-    "over it, the policy time's whole interval too. `hkv_lru`, which decides as lru does, read "
-    "the same way there ({} engines): {:+z.1f} % in wall time, {:+z.1f} % in mean TTFT, policy "
-    "time {:+z.1f} %: `auto`'s mean TTFT is {:.1f} points behind that of lru's own decisions run "
-    "by hkv's adapter, the cost of what sets the two apart, its `lip` phase before it switches "
-    "and its extra work on every block. On the "
-    "skewed variant at 12 GiB ({} engines): {:+z.1f} % and {:+z.1f} %, policy time {:+z.1f} % "
-    "({:+z.1f} % to {:+z.1f} %), over the bar's 1.0x too. On the anchor at 8 GiB ({} engines): "
-    "{:+z.1f} % and {:+z.1f} %, policy time {:+z.1f} %; at 16 GiB ({} engines): {:+z.1f} % and "
-    "{:+z.1f} %. Older engines ran slower builds of `auto`'s code with the same decisions, so "
-    "its policy time here leans against it."
+    "`auto` decides alike in the engines where nothing in its decisions changed: it stores and "
+    "loads the same blocks, timing does not steer it, save that each engine seeds its own block "
+    "hashes, so on a tier large enough for sampled shadows it samples other keys in each and now "
+    "and then decides otherwise. So the {} committed engine files whose policies took turns can "
+    "be read together: per cell, those where `auto` stored and loaded what it did in most of "
+    "them (the later outcome where two are as common), each one's ratio of medians to lru's, "
+    "their geometric mean, and a 95 % interval from resampling the engines (seeded). On the "
+    "skewed variant at 8 GiB ({} engines, {} rounds of `auto`): wall time {:+z.1f} % ({:+z.1f} % "
+    "to {:+z.1f} %), mean TTFT {:+z.1f} % ({:+z.1f} % to {:+z.1f} %), policy time {:+z.1f} % "
+    "({:+z.1f} % to {:+z.1f} %). The wall time is within the bar's 1 %; the mean TTFT and the "
+    "policy time are over it, the policy time's whole interval too. `hkv_lru`, which decides as "
+    "lru does, read the same way there ({} engines): {:+z.1f} % in wall time, {:+z.1f} % in mean "
+    "TTFT, policy time {:+z.1f} %: `auto`'s mean TTFT is {:.1f} points behind that of lru's own "
+    "decisions run by hkv's adapter, the cost of what sets the two apart, its `lip` phase before "
+    "it switches and its extra work on every block. On the skewed variant at 12 GiB ({} "
+    "engines): {:+z.1f} % and {:+z.1f} %, policy time {:+z.1f} % ({:+z.1f} % to {:+z.1f} %), "
+    "over the bar's 1.0x too. On the anchor at 8 GiB ({} engines): {:+z.1f} % and {:+z.1f} %, "
+    "policy time {:+z.1f} %; at 16 GiB ({} engines): {:+z.1f} % and {:+z.1f} %. Older engines "
+    "ran slower builds of `auto`'s code with the same decisions, so its policy time here leans "
+    "against it."
 )
 CLAIMS += [
     (POOLED, _pooled_claim),
@@ -4179,6 +4181,58 @@ CLAIMS += [
         _budget_in_short,
     )
 ]
+
+
+def _h100_4e95392() -> tuple[Any, ...]:
+    """The H100 session at 4e95392: the rounds of the two skewed engines and of the anchor one;
+    where `auto` switched in each skewed engine (request, leader); per skewed engine auto's
+    wall, TTFT and policy ratio against lru and hkv_lru's wall; on the anchor auto's wall, TTFT
+    and policy ratio and hkv_lru's policy ratio; the skewed pool's engines (`_pooled`)."""
+    first, second = result("vllm_h100_time_4e95392.json"), result("vllm_h100_time_4e95392_2.json")
+    skewed = ((first, "hkv_auto"), (second, "hkv_auto"))
+    auto = [cell_rows(data, "hkv_auto")[("skewed (Zipf 1)", 8.0)] for data, _ in skewed]
+    twin = [cell_rows(data, "hkv_lru")[("skewed (Zipf 1)", 8.0)] for data, _ in skewed]
+    anchor = cell_rows(first, "hkv_auto")[("anchor", 8.0)]
+    anchor_twin = cell_rows(first, "hkv_lru")[("anchor", 8.0)]
+
+    def runs(data, pop):
+        return [r for r in data["runs"] if r["policy"] == "hkv_auto" and r["popularity"] == pop]
+
+    switches = []
+    for data in (first, second):
+        leaders = {tuple(r["policy_leaders"][1][:2]) for r in runs(data, 1.0)}
+        assert len(leaders) == 1  # every round of an engine switched alike
+        request, leader = next(iter(leaders))
+        switches += [leader, request]
+    assert all(r["policy_leaders"] == ["lip"] for r in runs(first, 0.0))  # no switch
+    pool = _pooled("hkv_auto")["skewed, 8 GiB"]["engines"]
+    return (len(runs(first, 1.0)), len(runs(second, 1.0)), len(runs(first, 0.0)), *switches,
+            100 * auto[0]["wall_vs_lru"], 100 * auto[1]["wall_vs_lru"],
+            100 * auto[0]["ttft_vs_lru"], 100 * auto[1]["ttft_vs_lru"], auto[0]["policy_x_lru"],
+            auto[1]["policy_x_lru"], 100 * twin[0]["wall_vs_lru"], 100 * twin[1]["wall_vs_lru"],
+            100 * anchor["wall_vs_lru"], 100 * anchor["ttft_vs_lru"], anchor["policy_x_lru"],
+            anchor_twin["policy_x_lru"], pool)  # fmt: skip
+
+
+H100_4E95392 = (
+    "At hkv 4e95392, whose `auto` and adapter are 65451c8's (vLLM 0.26's first touch of a text "
+    "request hands `auto` its resident blocks' metas), an H100 ran three engines, an H200 being "
+    "asked for and none coming: lru, `hkv_auto` and `hkv_lru` taking turns in rotated order "
+    "(`data/results/vllm_h100_time_4e95392.json` and `_2.json`), the skewed variant at 8 GiB "
+    "twice, {} and {} rounds, and the anchor at 8 GiB once, {} rounds. On the skewed variant the "
+    "two engines' block-hash seeds led `auto`'s sampled shadows apart: to `{}` at request {} in "
+    "the one and to `{}` at request {} in the other. Its median wall time came out {:+z.1f} % and "
+    "{:+z.1f} % against lru's, its mean TTFT {:+z.1f} % and {:+z.1f} %, its policy time {:.2f}x "
+    "and {:.2f}x lru's; `hkv_lru`, deciding as lru does, {:+z.1f} % and {:+z.1f} % in wall time, "
+    "so the noise between rounds was as large as the gap. On the anchor at 8 GiB `auto` came out "
+    "{:+z.1f} % in wall time and {:+z.1f} % in mean TTFT, its policy time {:.2f}x lru's, "
+    "`hkv_lru`'s {:.2f}x: inside the bar there, policy time included. The pool above now keeps, "
+    "per cell, the engines where `auto` decided as in most of them, where it kept those that "
+    "decided as the latest did: with the latest skewed engine's seed leading it to `cost_aware`, "
+    "that rule would have read the cell from the older engines that went that way, most of them "
+    "slower builds of `auto`, instead of the {} that went to lru."
+)
+CLAIMS += [(H100_4E95392, _h100_4e95392)]
 
 
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])

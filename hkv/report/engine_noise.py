@@ -23,6 +23,7 @@ import json
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -106,12 +107,14 @@ def pooled(
     base: str = "lru",
     resamples: int = 10_000,
 ) -> dict[str, Any] | None:
-    """Engines where `policy` ran with `base` in `cell` and decided as in the last of them
-    (`stored_blocks` and `loaded_blocks` of its first run there equal): each one's ratio of
-    median wall time and of median mean TTFT to `base`'s, their geometric means, and 95 %
-    percentile intervals of those means over `resamples` draws of the engines (seeded: the same
-    every time). `results` are (name, folded file) pairs, oldest first. None where no engine
-    ran both."""
+    """Engines where `policy` ran with `base` in `cell` and decided as in most of them
+    (`stored_blocks` and `loaded_blocks` of its first run there equal; of two outcomes as common,
+    the later one's): each one's ratio of median wall time and of median mean TTFT to `base`'s,
+    their geometric means, and 95 % percentile intervals of those means over `resamples` draws
+    of the engines (seeded: the same every time). `results` are (name, folded file) pairs,
+    oldest first. None where no engine ran both. Most, not the latest: each engine seeds its own
+    block hashes, so a sampled `auto` samples other keys in each and may decide otherwise in one
+    engine; the engines that decided alike are the repeats of one comparison."""
     engines = []
     for name, data in results:
         runs = cell_runs(data, cell)
@@ -128,7 +131,10 @@ def pooled(
             })  # fmt: skip
     if not engines:
         return None
-    kept = [e for e in engines if e["decided"] == engines[-1]["decided"]]
+    counts = Counter(e["decided"] for e in engines)
+    most = max(counts.values())
+    common = next(e["decided"] for e in reversed(engines) if counts[e["decided"]] == most)
+    kept = [e for e in engines if e["decided"] == common]
     out: dict[str, Any] = {"engines": kept, "left_out": len(engines) - len(kept)}
     draw = random.Random(0)
     for key in ("wall", "ttft", "policy_s"):
