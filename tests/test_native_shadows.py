@@ -553,19 +553,25 @@ def test_the_c_registry_of_ids_registers_a_block_again_only_where_its_meta_chang
         shadows.register([1, 2], ["a"], [meta])
 
 
+def _random_trace(seed: int, count: int, longest: int, keys: int):
+    """`count` requests of 1 to `longest` 512-token blocks drawn from `keys` block hashes."""
+    from hkv.sim.trace import Request, Trace
+
+    rng = random.Random(seed)
+    requests = tuple(
+        Request(float(i), 512 * n, 1, tuple(rng.randrange(keys) for _ in range(n)))
+        for i, n in enumerate(rng.randint(1, longest) for _ in range(count))
+    )
+    return Trace(requests, 512)
+
+
 def test_the_shadow_cost_bench_times_every_default_expert_and_all_together():
     """`bench.shadow_cost` replays a trace's requests through each default expert's native
     shadow and through all of them, and reports seconds a pass and time a block reference."""
     from bench import shadow_cost
     from hkv.policies.auto import DEFAULT_EXPERTS
-    from hkv.sim.trace import Request, Trace
 
-    rng = random.Random(1)
-    requests = tuple(
-        Request(float(i), 512 * n, 1, tuple(rng.randrange(400) for _ in range(n)))
-        for i, n in enumerate(rng.randint(1, 30) for _ in range(200))
-    )
-    trace = Trace(requests, 512)
+    trace = _random_trace(1, 200, 30, 400)
     cell = shadow_cost.measure(trace, 0.1, shadow_cost.columns(trace), 1)
     assert list(cell["experts"]) == list(DEFAULT_EXPERTS)
     assert cell["capacity_blocks"] >= 1 and cell["block_refs"] == trace.num_block_refs
@@ -578,14 +584,9 @@ def test_the_shadow_cost_bench_through_vllm_gives_autos_budget_and_its_shadows_p
     is the gap between the two lru passes."""
     pytest.importorskip("vllm")
     from bench import shadow_cost
-    from hkv.sim.trace import Request, Trace
 
-    rng = random.Random(2)
-    requests = tuple(
-        Request(float(i), 512 * n, 1, tuple(rng.randrange(300) for _ in range(n)))
-        for i, n in enumerate(rng.randint(1, 20) for _ in range(120))
-    )
-    trace = Trace(requests, 512)
+    trace = _random_trace(2, 120, 20, 300)
+    requests = trace.requests
     row = shadow_cost.budget(trace, 0.1, 2)
     assert row["request_ends"] == len(requests) and row["block_refs"] == trace.num_block_refs
     assert set(row["pass_s_median"]) == set(shadow_cost.PASSES)
@@ -615,15 +616,9 @@ def test_the_shadows_inside_a_pass_replay_every_request_end_as_back_to_back():
     from bench import shadow_cost
     from hkv.policies.auto import DEFAULT_EXPERTS
     from hkv.policies.shadow import ShadowSet
-    from hkv.sim.trace import Request, Trace
 
-    rng = random.Random(5)
-    requests = tuple(
-        Request(float(i), 512 * n, 1, tuple(rng.randrange(200) for _ in range(n)))
-        for i, n in enumerate(rng.randint(1, 16) for _ in range(90))
-    )
-    trace = Trace(requests, 512)
-    capacity = 40
+    trace = _random_trace(5, 90, 16, 200)
+    requests, capacity = trace.requests, 40
     ends, context = shadow_cost.request_ends(trace, capacity)
     inside: list = []
     seconds, shadows_s = shadow_cost.with_shadows(trace, capacity, ends, context, inside)
