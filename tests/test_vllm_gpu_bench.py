@@ -793,7 +793,9 @@ def test_the_cpu_budget_verdict_reads_what_the_shadows_added_inside_a_pass_where
         {"cells": [{"capacity_frac": 0.05, "capacity_blocks": 9, "pass_s_best": same}]}
     )
     assert slower[0]["added / allowance"] is None
-    assert cpu_budget.cpu_budget_verdict(slower).endswith("no faster than vLLM's here.")
+    assert cpu_budget.cpu_budget_verdict(slower).endswith(
+        "vLLM lru's speed; hkv's lru was no faster than vLLM's here: no allowance to spend."
+    )
 
 
 def test_overhead_benchmark_salts_keys_as_an_engines_hash_seed_would():

@@ -71,13 +71,12 @@ def _in_pass_verdict(rows: list[dict[str, Any]]) -> str:
     speeds = [row["auto x vLLM lru's speed"] for row in rows]
     alone = [row["shadows / allowance"] for row in rows]
     shares = [row["added / allowance"] for row in rows]
-    text = (f"auto ran at {min(speeds):.2f}x to {max(speeds):.2f}x of vLLM lru's speed; its "
-            f"shadows alone took ")  # fmt: skip
+    text = f"auto ran at {min(speeds):.2f}x to {max(speeds):.2f}x of vLLM lru's speed; "
     if None in shares or None in alone:
-        return text + "what they may not: hkv's lru was no faster than vLLM's here."
-    text += (f"{min(alone):.2f}x to {max(alone):.2f}x of the allowance replayed back to back, "
-             f"and added {min(shares):.2f}x to {max(shares):.2f}x of it to hkv lru's pass "
-             "replayed where auto replays them")  # fmt: skip
+        return text + "hkv's lru was no faster than vLLM's here: no allowance to spend."
+    text += (f"its shadows alone took {min(alone):.2f}x to {max(alone):.2f}x of the allowance "
+             f"replayed back to back, and added {min(shares):.2f}x to {max(shares):.2f}x of it to "
+             "hkv lru's pass replayed where auto replays them")  # fmt: skip
     over = [s for s in shares if s >= 1.0]
     if len(over) == len(rows):
         return text + (": with them replayed exactly, nothing else auto could shed would bring "
