@@ -97,11 +97,10 @@ def note_split(keys, start: int, chunks: dict, pending: dict, metas, held: bool,
     noted = absent if metas is None else ([keys[i] for i in absent], [metas[i] for i in absent])
     if not held:
         return noted, None
-    held_at = [i for i, key in enumerate(keys) if key in chunks]
-    resident = [keys[i] for i in held_at]
     if metas is None or not held_metas:
-        return noted, resident
-    return noted, (resident, [metas[i] for i in held_at])
+        return noted, list(filter(chunks.__contains__, keys))
+    held_at = [i for i, key in enumerate(keys) if key in chunks]
+    return noted, ([keys[i] for i in held_at], [metas[i] for i in held_at])
 
 
 def text_metas(keys: list, ends: dict, block_tokens: int, metas: list, short=None) -> list | None:
