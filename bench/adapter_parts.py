@@ -40,7 +40,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "sync": (ADAPTER, "sync"),  # vLLM's inserts handed to the policy (inside the others)
     "evict": (ADAPTER, "evict"),
     "auto.after_request": ("hkv.policies.auto:AutoPolicy", "after_request"),  # in touch
-    "auto.known": ("hkv.policies.auto", "known"),  # in after_request: held blocks' columns
+    "auto.known": ("hkv.policies.held:Held", "known"),  # in after_request: held blocks' columns
     "auto.shadows": ("hkv.policies.shadow:ShadowSet", "replay_columns"),  # in after_request
     "auto.switch": ("hkv.policies.auto:AutoPolicy", "_switch"),  # in after_request
     "auto.insert_each": ("hkv.policies.auto:AutoPolicy", "insert_each"),  # in sync

@@ -355,7 +355,7 @@ def test_a_leader_built_from_the_keys_held_is_the_one_built_from_the_registry(la
     """A switch's rebuild gives its `NativeLeader` the tier's held keys (`keys` None): each
     resident id's key is the held key with that id, the others are removed, as with a registry
     of ids; `missing` names the held keys it does not hold, and `held_aside` keeps them aside
-    (None for a leader holding a key the tier does not, which the caller then removes)."""
+    (and, from a leader holding a key the tier does not, removes that key first)."""
     from hkv.policies.leader import held_aside
     from hkv.policies.tier import VllmTier, replay_request
     from tests.test_native_shadows import sessions
@@ -376,11 +376,11 @@ def test_a_leader_built_from_the_keys_held_is_the_one_built_from_the_registry(la
         built.append((sorted(c.keys(), key=repr), c.missing(held)))
         leader = NativeLeader(label, capacity, c, shadows=shadows)
         aside = held_aside(leader, held)
-        assert aside is not None and set(aside) == set(held) - set(leader)
+        assert set(aside) == set(held) - set(leader)
     assert built[0] == built[1] and built[0][0]
     extra = next(k for request in requests[150:] for k, _ in request if k not in held)
     leader.insert(extra, BlockMeta(tokens=TOKENS, position=0))
-    assert held_aside(leader, held) is None
+    assert held_aside(leader, held) == aside and extra not in leader
 
 
 def test_a_leader_built_from_the_keys_held_takes_the_later_of_two_keys_with_one_id():

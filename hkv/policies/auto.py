@@ -12,9 +12,10 @@ from typing import Any
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
 from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
+from hkv.policies.held import Held
 from hkv.policies.history import History, Recent
 from hkv.policies.leader import held_aside, native_first
-from hkv.policies.native import Columns, known, sampled
+from hkv.policies.native import Columns, sampled
 from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged, paused_gc
 from hkv.policies.tier import VllmTier
 
@@ -159,7 +160,7 @@ class AutoPolicy(EvictionPolicy):
         self._leader = self.experts.index(self.first)
         self._live = make_expert(self.first, capacity, **context)
         self._aside: dict[Key, BlockMeta] = {}  # held, but given up by the leader: evicted first
-        self._metas: dict[Key, BlockMeta] = {}  # every held key's meta (for the shadows)
+        self._held = Held()  # every held key's meta (for the shadows and a switch)
         self._declined = Recent(capacity + 64)  # recent misses the leader declined
         self._pending: Columns = ([], [])  # misses since the last request's end: keys, metas
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
@@ -225,7 +226,7 @@ class AutoPolicy(EvictionPolicy):
             return
         context = {"cost_model": self.cost_model, "config": self.config}
         live = make_expert(PER_BLOCK_FIRST, self.capacity_blocks, **context)
-        for key, meta in self._metas.items():
+        for key, meta in self._held.of(self._live).items():
             if key in self._live and live.admit(key, meta):
                 live.insert(key, meta)
         self._live, self._leader = live, self.experts.index(PER_BLOCK_FIRST)
@@ -233,6 +234,7 @@ class AutoPolicy(EvictionPolicy):
     def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         if not self._noted and self._shadows.native:  # vLLM pins nothing: lead from C
             self._live = native_first(self._live, self.leader, self.capacity_blocks)
+            self._held.fit(self._live, self._held.of(self._live), self._aside)
         self._noted = True
         self._keep(keys, metas)
 
@@ -247,9 +249,10 @@ class AutoPolicy(EvictionPolicy):
         # with nothing aside, the leader's own checks (room, a new key) are the tier's
         if aside and (key in aside or key in live or len(self) >= self.capacity_blocks):
             self._check_insert(key, len(self), key in self)  # raises
-        if live.insert(key, meta):  # room: the keys aside hold it; refused (NativeLeader):
-            aside[key] = meta  # its id is another key's, so it is kept outside the leader
-        self._metas[key] = meta
+        refused = live.insert(key, meta)  # room: the keys aside hold it; refused (NativeLeader):
+        if refused:  # its id is another key's, so it is kept outside the leader
+            aside[key] = meta
+        self._held.add((key,), (meta,), live, refused)
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
@@ -258,8 +261,8 @@ class AutoPolicy(EvictionPolicy):
             super().insert_each(keys, metas)
             return
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
-        self._metas.update(zip(keys, metas, strict=True))
-        aside.update((key, self._metas[key]) for key in refused or ())  # refused: set aside
+        self._held.add(keys, metas, self._live, refused)  # (a dict again where one is refused)
+        aside.update((key, self._held.metas[key]) for key in refused or ())  # refused: set aside
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)
@@ -273,7 +276,7 @@ class AutoPolicy(EvictionPolicy):
     def remove(self, key: Key) -> None:
         if self._aside.pop(key, None) is None:
             self._live.remove(key)
-        self._metas.pop(key, None)
+        self._held.drop((key,), self._live, self._aside)
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         """The keys set aside first (oldest first), then the leader's own victims."""
@@ -286,11 +289,9 @@ class AutoPolicy(EvictionPolicy):
         rest = self._live.evict(n - len(first), protected) if len(first) < n else []
         if rest is None:
             return None
-        pop = self._metas.pop
         for key in first:
             del self._aside[key]
-        for key in chain(first, rest):
-            pop(key, None)
+        self._held.drop(chain(first, rest), self._live, self._aside)
         return first + rest if first else rest
 
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key], metas=None) -> None:
@@ -301,12 +302,13 @@ class AutoPolicy(EvictionPolicy):
         if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again:
             for key in [key for key in reused if key in aside]:  # the leader takes it (room)
                 live.insert(key, aside.pop(key))
+            self._held.settle(live, aside)
         live.after_request(stored, reused)
         pending, self._pending = self._pending, ([], [])
         if not self.capacity_blocks:
             return
         reused = reused if isinstance(reused, list) else list(reused)
-        found = known(reused, self._metas, self._declined) if metas is None else (reused, metas)
+        found = self._held.known(reused, self._declined, live) if metas is None else (reused, metas)
         threshold = self._threshold if self._sampled else None
         if threshold is not None and (pending[0] or found[0]):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)
@@ -350,23 +352,18 @@ class AutoPolicy(EvictionPolicy):
         the expert replayed over the last requests), fitted to the tier; one of `LIVE_IN_C` in C
         where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
         with paused_gc():  # thousands of new objects, no cycle among them
+            held = self._held.of(self._live)
             if self._sampled:
-                live = self._rebuild(best)
+                live = self._rebuild(best, held)
             else:
                 memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-                live = self._shadows.copied(best, memo, live=self._noted, held=self._metas)
-            held = self._metas
-            self._aside = held_aside(live, held)  # in C, for a NativeLeader of held keys only
-            if self._aside is None:
-                resident = list(live)
-                for key in [key for key in resident if key not in held]:
-                    live.remove(key)
-                kept = held.keys() & resident  # what `live` holds now, as a set
-                self._aside = {key: meta for key, meta in held.items() if key not in kept}
+                live = self._shadows.copied(best, memo, live=self._noted, held=held)
+            self._aside = held_aside(live, held)  # (what `live` holds that `held` has not: gone)
+            self._held.fit(live, held, self._aside)
         self._live, self._leader = live, best
         self.switches += 1
 
-    def _rebuild(self, best: int) -> EvictionPolicy:
+    def _rebuild(self, best: int, held: dict) -> EvictionPolicy:
         """Expert `best` as it would run the tier now: its last live instance, if it led
         within the history kept, caught up on the requests since (a flip back after a few
         requests then costs those requests, not a replay of the whole history), otherwise a new
@@ -383,8 +380,7 @@ class AutoPolicy(EvictionPolicy):
         else:  # replayed in C where the shadows run there and the expert can be handed over
             context = {"cost_model": self.cost_model, "config": self.config}
             label, capacity = self.experts[best], self.capacity_blocks
-            policy = self._shadows.rebuilt(label, capacity, history.kept(), held=self._metas,
-                                           live=True)  # fmt: skip
+            policy = self._shadows.rebuilt(label, capacity, history.kept(), held=held, live=True)
             requests = iter(()) if policy is not None else history.whole()
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
                 policy = make_expert(label, capacity, **context)

@@ -60,6 +60,7 @@ class NativeLeader(EvictionPolicy):
         self._shadows = shadows
         self._value = value
         self._worths: dict[tuple, float] = {} if worths is None else worths
+        self._keep = False  # each insert's meta kept beside its key (`keeping_metas`)
 
     def reset(self) -> None:
         """Forget every block and all learned state: a fresh expert in C."""
@@ -73,7 +74,9 @@ class NativeLeader(EvictionPolicy):
         twin = copy.copy(self)
         memo[id(self)] = twin
         twin._shadows = self._shadows.cloned(0)
-        twin._c = native.leader(twin._shadows, {native.key_bits(k): k for k in self})
+        held = self._c.held()  # the keys, oldest first, with the metas kept
+        twin._c = native.leader(twin._shadows, {native.key_bits(k): k for k in held}, held)
+        twin._c.reorder(held)
         twin._worths = dict(self._worths)
         return twin
 
@@ -86,6 +89,34 @@ class NativeLeader(EvictionPolicy):
         if worth is None:
             worth = self._worths[shape] = self._value(meta)
         return worth
+
+    def keeping_metas(self) -> NativeLeader:
+        """This leader, from now on keeping each inserted key's meta beside it in C (`auto`'s
+        tier: `held.Held`); a prefix-value expert's `insert_each` keeps them anyway."""
+        self._keep = True
+        return self
+
+    @property
+    def keeping(self) -> bool:
+        """Whether it keeps the metas of the keys inserted (`keeping_metas`)."""
+        return self._keep
+
+    @property
+    def keeps_metas(self) -> bool:
+        """Whether it keeps metas and has every resident key's."""
+        return self._keep and self._c.metas_kept()
+
+    def held_metas(self) -> dict[Key, BlockMeta | None]:
+        """Each resident key's meta kept (None: none), oldest first (in the order they came)."""
+        return self._c.held()
+
+    def known(self, keys: list, second: dict) -> tuple[list, list]:
+        """Of `keys`, those resident with a meta kept, else in `second`, with it, in order."""
+        return self._c.known(keys, second)
+
+    def reorder(self, held: dict) -> None:
+        """The resident keys of `held` made the newest, in its order, with its metas."""
+        self._c.reorder(held)
 
     def __len__(self) -> int:
         return len(self._c)
@@ -122,9 +153,10 @@ class NativeLeader(EvictionPolicy):
 
     def insert(self, key: Key, meta: BlockMeta) -> bool:
         """Insert `key`; True where it is refused (its id is another resident key's)."""
+        kept = meta if self._keep else None
         if self._queue:
-            return self._c.insert_one(key, 0, 0, 0.0)
-        return self._c.insert_one(key, meta.position, meta.tokens, self._worth(meta))
+            return self._c.insert_one(key, 0, 0, 0.0, kept)
+        return self._c.insert_one(key, meta.position, meta.tokens, self._worth(meta), kept)
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[Key]:
         """Insert in order; the keys refused for an id another key holds are returned."""
@@ -132,7 +164,7 @@ class NativeLeader(EvictionPolicy):
         if len(keys) != len(metas):
             raise ValueError(f"insert_each: {len(keys)} keys, {len(metas)} metas")
         if self._queue:
-            return self._c.insert(keys, None, None, None)
+            return self._c.insert(keys, None, None, None, metas if self._keep else None)
         return self._c.insert_metas(keys, metas, self._value, self._worths)
 
     def touch(self, key: Key) -> None:
@@ -173,16 +205,20 @@ def _listed(keys: Iterable[Key]) -> list[Key]:
     return keys if isinstance(keys, list) else list(keys)
 
 
-def held_aside(live: EvictionPolicy, held: dict[Key, BlockMeta]) -> dict | None:
+def held_aside(live: EvictionPolicy, held: dict[Key, BlockMeta]) -> dict[Key, BlockMeta]:
     """What `auto` keeps aside after a switch to `live`: the keys of `held` it does not hold,
-    with their metas, found in C where `live` is a `NativeLeader` that holds only keys of `held`
-    (as one built with `held` does); None otherwise (the caller works it out)."""
-    if not isinstance(live, NativeLeader):
-        return None
-    missing = live._c.missing(held)
-    if len(live) + len(missing) != len(held):  # it holds keys `held` has not (a resumed one)
-        return None
-    return {key: held[key] for key in missing}
+    with their metas, once the keys it holds that `held` has not are removed from it (a resumed
+    leader's); found in C where `live` is a `NativeLeader` that holds only keys of `held` (as one
+    built with `held` does)."""
+    if isinstance(live, NativeLeader):
+        missing = live._c.missing(held)
+        if len(live) + len(missing) == len(held):
+            return {key: held[key] for key in missing}
+    resident = list(live)
+    for key in [key for key in resident if key not in held]:
+        live.remove(key)
+    kept = held.keys() & resident  # what `live` holds now, as a set
+    return {key: meta for key, meta in held.items() if key not in kept}
 
 
 def native_first(policy: EvictionPolicy, label: str, capacity_blocks: int) -> EvictionPolicy:

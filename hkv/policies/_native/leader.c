@@ -11,14 +11,23 @@
  * `BIPPolicy` with `bip_every` 0, `StoreThreshold` of lru). */
 #include "leader.h"
 
+/* a resident key's slot: the key and its meta (references; NULL where none), and the slots
+ * before and after it in the order the keys came in (-1 at the ends) */
+typedef struct {
+    PyObject *key, *meta;
+    int64_t prev, next;
+} held_slot;
+
 typedef struct {
     PyObject_HEAD
     PyObject *shadows; /* the `Shadows` holding the expert: kept alive */
     hkv_expert *expert;
     int queue;         /* a queue expert (`hkv_queue_leader`), else a prefix-value one */
     int offers;        /* lru+st2: touches and reuses count as offers, resident or not */
-    hkv_map reg;       /* the resident keys: id -> slot of `objs` */
-    PyObject **objs;   /* `capacity` slots: each resident key (a reference), else NULL */
+    hkv_map reg;       /* the resident keys: id -> index of `objs` */
+    held_slot *objs;   /* `capacity` slots: each resident key, its meta where an insert gave one */
+    int64_t n_metas;   /* resident keys with a meta */
+    int64_t head, tail; /* the oldest and newest slot (-1: none) */
     int64_t *free_objs, n_free;
     uint64_t *ids; /* scratch: a call's ids */
     hkv_block *blocks;
@@ -44,12 +53,39 @@ static int reserve(Leader *self, Py_ssize_t n) {
 static int resident(Leader *self, PyObject *key, uint64_t bits) {
     int64_t *slot = hkv_map_get(&self->reg, bits);
     if (!slot) return 0;
-    PyObject *held = self->objs[*slot];
+    PyObject *held = self->objs[*slot].key;
     return held == key ? 1 : PyObject_RichCompareBool(held, key, Py_EQ);
 }
 
-/* `key` resident as id `bits` (absent, with room): 0, or -1 OOM */
-static int reg_add(Leader *self, uint64_t bits, PyObject *key) {
+static void link_last(Leader *self, int64_t slot) {
+    self->objs[slot].prev = self->tail;
+    self->objs[slot].next = -1;
+    if (self->tail >= 0) self->objs[self->tail].next = slot;
+    else self->head = slot;
+    self->tail = slot;
+}
+
+static void unlink_slot(Leader *self, int64_t slot) {
+    int64_t before = self->objs[slot].prev, after = self->objs[slot].next;
+    if (before >= 0) self->objs[before].next = after;
+    else self->head = after;
+    if (after >= 0) self->objs[after].prev = before;
+    else self->tail = before;
+}
+
+/* slot's meta set to `meta` (a new reference taken; None or NULL: none) */
+static void set_meta(Leader *self, int64_t slot, PyObject *meta) {
+    PyObject *old = self->objs[slot].meta;
+    if (meta == Py_None) meta = NULL;
+    Py_XINCREF(meta);
+    self->objs[slot].meta = meta;
+    self->n_metas += (meta != NULL) - (old != NULL);
+    Py_XDECREF(old);
+}
+
+/* `key` resident as id `bits` (absent, with room), the newest, with `meta` (None or NULL:
+ * none): 0, or -1 OOM */
+static int reg_add(Leader *self, uint64_t bits, PyObject *key, PyObject *meta) {
     int64_t slot = self->free_objs[--self->n_free];
     if (hkv_map_put(&self->reg, bits, slot) < 0) {
         self->n_free++;
@@ -57,23 +93,30 @@ static int reg_add(Leader *self, uint64_t bits, PyObject *key) {
         return -1;
     }
     Py_INCREF(key);
-    self->objs[slot] = key;
+    self->objs[slot].key = key;
+    set_meta(self, slot, meta);
+    link_last(self, slot);
     return 0;
 }
 
-/* forget id `bits`; its key (a reference the caller owns), or NULL where it was absent */
+/* forget id `bits` (its meta too); its key (a reference the caller owns), or NULL where it
+ * was absent */
 static PyObject *reg_pop(Leader *self, uint64_t bits) {
     int64_t slot;
     if (!hkv_map_del(&self->reg, bits, &slot)) return NULL;
-    PyObject *key = self->objs[slot];
-    self->objs[slot] = NULL;
+    PyObject *key = self->objs[slot].key;
+    self->objs[slot].key = NULL;
+    set_meta(self, slot, NULL);
+    unlink_slot(self, slot);
     self->free_objs[self->n_free++] = slot;
     return key;
 }
 
 static void Leader_dealloc(Leader *self) {
-    for (int64_t i = 0; self->objs && self->expert && i < self->expert->capacity; i++)
-        Py_XDECREF(self->objs[i]);
+    for (int64_t i = 0; self->objs && self->expert && i < self->expert->capacity; i++) {
+        Py_XDECREF(self->objs[i].key);
+        Py_XDECREF(self->objs[i].meta);
+    }
     Py_XDECREF(self->shadows); /* (the expert is the Shadows': freed with it) */
     PyMem_Free(self->objs);
     PyMem_Free(self->free_objs);
@@ -84,18 +127,41 @@ static void Leader_dealloc(Leader *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the keys of dict `held` by id into `by_id` (id -> index in *objs, borrowed: `held` must
- * outlive their use; of two keys with one id, the later): 0, or -1 with an exception */
-static int held_ids(PyObject *held, hkv_map *by_id, PyObject ***objs) {
-    Py_ssize_t pos = 0, n = 0;
+/* The keys of dict `held`, in its order: each key, its value (its meta) and its id, and by
+ * id the index of its key (of two keys with one id, the later's), all borrowed (`held` must
+ * outlive their use) */
+typedef struct {
+    Py_ssize_t n;
+    PyObject **keys, **metas;
+    uint64_t *ids;
+    uint8_t *kept; /* the caller's marks */
+    hkv_map by_id;
+} held_keys;
+
+static void held_free(held_keys *h) {
+    PyMem_Free(h->keys);
+    PyMem_Free(h->metas);
+    PyMem_Free(h->ids);
+    PyMem_Free(h->kept);
+    if (h->by_id.slots) hkv_map_free(&h->by_id);
+}
+
+/* `held_keys` of dict `held`: 0, or -1 with an exception */
+static int held_read(PyObject *held, held_keys *h) {
+    Py_ssize_t pos = 0, size = PyDict_GET_SIZE(held) + 1;
     PyObject *key, *value;
-    *objs = PyMem_Malloc((size_t)(PyDict_GET_SIZE(held) + 1) * sizeof **objs);
-    if (!*objs || hkv_map_init(by_id, (size_t)PyDict_GET_SIZE(held) + 1) < 0) goto oom;
+    h->keys = PyMem_Malloc((size_t)size * sizeof *h->keys);
+    h->metas = PyMem_Malloc((size_t)size * sizeof *h->metas);
+    h->ids = PyMem_Malloc((size_t)size * sizeof *h->ids);
+    h->kept = PyMem_Calloc((size_t)size, 1);
+    if (!h->keys || !h->metas || !h->ids || !h->kept || hkv_map_init(&h->by_id, (size_t)size) < 0)
+        goto oom;
     while (PyDict_Next(held, &pos, &key, &value)) {
-        uint64_t bits;
-        if (hkv_key_bits(key, &bits) < 0) return -1;
-        (*objs)[n] = key;
-        if (hkv_map_put(by_id, bits, n++) < 0) goto oom;
+        if (hkv_key_bits(key, &h->ids[h->n]) < 0) return -1;
+        h->keys[h->n] = key;
+        h->metas[h->n] = value;
+        if (hkv_map_put(&h->by_id, h->ids[h->n], h->n) < 0) goto oom;
+        h->n++;
     }
     return 0;
 oom:
@@ -105,7 +171,9 @@ oom:
 
 /* Leader(shadows, i, keys, held): the resident entries whose id `keys` maps to a key (in
  * `held`, unless it is None) stay; the others are removed, as `handed_over(held=...)` does.
- * `keys` None: each id's key is the key of dict `held` with that id (none left: removed). */
+ * `keys` None: each id's key is the key of dict `held` with that id (none left: removed), and
+ * the keys come in in the dict's order. Where `held` is a dict, its values are the keys'
+ * metas, kept with them (None: none). */
 static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"shadows", "i", "keys", "held", NULL};
     PyObject *shadows, *keys, *held;
@@ -137,11 +205,11 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
     int64_t *seqs = PyMem_Malloc((size_t)n * sizeof *seqs);
     double *priorities = PyMem_Malloc((size_t)n * sizeof *priorities);
     int r = -1;
-    hkv_map by_id = {0};
-    PyObject **held_keys = NULL;
-    if (keys == Py_None && held_ids(held, &by_id, &held_keys) < 0) goto done;
-    if (self->objs && self->free_objs && ids && seqs && priorities &&
-        hkv_map_init(&self->batch, 64) == 0 && hkv_map_init(&self->reg, (size_t)cap + 1) == 0) {
+    held_keys h = {0};
+    self->head = self->tail = -1;
+    if (keys == Py_None && held_read(held, &h) < 0) goto done;
+    if (self->objs && self->free_objs && ids && seqs && priorities && hkv_map_init(&self->batch, 64) == 0 &&
+        hkv_map_init(&self->reg, (size_t)cap + 1) == 0) {
         r = 0;
         for (int64_t i = 0; i < cap; i++) self->free_objs[i] = cap - 1 - i;
         self->n_free = cap;
@@ -154,24 +222,27 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         else hkv_prefix_entries(e, ids, seqs, priorities);
     }
     for (int64_t j = 0; r == 0 && keys == Py_None && j < st.size; j++) {
-        int64_t *at = hkv_map_get(&by_id, ids[j]);
-        if (at) r = reg_add(self, ids[j], held_keys[*at]);
+        int64_t *at = hkv_map_get(&h.by_id, ids[j]);
+        if (at) h.kept[*at] = 1;
         else if (queue) hkv_queue_remove(e, ids[j]);
         else hkv_prefix_remove(e, ids[j]);
     }
+    for (Py_ssize_t at = 0; r == 0 && at < h.n; at++) /* in the dict's order */
+        if (h.kept[at]) r = reg_add(self, h.ids[at], h.keys[at], h.metas[at]);
+    int metas = PyDict_Check(held);
     for (int64_t j = 0; r == 0 && keys != Py_None && j < st.size; j++) {
-        PyObject *id = PyLong_FromUnsignedLongLong(ids[j]);
+        PyObject *id = PyLong_FromUnsignedLongLong(ids[j]), *meta = NULL;
         PyObject *key = id ? PyDict_GetItemWithError(keys, id) : NULL;
         int keep = key && (held == Py_None || (r = PySequence_Contains(held, key)) > 0);
-        if (!id || (!key && PyErr_Occurred()) || r < 0) r = -1;
-        else if (keep) r = reg_add(self, ids[j], key);
+        if (keep && metas) meta = PyDict_GetItemWithError(held, key);
+        if (!id || (!key && PyErr_Occurred()) || r < 0 || PyErr_Occurred()) r = -1;
+        else if (keep) r = reg_add(self, ids[j], key, meta);
         else if (queue) hkv_queue_remove(e, ids[j]);
         else hkv_prefix_remove(e, ids[j]);
         Py_XDECREF(id);
     }
 done:
-    if (by_id.slots) hkv_map_free(&by_id);
-    PyMem_Free(held_keys);
+    held_free(&h);
     PyMem_Free(ids);
     PyMem_Free(seqs);
     PyMem_Free(priorities);
@@ -195,18 +266,20 @@ static int Leader_contains(Leader *self, PyObject *key) {
     return resident(self, key, bits);
 }
 
-/* the (key, position, tokens, worth) arguments of a one-block call: 0, or -1 with an exception */
-static int one_block(Leader *self, PyObject *args, PyObject **key, hkv_block *b) {
-    if (ready(self) < 0 || !PyArg_ParseTuple(args, "OLLd", key, &b->position, &b->tokens, &b->worth))
+/* the (key, position, tokens, worth[, meta]) arguments of a one-block call (`meta` left as it
+ * is where not given): 0, or -1 with an exception */
+static int one_block(Leader *self, PyObject *args, PyObject **key, hkv_block *b, PyObject **meta) {
+    if (ready(self) < 0 ||
+        !PyArg_ParseTuple(args, "OLLd|O", key, &b->position, &b->tokens, &b->worth, meta))
         return -1;
     return hkv_key_bits(*key, &b->key);
 }
 
 /* admit(key, position, tokens, worth) -> bool: `PrefixValuePolicy.admit` */
 static PyObject *Leader_admit(Leader *self, PyObject *args) {
-    PyObject *key;
+    PyObject *key, *meta = NULL;
     hkv_block b = {0};
-    if (one_block(self, args, &key, &b) < 0) return NULL;
+    if (one_block(self, args, &key, &b, &meta) < 0) return NULL;
     int r = self->expert->ops->admit(self->expert, &b);
     return r < 0 ? PyErr_NoMemory() : PyBool_FromLong(r);
 }
@@ -343,34 +416,44 @@ static PyObject *admit_filled(Leader *self, Py_ssize_t n) {
     return verdicts;
 }
 
-/* the keys of a call `(keys, positions, tokens, worths)` or, `by_metas`, `(keys, metas, value,
- * memo)`, their blocks filled (`fill`): the keys (borrowed from `args`), or NULL */
-static PyObject *filled_keys(Leader *self, PyObject *args, int by_metas, const char *where) {
-    PyObject *keys, *rest[3];
-    if (ready(self) < 0 ||
-        !PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &keys, &rest[0], &rest[1], &rest[2]))
+/* the keys of a call `(keys, positions, tokens, worths[, metas])` or, `by_metas`, `(keys,
+ * metas, value, memo)`, their blocks filled (`fill`): the keys (borrowed from `args`), or NULL;
+ * *metas: the keys' metas to keep (a list as long as keys, borrowed), else NULL */
+static PyObject *filled_keys(Leader *self, PyObject *args, int by_metas, const char *where,
+                             PyObject **metas) {
+    PyObject *keys, *rest[3], *kept = Py_None;
+    if (ready(self) < 0 || !PyArg_ParseTuple(args, by_metas ? "O!OOO" : "O!OOO|O", &PyList_Type,
+                                             &keys, &rest[0], &rest[1], &rest[2], &kept))
         return NULL;
     int r = by_metas ? fill(self, keys, NULL, rest[0], rest[1], rest[2], where)
                      : fill(self, keys, rest, NULL, NULL, NULL, where);
+    if (by_metas) kept = rest[0];
+    if (r == 0 && kept != Py_None &&
+        !(PyList_Check(kept) && PyList_GET_SIZE(kept) == PyList_GET_SIZE(keys))) {
+        PyErr_Format(PyExc_ValueError, "Leader.%s: metas must be a list as long as keys", where);
+        r = -1;
+    }
+    *metas = kept == Py_None ? NULL : kept;
     return r < 0 ? NULL : keys;
 }
 
 /* admit_each(keys, positions, tokens, worths) -> list of bools: `admit` of each key in order
  * (positions, tokens and worths as `insert` takes them) */
 static PyObject *Leader_admit_each(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 0, "admit_each");
+    PyObject *metas, *keys = filled_keys(self, args, 0, "admit_each", &metas);
     return keys ? admit_filled(self, PyList_GET_SIZE(keys)) : NULL;
 }
 
 /* admit_metas(keys, metas, value, memo) -> list of bools: `admit_each` with each key's meta,
  * read in C (`fill`) */
 static PyObject *Leader_admit_metas(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 1, "admit_metas");
+    PyObject *metas, *keys = filled_keys(self, args, 1, "admit_metas", &metas);
     return keys ? admit_filled(self, PyList_GET_SIZE(keys)) : NULL;
 }
 
-/* `insert` of the keys whose blocks are filled */
-static PyObject *insert_filled(Leader *self, PyObject *keys) {
+/* `insert` of the keys whose blocks are filled, each with its meta in list `metas` (or none:
+ * NULL) */
+static PyObject *insert_filled(Leader *self, PyObject *keys, PyObject *metas) {
     Py_ssize_t n = PyList_GET_SIZE(keys);
     PyObject *refused = PyList_New(0);
     if (!refused) return NULL;
@@ -391,7 +474,8 @@ static PyObject *insert_filled(Leader *self, PyObject *keys) {
     for (Py_ssize_t j = 0; j < n; j++) {
         hkv_block *b = &self->blocks[j];
         if (!self->ids[j]) continue;
-        if (reg_add(self, b->key, PyList_GET_ITEM(keys, j)) < 0) goto fail;
+        PyObject *meta = metas ? PyList_GET_ITEM(metas, j) : NULL;
+        if (reg_add(self, b->key, PyList_GET_ITEM(keys, j), meta) < 0) goto fail;
         if (self->expert->ops->insert(self->expert, b) < 0) {
             Py_XDECREF(reg_pop(self, b->key));
             PyErr_NoMemory();
@@ -404,29 +488,30 @@ fail:
     return NULL;
 }
 
-/* insert(keys, positions, tokens, worths) -> refused: the keys made resident in order, but
- * for those whose id another resident key (or an earlier key of the list) has, returned
- * (positions, tokens and worths may be None: a queue expert reads none of them).
+/* insert(keys, positions, tokens, worths, metas=None) -> refused: the keys made resident in
+ * order, but for those whose id another resident key (or an earlier key of the list) has,
+ * returned (positions, tokens and worths may be None: a queue expert reads none of them), each
+ * with its meta from list `metas` where given (kept: `held`).
  * Nothing is inserted where a key is resident already (KeyError) or there is no room for
  * them all (RuntimeError), as `PriorityPolicy.insert` refuses. */
 static PyObject *Leader_insert(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 0, "insert");
-    return keys ? insert_filled(self, keys) : NULL;
+    PyObject *metas, *keys = filled_keys(self, args, 0, "insert", &metas);
+    return keys ? insert_filled(self, keys, metas) : NULL;
 }
 
 /* insert_metas(keys, metas, value, memo) -> refused: `insert` with each key's meta, read in C
- * (`fill`) */
+ * (`fill`) and kept */
 static PyObject *Leader_insert_metas(Leader *self, PyObject *args) {
-    PyObject *keys = filled_keys(self, args, 1, "insert_metas");
-    return keys ? insert_filled(self, keys) : NULL;
+    PyObject *metas, *keys = filled_keys(self, args, 1, "insert_metas", &metas);
+    return keys ? insert_filled(self, keys, metas) : NULL;
 }
 
-/* insert_one(key, position, tokens, worth) -> refused: `insert` of one key, True where its
- * id is another resident key's (not inserted) */
+/* insert_one(key, position, tokens, worth, meta=None) -> refused: `insert` of one key (its meta
+ * kept where given), True where its id is another resident key's (not inserted) */
 static PyObject *Leader_insert_one(Leader *self, PyObject *args) {
-    PyObject *key;
+    PyObject *key, *meta = NULL;
     hkv_block b = {0};
-    if (one_block(self, args, &key, &b) < 0) return NULL;
+    if (one_block(self, args, &key, &b, &meta) < 0) return NULL;
     int here = resident(self, key, b.key);
     if (here > 0) PyErr_Format(PyExc_KeyError, "%R is already resident", key);
     if (here) return NULL; /* resident (KeyError), or an error */
@@ -436,7 +521,7 @@ static PyObject *Leader_insert_one(Leader *self, PyObject *args) {
                      "evict() first", key, (long long)self->expert->capacity);
         return NULL;
     }
-    if (reg_add(self, b.key, key) < 0) return NULL;
+    if (reg_add(self, b.key, key, meta) < 0) return NULL;
     if (self->expert->ops->insert(self->expert, &b) < 0) {
         Py_XDECREF(reg_pop(self, b.key));
         return PyErr_NoMemory();
@@ -457,7 +542,7 @@ static int guard(void *ctx, uint64_t bits) {
         PyErr_SetString(PyExc_RuntimeError, "Leader: a resident id without its key");
         return -1;
     }
-    return PySequence_Contains(g->protected, g->self->objs[*slot]);
+    return PySequence_Contains(g->protected, g->self->objs[*slot].key);
 }
 
 /* evict(n, protected) -> keys | None: `PriorityPolicy.evict`, `QueuePolicy.evict` (no block is pinned where `auto`
@@ -484,7 +569,7 @@ static PyObject *Leader_evict(Leader *self, PyObject *args) {
 /* the key of resident id `bits` (borrowed), or NULL with an exception */
 static PyObject *key_of(Leader *self, uint64_t bits) {
     int64_t *slot = hkv_map_get(&self->reg, bits);
-    if (slot) return self->objs[*slot];
+    if (slot) return self->objs[*slot].key;
     PyErr_SetString(PyExc_RuntimeError, "Leader: a resident id without its key");
     return NULL;
 }
@@ -574,14 +659,85 @@ static PyObject *Leader_missing(Leader *self, PyObject *keys) {
     return out;
 }
 
-/* keys() -> list: the resident keys, in no promised order */
+/* keys() -> list: the resident keys, oldest first (in the order they came in) */
 static PyObject *Leader_keys(Leader *self, PyObject *unused) {
     (void)unused;
     if (ready(self) < 0) return NULL;
     PyObject *out = PyList_New(0);
-    for (int64_t i = 0; out && i < self->expert->capacity; i++)
-        if (self->objs[i] && PyList_Append(out, self->objs[i]) < 0) Py_CLEAR(out);
+    for (int64_t s = self->head; out && s >= 0; s = self->objs[s].next)
+        if (PyList_Append(out, self->objs[s].key) < 0) Py_CLEAR(out);
     return out;
+}
+
+/* held() -> dict: each resident key's meta (None where none was kept), oldest first */
+static PyObject *Leader_held(Leader *self, PyObject *unused) {
+    (void)unused;
+    if (ready(self) < 0) return NULL;
+    PyObject *out = PyDict_New();
+    for (int64_t s = self->head; out && s >= 0; s = self->objs[s].next) {
+        PyObject *meta = self->objs[s].meta ? self->objs[s].meta : Py_None;
+        if (PyDict_SetItem(out, self->objs[s].key, meta) < 0) Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* metas_kept() -> bool: whether every resident key has its meta kept */
+static PyObject *Leader_metas_kept(Leader *self, PyObject *unused) {
+    (void)unused;
+    if (ready(self) < 0) return NULL;
+    return PyBool_FromLong(self->n_metas == (int64_t)self->reg.len);
+}
+
+/* the slot where `key` is resident, -1 where it is not, -2 on error */
+static int64_t slot_of(Leader *self, PyObject *key) {
+    uint64_t bits;
+    if (hkv_key_bits(key, &bits) < 0) return -2;
+    int64_t *slot = hkv_map_get(&self->reg, bits);
+    if (!slot) return -1;
+    PyObject *here = self->objs[*slot].key;
+    int same = here == key ? 1 : PyObject_RichCompareBool(here, key, Py_EQ);
+    return same < 0 ? -2 : same ? *slot : -1;
+}
+
+/* known(keys, second) -> (keys, metas): of a list of keys, those resident here with a meta
+ * kept, else in dict `second`, in order, with that meta (`native.known` with the metas held
+ * here first) */
+static PyObject *Leader_known(Leader *self, PyObject *args) {
+    PyObject *keys, *second;
+    if (ready(self) < 0 ||
+        !PyArg_ParseTuple(args, "O!O!", &PyList_Type, &keys, &PyDict_Type, &second))
+        return NULL;
+    PyObject *out_keys = PyList_New(0), *out_metas = PyList_New(0);
+    for (Py_ssize_t i = 0; out_keys && out_metas && i < PyList_GET_SIZE(keys); i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i), *meta = NULL;
+        int64_t slot = slot_of(self, key);
+        if (slot >= 0) meta = self->objs[slot].meta;
+        if (!meta && slot > -2) meta = PyDict_GetItemWithError(second, key);
+        if (meta ? hkv_columns_append(out_keys, out_metas, key, meta) < 0 : PyErr_Occurred() != NULL)
+            Py_CLEAR(out_keys);
+    }
+    return hkv_columns_pack(out_keys, out_metas);
+}
+
+/* reorder(held): the resident keys of dict `held` made the newest in its order, each with its
+ * meta there (None: none kept); the others stay the oldest */
+static PyObject *Leader_reorder(Leader *self, PyObject *held) {
+    if (ready(self) < 0) return NULL;
+    if (!PyDict_Check(held)) {
+        PyErr_SetString(PyExc_TypeError, "Leader.reorder: held must be a dict");
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *meta;
+    while (PyDict_Next(held, &pos, &key, &meta)) {
+        int64_t slot = slot_of(self, key);
+        if (slot == -2) return NULL;
+        if (slot < 0) continue;
+        unlink_slot(self, slot);
+        link_last(self, slot);
+        set_meta(self, slot, meta);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef Leader_methods[] = {
@@ -594,11 +750,22 @@ static PyMethodDef Leader_methods[] = {
     {"insert_metas", (PyCFunction)Leader_insert_metas, METH_VARARGS,
      "insert_metas(keys, metas, value, memo) -> refused: insert, the metas read in C"},
     {"insert", (PyCFunction)Leader_insert, METH_VARARGS,
-     "insert(keys, positions, tokens, worths) -> refused: make the keys resident, in order, "
-     "but those whose id another key holds (returned)"},
+     "insert(keys, positions, tokens, worths, metas=None) -> refused: make the keys resident, "
+     "in order, but those whose id another key holds (returned)"},
     {"insert_one", (PyCFunction)Leader_insert_one, METH_VARARGS,
-     "insert_one(key, position, tokens, worth) -> refused: insert one key (True: refused)"},
-    {"keys", (PyCFunction)Leader_keys, METH_NOARGS, "keys() -> list: the resident keys"},
+     "insert_one(key, position, tokens, worth, meta=None) -> refused: insert one key (True: "
+     "refused)"},
+    {"keys", (PyCFunction)Leader_keys, METH_NOARGS,
+     "keys() -> list: the resident keys, oldest first"},
+    {"held", (PyCFunction)Leader_held, METH_NOARGS,
+     "held() -> dict: each resident key's meta kept (None: none), oldest first"},
+    {"metas_kept", (PyCFunction)Leader_metas_kept, METH_NOARGS,
+     "metas_kept() -> bool: whether every resident key's meta is kept"},
+    {"known", (PyCFunction)Leader_known, METH_VARARGS,
+     "known(keys, second) -> (keys, metas): of the keys, those with a meta kept here, else in "
+     "dict second, in order"},
+    {"reorder", (PyCFunction)Leader_reorder, METH_O,
+     "reorder(held): the resident keys of dict held made the newest, in its order, with its metas"},
     {"missing", (PyCFunction)Leader_missing, METH_O,
      "missing(keys) -> list: those of the keys not resident, in order"},
     {"evict", (PyCFunction)Leader_evict, METH_VARARGS,

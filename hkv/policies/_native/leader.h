@@ -18,6 +18,10 @@ hkv_expert *hkv_shadows_expert(PyObject *shadows, Py_ssize_t i);
  * 0, or -1 with an exception set */
 int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObject *value,
                      PyObject *memo, hkv_block *out);
+/* `(keys, metas)`, two lists, stolen (NULL where either is: both released, NULL) */
+PyObject *hkv_columns_pack(PyObject *keys, PyObject *metas);
+/* `key` and `meta` appended to the two lists: 0, or -1 with an exception */
+int hkv_columns_append(PyObject *keys, PyObject *metas, PyObject *key, PyObject *meta);
 /* add the `Leader` type to the module: 0, or -1 with an exception set */
 int hkv_leader_add(PyObject *module);
 /* the learned expert's whole state as a dict (predictive.c: `PredictivePolicy.restore_native`

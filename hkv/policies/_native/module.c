@@ -721,7 +721,7 @@ int hkv_key_bits(PyObject *key, uint64_t *bits) {
 }
 
 /* two new lists, keys and metas, as a `(keys, metas)` tuple (stealing both): NULL on error */
-static PyObject *columns_pack(PyObject *keys, PyObject *metas) {
+PyObject *hkv_columns_pack(PyObject *keys, PyObject *metas) {
     if (!keys || !metas) {
         Py_XDECREF(keys);
         Py_XDECREF(metas);
@@ -731,7 +731,7 @@ static PyObject *columns_pack(PyObject *keys, PyObject *metas) {
 }
 
 /* append `key` and `meta` to the two lists: 0, or -1 */
-static int columns_append(PyObject *keys, PyObject *metas, PyObject *key, PyObject *meta) {
+int hkv_columns_append(PyObject *keys, PyObject *metas, PyObject *key, PyObject *meta) {
     return PyList_Append(keys, key) < 0 || PyList_Append(metas, meta) < 0 ? -1 : 0;
 }
 
@@ -748,11 +748,11 @@ static PyObject *sampled(PyObject *module, PyObject *args) {
     for (Py_ssize_t i = 0; out_keys && out_metas && i < n; i++) {
         uint64_t bits;
         if (hkv_key_bits(keys[i], &bits) < 0 ||
-            (bits < threshold && columns_append(out_keys, out_metas, keys[i], metas[i]) < 0))
+            (bits < threshold && hkv_columns_append(out_keys, out_metas, keys[i], metas[i]) < 0))
             Py_CLEAR(out_keys);
     }
     columns_release(hold);
-    return columns_pack(out_keys, out_metas);
+    return hkv_columns_pack(out_keys, out_metas);
 }
 
 /* known(keys, first, second): of a list of keys, those found in dict `first`, else in dict
@@ -769,10 +769,10 @@ static PyObject *known(PyObject *module, PyObject *args) {
         PyObject *key = PyList_GET_ITEM(keys, i);
         PyObject *meta = PyDict_GetItemWithError(first, key);
         if (!meta && !PyErr_Occurred()) meta = PyDict_GetItemWithError(second, key);
-        if (meta ? columns_append(out_keys, out_metas, key, meta) < 0 : PyErr_Occurred() != NULL)
+        if (meta ? hkv_columns_append(out_keys, out_metas, key, meta) < 0 : PyErr_Occurred() != NULL)
             Py_CLEAR(out_keys);
     }
-    return columns_pack(out_keys, out_metas);
+    return hkv_columns_pack(out_keys, out_metas);
 }
 
 /* key_ids(keys): `native.key_bits` of each key of a list */

@@ -1,0 +1,120 @@
+"""`auto`'s held metas (`hkv.policies.held`): kept by a leader in C while nothing is aside, in
+the order the tier's blocks came in, and the same decisions as the Python dict's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from hkv.blocks import BlockMeta
+from hkv.policies import make_policy, native
+from hkv.policies.leader import NativeLeader
+from tests.test_native_shadows import TOKENS, sessions
+
+pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's C extension is not built")
+
+
+EXPERTS = ("lip", "lru", "cost_aware", "depth_lfu")
+
+
+def meta(position: int) -> BlockMeta:
+    return BlockMeta(tokens=TOKENS, position=position * TOKENS)
+
+
+def lru_leader(capacity: int) -> NativeLeader:
+    shadows = native.shadows(["lru"], capacity)
+    return NativeLeader("lru", capacity, native.leader(shadows, {}), shadows=shadows)
+
+
+def test_a_leader_keeping_metas_holds_them_in_the_order_its_keys_came_in():
+    leader = lru_leader(8).keeping_metas()
+    metas = {key: meta(key) for key in range(6)}
+    assert leader.insert_each([0, 1, 2], [metas[0], metas[1], metas[2]]) == []
+    leader.insert(3, metas[3])
+    leader.touch_all([0])  # recency is the expert's: the order held is the order they came in
+    assert leader.evict(1, frozenset()) == [1]
+    leader.insert(1, metas[1])
+    assert list(leader.held_metas().items()) == [(k, metas[k]) for k in (0, 2, 3, 1)]
+    assert leader.keeps_metas
+    assert leader.known([2, 5, 9, 1], {5: metas[5], 2: "not first"}) == (
+        [2, 5, 1],
+        [metas[2], metas[5], metas[1]],
+    )
+    leader.reorder({3: metas[4], 0: metas[0], 7: metas[5]})  # held keys only, newest, its metas
+    assert list(leader.held_metas().items()) == [
+        (2, metas[2]),
+        (1, metas[1]),
+        (3, metas[4]),
+        (0, metas[0]),
+    ]
+    twin = copy.deepcopy(leader)
+    assert list(twin.held_metas().items()) == list(leader.held_metas().items())
+    assert twin.evict(4, frozenset()) == leader.evict(4, frozenset())
+
+
+def test_a_leader_not_keeping_metas_says_so():
+    leader = lru_leader(4)
+    leader.insert_each([0, 1], [meta(0), meta(1)])
+    assert leader.held_metas() == {0: None, 1: None} and not leader.keeps_metas
+    leader.keeping_metas().insert(2, meta(2))
+    assert not leader.keeps_metas  # 0 and 1 came in without theirs
+
+
+def noted_run(native_shadows, requests, capacity, sampled, with_metas, experts=EXPERTS):
+    """`auto` driven as vLLM's adapter drives it (misses noted, admitted at once, room made,
+    inserted, the request's end): each request's hits, leader, switches and victims, and how
+    many request ends found the metas kept in C."""
+    extra = {"sample_blocks": 64, "sample_above": 64} if sampled else {}
+    policy = make_policy(
+        "auto",
+        capacity,
+        native=native_shadows,
+        experts=experts,
+        margin_rebuild=0.005,
+        evidence_rebuild=0.0,
+        margin=0.002,
+        **extra,
+    )
+    log, in_c = [], 0
+    for request in requests:
+        keys = [k for k, _ in request]
+        hits = next((i for i, k in enumerate(keys) if k not in policy), len(keys))
+        reused = [(k, m) for k, m in request if k in policy]
+        misses = list({k: m for k, m in request if k not in policy}.items())
+        miss_keys, miss_metas = [k for k, _ in misses], [m for _, m in misses]
+        policy.note_misses(miss_keys, miss_metas)
+        verdicts = policy.admit_each(miss_keys, miss_metas)
+        taken = [pair for pair, ok in zip(misses, verdicts, strict=True) if ok]
+        room = len(policy) + len(taken) - capacity
+        victims = policy.evict(room, frozenset(keys)) if room > 0 else []
+        if victims is not None:
+            policy.insert_each([k for k, _ in taken], [m for _, m in taken])
+        metas = [m for _, m in reused] if with_metas else None
+        policy.after_request([k for k, _ in taken], [k for k, _ in reused], metas)
+        in_c += policy._held.metas is None
+        log.append((hits, policy.leader, policy.switches, victims))
+    return log, in_c
+
+
+@pytest.mark.parametrize(
+    "sampled,with_metas,seed,experts",
+    [
+        (True, False, 5, EXPERTS),
+        (True, True, 6, EXPERTS),
+        (False, False, 7, EXPERTS),
+        (True, False, 1, ("lip", "lru")),  # flips back: resumed leaders
+        (True, True, 2, ("lip", "cost_aware")),
+    ],
+)
+def test_auto_with_metas_kept_in_c_decides_as_with_the_python_dict(
+    sampled, with_metas, seed, experts
+):
+    """Every request's hits, leader, switch count and victims (those aside first, oldest
+    first) as with Python leaders, which keep the metas in a dict, through many switches (to
+    leaders rebuilt, copied and resumed)."""
+    requests = sessions(seed, 600, sessions=60)
+    got, in_c = noted_run(True, requests, 300, sampled, with_metas, experts)
+    expected, python_in_c = noted_run(False, requests, 300, sampled, with_metas, experts)
+    assert got[-1][2] >= 3 and in_c > len(requests) // 4 and python_in_c == 0
+    assert got == expected
