@@ -51,13 +51,18 @@ class CostAwarePolicy(PrefixValuePolicy):
             from hkv.cost import CostModel
 
             self.cost_model = CostModel.default()
+        self._loads: dict[tuple, float] = {}  # load seconds by (tokens, tier): no position in it
         self._reference_saving = self._saving(BlockMeta(tokens=512, position=0, tier=Tier.HOST))
         if self._reference_saving <= 0:
             self._reference_saving = 1.0
 
     def _saving(self, meta: BlockMeta) -> float:
+        """`cost_model.decide(meta).saved_s`, its load time (the same at every position) kept."""
         if self.cost_model is not None:
-            return self.cost_model.decide(meta).saved_s
+            load = self._loads.get((meta.tokens, meta.tier))
+            if load is None:
+                load = self._loads[meta.tokens, meta.tier] = self.cost_model.load_s(meta)
+            return max(0.0, self.cost_model.recompute_s(meta) - load)
         params = self.config.cost_model_params
         return max(0.0, params.computation_cost_per_block - params.transfer_cost_cpu_to_gpu)
 
