@@ -66,6 +66,7 @@ def one_run(tree: Path, gib: float, popularity: float, policies, repeats: int) -
     return {
         row["policy"]: {
             "us_per_request_net": round(row["us_per_request_net"], 1),
+            "us_per_request": round(row["us_per_request"], 1),
             "evictions_sha256": row["evictions_sha256"][:16],
             **({"leaders": row["leaders"]} if "leaders" in row else {}),
         }
@@ -74,16 +75,21 @@ def one_run(tree: Path, gib: float, popularity: float, policies, repeats: int) -
 
 
 def summarised(runs: list[dict], policies) -> dict[str, Any]:
-    """A tree's runs at one cell: each policy's times, median ratio to lru026 and digests."""
+    """A tree's runs at one cell: each policy's times, median ratio to lru026 and digests; net
+    (a run whose lru026 came to no net time on a noisy host left out) and raw, the timer's
+    cost left in (the same calls in both trees where the digests agree)."""
     out = {}
     for name in policies:
         times = [run[name]["us_per_request_net"] for run in runs]
         ratios = [run[name]["us_per_request_net"] / run["lru026"]["us_per_request_net"]
-                  for run in runs]  # fmt: skip
+                  for run in runs if run["lru026"]["us_per_request_net"]]  # fmt: skip
+        raw = [run[name]["us_per_request"] / run["lru026"]["us_per_request"] for run in runs]
         out[name] = {
             "us_per_request_net": times,
             "ratio_to_lru026": [round(r, 3) for r in ratios],
-            "median_ratio_to_lru026": round(statistics.median(ratios), 3),
+            "median_ratio_to_lru026": round(statistics.median(ratios), 3) if ratios else None,
+            "raw_ratio_to_lru026": [round(r, 3) for r in raw],
+            "median_raw_ratio_to_lru026": round(statistics.median(raw), 3),
             "evictions_sha256": sorted({run[name]["evictions_sha256"] for run in runs}),
         }
         if "leaders" in runs[0][name]:

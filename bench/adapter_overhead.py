@@ -201,14 +201,16 @@ RATIO_FIELDS = (
 
 def with_ratios(rows: list[dict]) -> list[dict]:
     """Each row's time relative to vLLM's installed `lru` and to the 0.26-style `lru026` in the
-    same run (net, raw and whole-replay wall time), where those ran."""
+    same run (net, raw and whole-replay wall time), where those ran; None where the yardstick's
+    time is 0 (a net time the timer's measured cost left nothing of, on a noisy host)."""
     for base_name, label in (("lru", "vllm_lru"), ("lru026", "lru026")):
         base = next((r for r in rows if r["policy"] == base_name), None)
         if base is None:
             continue
         for row in rows:
             for field, suffix in RATIO_FIELDS:
-                row[f"ratio_to_{label}_{suffix}"] = row[field] / base[field]
+                ratio = row[field] / base[field] if base[field] else None
+                row[f"ratio_to_{label}_{suffix}"] = ratio
     return rows
 
 
@@ -280,8 +282,8 @@ def profile(name: str, args, top: int = 30) -> None:
 
 def summary_line(row: dict) -> str:
     """One policy's numbers on one line (ratios are net, to each yardstick that ran)."""
-    vllm_lru = row.get("ratio_to_vllm_lru_net", float("nan"))
-    lru026 = row.get("ratio_to_lru026_net", float("nan"))
+    vllm_lru = row.get("ratio_to_vllm_lru_net") or float("nan")
+    lru026 = row.get("ratio_to_lru026_net") or float("nan")
     return (
         f"{row['policy']:>15} {row['us_per_request_net']:6.0f} us/request net "
         f"({row['us_per_request']:5.0f} raw), {row['us_per_call_net']:5.3f} us/call net, "
