@@ -717,16 +717,22 @@ def test_the_cells_bench_keeps_each_runs_ratio_to_lru026_and_says_whether_decisi
         with pytest.raises(argparse.ArgumentTypeError, match="cell"):
             adapter_cells.cell(bad)
 
-    def run(lru026: float, auto: float, digest: str) -> dict:
-        return {"lru026": {"us_per_request_net": lru026, "evictions_sha256": "a"},
-                "hkv_auto": {"us_per_request_net": auto, "evictions_sha256": digest,
-                             "leaders": ["lip"]}}  # fmt: skip
+    def run(lru026: float, auto: float, digest: str, raw: float = 100.0) -> dict:
+        return {"lru026": {"us_per_request_net": lru026, "us_per_request": lru026 + raw,
+                           "evictions_sha256": "a"},
+                "hkv_auto": {"us_per_request_net": auto, "us_per_request": auto + raw,
+                             "evictions_sha256": digest, "leaders": ["lip"]}}  # fmt: skip
 
     policies = ["lru026", "hkv_auto"]
     this = adapter_cells.summarised([run(400, 440, "b"), run(500, 450, "b"), run(400, 400, "b")],
                                     policies)  # fmt: skip
     assert this["hkv_auto"]["ratio_to_lru026"] == [1.1, 0.9, 1.0]
     assert this["hkv_auto"]["median_ratio_to_lru026"] == 1.0 and this["hkv_auto"]["leaders"]
+    assert this["hkv_auto"]["raw_ratio_to_lru026"] == [1.08, 0.917, 1.0]
+    # a run whose lru026 came to no net time (the timer's cost measured above it): raw only
+    noisy = adapter_cells.summarised([run(0, 0, "b", 500), run(400, 440, "b")], policies)
+    assert noisy["hkv_auto"]["ratio_to_lru026"] == [1.1]
+    assert noisy["hkv_auto"]["raw_ratio_to_lru026"] == [1.0, 1.08]
     before = adapter_cells.summarised([run(400, 600, "b")], policies)
     moved = adapter_cells.summarised([run(400, 600, "c")], policies)
     cells = [{"cpu_gib": 8.0, "popularity": 1.0, "this": this, "against": before},
@@ -885,6 +891,10 @@ def test_overhead_benchmark_reports_per_request_per_call_and_ratios():
             sum(row["calls_by_method_per_request"].values()), abs=0.1
         )
         assert row["stored_blocks"] - row["evicted_blocks"] <= 150
+    zero = dict(lru026, us_per_request_net=0.0)  # the timer's measured cost above a whole run's
+    (_, again) = overhead.with_ratios([zero, dict(bip)])
+    assert again["ratio_to_lru026_net"] is None and again["ratio_to_lru026_raw"] > 0
+    assert "xnan lru026" in overhead.summary_line(again)
 
 
 def test_engine_arguments_carry_the_tensor_parallel_size():
