@@ -118,3 +118,39 @@ def test_auto_with_metas_kept_in_c_decides_as_with_the_python_dict(
     expected, python_in_c = noted_run(False, requests, 300, sampled, with_metas, experts)
     assert got[-1][2] >= 3 and in_c > len(requests) // 4 and python_in_c == 0
     assert got == expected
+
+
+def test_a_leader_built_from_the_keys_held_hands_back_what_it_left_out_once():
+    """Built from a dict of held keys (`keys` None), a leader keeps those its expert holds, in
+    the dict's order with its metas, and `left_out` gives the others' items, in order, once
+    (what `held_aside` sets aside without looking each held key up again)."""
+    from hkv.policies.leader import held_aside
+
+    shadows = native.shadows(["lru"], 4)
+    shadows.replay(native.key_ids([1, 2, 3]), [0, 16, 32], [16] * 3, [0.0] * 3)
+    held = {9: meta(9), 3: meta(3), 7: meta(7), 1: meta(1)}
+    c = native.leader(shadows, None, held)
+    assert list(c.held().items()) == [(3, held[3]), (1, held[1])]  # 2: not held, removed
+    assert list(c.left_out().items()) == [(9, held[9]), (7, held[7])]
+    assert c.left_out() is None and native.leader(native.shadows(["lru"], 4), {}).left_out() is None
+    leader = NativeLeader("lru", 4, native.leader(shadows.cloned(0), None, held), shadows=shadows)
+    assert list(held_aside(leader, held)) == [9, 7]
+
+
+def test_a_key_refused_for_anothers_id_stays_aside_when_wanted_again():
+    """The leader in C refuses a key whose id another resident key has: `auto` keeps it aside
+    (the metas a dict again, in the order they came), and when a request reuses it the leader
+    refuses it again and it stays aside; once it is evicted the leader keeps the metas."""
+    auto = make_policy("auto", 8)
+    leader = lru_leader(8)
+    auto._live = leader
+    auto._held.fit(leader, {}, auto._aside, True)
+    first, twin = b"12345678" + b"a" * 24, b"12345678" + b"b" * 24
+    auto.insert_each([first], [meta(0)])
+    assert auto._held.metas is None
+    auto.insert_each([twin, 5], [meta(0), meta(1)])
+    assert list(auto._held.metas) == [first, twin, 5] and list(auto._aside) == [twin]
+    auto.after_request([], [twin])
+    assert twin in auto._aside and twin not in leader and len(auto) == 3
+    assert auto.evict(1) == [twin] and auto._held.metas is None
+    assert list(leader.held_metas()) == [first, 5]

@@ -234,7 +234,7 @@ class AutoPolicy(EvictionPolicy):
     def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         if not self._noted and self._shadows.native:  # vLLM pins nothing: lead from C
             self._live = native_first(self._live, self.leader, self.capacity_blocks)
-            self._held.fit(self._live, self._held.of(self._live), self._aside)
+            self._held.fit(self._live, self._held.of(self._live), self._aside, True)
         self._noted = True
         self._keep(keys, metas)
 
@@ -299,9 +299,11 @@ class AutoPolicy(EvictionPolicy):
         reused blocks' `metas`: the caller's, vLLM 0.26's text by position, else those kept)."""
         self._ended = True
         aside, live = self._aside, self._live
-        if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again:
-            for key in [key for key in reused if key in aside]:  # the leader takes it (room)
-                live.insert(key, aside.pop(key))
+        if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again: the
+            back = list(dict.fromkeys(key for key in reused if key in aside))  # leader takes it
+            refused = live.insert_each(back, [aside.pop(key) for key in back])  # (room)
+            aside.update((key, self._held.of(live)[key]) for key in refused or ())
+            self._held.taken_back()
             self._held.settle(live, aside)
         live.after_request(stored, reused)
         pending, self._pending = self._pending, ([], [])
@@ -353,13 +355,14 @@ class AutoPolicy(EvictionPolicy):
         where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
         with paused_gc():  # thousands of new objects, no cycle among them
             held = self._held.of(self._live)
+            resumed = self._sampled and self._resumable(best) is not None
             if self._sampled:
                 live = self._rebuild(best, held)
             else:
                 memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
                 live = self._shadows.copied(best, memo, live=self._noted, held=held)
             self._aside = held_aside(live, held)  # (what `live` holds that `held` has not: gone)
-            self._held.fit(live, held, self._aside)
+            self._held.fit(live, held, self._aside, not resumed)
         self._live, self._leader = live, best
         self.switches += 1
 

@@ -26,10 +26,11 @@ from hkv.policies.native import Columns, known
 class Held:
     """The metas of a tier's blocks, `metas` (a dict) or, where that is None, its leader's."""
 
-    __slots__ = ("metas",)
+    __slots__ = ("metas", "ordered")
 
     def __init__(self) -> None:
         self.metas: dict[Key, BlockMeta] | None = {}
+        self.ordered = True  # a leader in C holds its keys in `metas`' order, with its metas
 
     def of(self, live: EvictionPolicy) -> dict[Key, BlockMeta]:
         """Every held key's meta, oldest first (a dict the caller may keep)."""
@@ -49,7 +50,7 @@ class Held:
             held = live.held_metas()  # a dict again, the batch in its order at the end
             for key in keys:
                 held.pop(key, None)
-            self.metas = held
+            self.metas, self.ordered = held, True
         self.metas.update(zip(keys, metas, strict=True))
 
     def drop(self, keys: Iterable[Key], live: EvictionPolicy, aside: dict) -> None:
@@ -60,10 +61,11 @@ class Held:
                 pop(key, None)
             self.settle(live, aside)
 
-    def fit(self, live: EvictionPolicy, held: dict, aside: dict) -> None:
+    def fit(self, live: EvictionPolicy, held: dict, aside: dict, ordered: bool) -> None:
         """`live` runs the tier from now on, holding keys of `held`, which this keeps (a leader
-        in C keeps their metas too, from now on; the order the tier's: `settle`)."""
-        self.metas = held
+        in C keeps their metas too, from now on; the order the tier's: `settle`); `ordered`: it
+        was built from `held`, its keys in that order with those metas already."""
+        self.metas, self.ordered = held, ordered
         if isinstance(live, NativeLeader):
             live.keeping_metas()
             self.settle(live, aside)
@@ -74,5 +76,10 @@ class Held:
         if self.metas is None or aside or not isinstance(live, NativeLeader):
             return
         if live.keeping and len(live) == len(self.metas):  # (then `metas` has its every key)
-            live.reorder(self.metas)
+            if not self.ordered:
+                live.reorder(self.metas)
             self.metas = None
+
+    def taken_back(self) -> None:
+        """A key went from aside into the leader: it keeps its place here, not there."""
+        self.ordered = False

@@ -211,6 +211,9 @@ def held_aside(live: EvictionPolicy, held: dict[Key, BlockMeta]) -> dict[Key, Bl
     leader's); found in C where `live` is a `NativeLeader` that holds only keys of `held` (as one
     built with `held` does)."""
     if isinstance(live, NativeLeader):
+        left = live._c.left_out()  # built from `held` just now: what it left out, from C
+        if left is not None and len(live) + len(left) == len(held):
+            return left
         missing = live._c.missing(held)
         if len(live) + len(missing) == len(held):
             return {key: held[key] for key in missing}

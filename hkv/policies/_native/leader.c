@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *shadows; /* the `Shadows` holding the expert: kept alive */
+    PyObject *left_out; /* built from a dict of keys held: those it left out (a dict as it) */
     hkv_expert *expert;
     int queue;         /* a queue expert (`hkv_queue_leader`), else a prefix-value one */
     int offers;        /* lru+st2: touches and reuses count as offers, resident or not */
@@ -118,6 +119,7 @@ static void Leader_dealloc(Leader *self) {
         Py_XDECREF(self->objs[i].meta);
     }
     Py_XDECREF(self->shadows); /* (the expert is the Shadows': freed with it) */
+    Py_XDECREF(self->left_out);
     PyMem_Free(self->objs);
     PyMem_Free(self->free_objs);
     hkv_map_free(&self->reg);
@@ -227,8 +229,10 @@ static int Leader_init(Leader *self, PyObject *args, PyObject *kwds) {
         else if (queue) hkv_queue_remove(e, ids[j]);
         else hkv_prefix_remove(e, ids[j]);
     }
+    if (r == 0 && keys == Py_None && !(self->left_out = PyDict_New())) r = -1;
     for (Py_ssize_t at = 0; r == 0 && at < h.n; at++) /* in the dict's order */
-        if (h.kept[at]) r = reg_add(self, h.ids[at], h.keys[at], h.metas[at]);
+        r = h.kept[at] ? reg_add(self, h.ids[at], h.keys[at], h.metas[at])
+                       : PyDict_SetItem(self->left_out, h.keys[at], h.metas[at]);
     int metas = PyDict_Check(held);
     for (int64_t j = 0; r == 0 && keys != Py_None && j < st.size; j++) {
         PyObject *id = PyLong_FromUnsignedLongLong(ids[j]), *meta = NULL;
@@ -681,6 +685,16 @@ static PyObject *Leader_held(Leader *self, PyObject *unused) {
     return out;
 }
 
+/* left_out() -> dict | None: built from a dict of keys held (`keys` None), its items whose key
+ * it did not make resident, in its order; None after the first call, or where built otherwise */
+static PyObject *Leader_left_out(Leader *self, PyObject *unused) {
+    (void)unused;
+    if (ready(self) < 0) return NULL;
+    PyObject *out = self->left_out ? self->left_out : Py_NewRef(Py_None);
+    self->left_out = NULL;
+    return out;
+}
+
 /* metas_kept() -> bool: whether every resident key has its meta kept */
 static PyObject *Leader_metas_kept(Leader *self, PyObject *unused) {
     (void)unused;
@@ -759,6 +773,9 @@ static PyMethodDef Leader_methods[] = {
      "keys() -> list: the resident keys, oldest first"},
     {"held", (PyCFunction)Leader_held, METH_NOARGS,
      "held() -> dict: each resident key's meta kept (None: none), oldest first"},
+    {"left_out", (PyCFunction)Leader_left_out, METH_NOARGS,
+     "left_out() -> dict or None: the items of the dict held it was built from whose key it did "
+     "not make resident, in its order (once)"},
     {"metas_kept", (PyCFunction)Leader_metas_kept, METH_NOARGS,
      "metas_kept() -> bool: whether every resident key's meta is kept"},
     {"known", (PyCFunction)Leader_known, METH_VARARGS,
