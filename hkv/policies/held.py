@@ -3,14 +3,14 @@
 `auto` keeps each held block's meta for its shadows (the reused blocks' columns, where the caller
 gives none: `known`) and for a switch (the new leader is fitted to the blocks the tier holds, and
 those it gives up are kept aside, evicted oldest first). Kept as a Python dict, that is a dict
-insert for every block stored and a pop for every block evicted: on the vLLM 0.26 stand-in
-(`bench.adapter_overhead`, 8 GiB), some 40 us of `auto`'s policy time a request on the skewed
-variant and 80 us on the anchor. Where the leader is a `NativeLeader` and nothing is aside, the
-leader keeps them instead, in C beside each key (stored as it inserts, dropped as it evicts,
-in the order the keys came in: `NativeLeader.held_metas`), and this keeps none; with anything
-aside (after a switch, or a key refused for another key's id) it is a dict again until the aside
-is empty. Either way the order is the one the blocks came into the tier in, a block the leader
-takes back from aside coming in again.
+insert for every block stored and a pop for every block evicted, a share of `auto`'s time on
+vLLM's hot path (docs/policies.md gives what moving it saved). Where the leader is a
+`NativeLeader` and nothing is aside, the leader keeps them instead, in C beside each key (stored
+as it inserts, dropped as it evicts, in the order the keys came in: `NativeLeader.held_metas`),
+and this keeps none; with anything aside (after a switch, or a key refused for another key's id)
+it is a dict again until the aside is empty, when the leader takes the dict's order and metas
+over. Either way the order is the dict's: the one the blocks came into the tier in, a block the
+leader takes back from aside keeping its place.
 """
 
 from __future__ import annotations
