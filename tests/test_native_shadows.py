@@ -491,7 +491,8 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
     columns and registry of ids, in C) gives the hits, block counts, registries and worths of
     `replay(merged(...))` on sampled pairs: keys noted twice with other metas, hits among the
     misses, positions out of order and tied, bytes keys that share their first 8 bytes (one
-    id) and metas of every modality."""
+    id: merged through a dict), equal keys that are other objects (one key: merged by id) and
+    metas of every modality."""
     from hkv.policies.shadow import ShadowSet, merged
 
     rng = random.Random(3)
@@ -499,13 +500,15 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
     labels = sorted(native.LABELS)
     fused, steps = (ShadowSet(labels, 48, {}, native=True, keys=True) for _ in range(2))
     assert fused.fused
+    modalities = list(Modality)
     for _ in range(400):
 
         def pairs(n):
             return [
-                (rng.choice(pool), BlockMeta(rng.choice((16, 7)), 16 * rng.randint(0, 30),
-                                             rng.choice(list(Modality))))
+                (key if rng.random() < 0.7 else bytes(bytearray(key)),
+                 BlockMeta(rng.choice((16, 7)), 16 * rng.randint(0, 30), rng.choice(modalities)))
                 for _ in range(n)
+                for key in (rng.choice(pool),)
             ]  # fmt: skip
 
         misses, hits = columns(pairs(rng.randint(0, 12))), columns(pairs(rng.randint(0, 6)))

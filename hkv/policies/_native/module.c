@@ -565,6 +565,84 @@ int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObjec
     return 0;
 }
 
+/* `merge_into` by 64-bit id instead of through a dict: the misses, then the hits, each
+ * `(keys, metas)`, each key kept where its bits are below `threshold` (all: `filter` 0), a miss
+ * overwriting the meta of a key already there, a hit skipped where its key is; the keys in the
+ * order they first came, into keys[] and metas[] (borrowed: `hold` keeps the four sequences, for
+ * `columns_release` twice). The count; -1 with an exception; or -2 where two different keys
+ * share an id (then the caller merges through a dict: the same keys, metas and order). */
+static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint64_t threshold,
+                            PyObject *hold[4], PyObject ***keys_out, PyObject ***metas_out) {
+    PyObject **k[2], **m[2];
+    Py_ssize_t len[2], n = 0;
+    *keys_out = NULL;
+    if ((len[0] = columns_items(misses, "Shadows.replay_request", hold, &k[0], &m[0])) < 0 ||
+        (len[1] = columns_items(found, "Shadows.replay_request", hold + 2, &k[1], &m[1])) < 0)
+        return -1;
+    PyObject **keys = PyMem_Malloc(2 * (size_t)(len[0] + len[1] + 1) * sizeof *keys);
+    hkv_map at;
+    if (!keys || hkv_map_init(&at, (size_t)(len[0] + len[1])) < 0) {
+        PyMem_Free(keys);
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **metas = keys + len[0] + len[1] + 1;
+    for (int c = 0; c < 2 && n >= 0; c++) {
+        for (Py_ssize_t i = 0; i < len[c]; i++) {
+            uint64_t bits;
+            if (hkv_key_bits(k[c][i], &bits) < 0) {
+                n = -1;
+                break;
+            }
+            if (filter && bits >= threshold) continue;
+            int64_t *j = hkv_map_get(&at, bits);
+            if (j) { /* the same key again, or another key with its id */
+                int same = keys[*j] == k[c][i] ? 1 : PyObject_RichCompareBool(keys[*j], k[c][i], Py_EQ);
+                if (same <= 0) {
+                    n = same < 0 ? -1 : -2;
+                    break;
+                }
+                if (c == 0) metas[*j] = m[c][i]; /* a miss's meta wins; a hit's does not */
+                continue;
+            }
+            if (hkv_map_put(&at, bits, n) < 0) {
+                PyErr_NoMemory();
+                n = -1;
+                break;
+            }
+            keys[n] = k[c][i];
+            metas[n++] = m[c][i];
+        }
+    }
+    hkv_map_free(&at);
+    if (n < 0) {
+        PyMem_Free(keys);
+        return n;
+    }
+    *keys_out = keys;
+    *metas_out = metas;
+    return n;
+}
+
+/* the merge through a dict (`merge_into`), as merge_ids leaves it: the count, or -1 */
+static Py_ssize_t merge_dict(PyObject *misses, PyObject *found, int filter, uint64_t threshold,
+                             PyObject **merged, PyObject ***keys_out, PyObject ***metas_out) {
+    *keys_out = NULL;
+    if (!(*merged = PyDict_New()) || merge_into(*merged, misses, filter, threshold, 1) < 0 ||
+        merge_into(*merged, found, filter, threshold, 0) < 0)
+        return -1;
+    Py_ssize_t n = PyDict_GET_SIZE(*merged), pos = 0, j = 0;
+    PyObject **keys = PyMem_Malloc(2 * (size_t)(n + 1) * sizeof *keys), *key, *meta;
+    if (!keys) return PyErr_NoMemory(), -1;
+    while (PyDict_Next(*merged, &pos, &key, &meta)) { /* borrowed: `merged` holds them */
+        keys[j] = key;
+        keys[n + 1 + j++] = meta;
+    }
+    *keys_out = keys;
+    *metas_out = keys + n + 1;
+    return n;
+}
+
 /* replay_request(misses, hits, threshold, register, value, worths, modality_index,
  * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_columns`), its misses and
  * hits each `(keys, metas)`; `register`: each block's id, key and meta into the registry */
@@ -582,41 +660,34 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     int filter = threshold_obj != Py_None;
     uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
     if (PyErr_Occurred()) return NULL;
-    PyObject *merged = PyDict_New(), *result = NULL;
-    Py_ssize_t *order = NULL, n = 0;
+    PyObject *merged = NULL, *result = NULL, *hold[4] = {NULL};
+    Py_ssize_t *order = NULL;
     int64_t *positions = NULL;
     PyObject **keys = NULL, **metas = NULL;
-    if (!merged || merge_into(merged, misses, filter, threshold, 1) < 0 ||
-        merge_into(merged, found, filter, threshold, 0) < 0)
-        goto done;
-    n = PyDict_GET_SIZE(merged);
+    Py_ssize_t n = merge_ids(misses, found, filter, threshold, hold, &keys, &metas);
+    if (n == -2) /* two keys share an id: through a dict, which tells them apart */
+        n = merge_dict(misses, found, filter, threshold, &merged, &keys, &metas);
+    if (n < 0) goto done;
     if (!n) {
         result = Py_NewRef(before ? before : Py_None);
         goto done;
     }
     order = PyMem_Malloc(2 * (size_t)n * sizeof *order);
     positions = PyMem_Malloc((size_t)n * sizeof *positions);
-    keys = PyMem_Malloc(2 * (size_t)n * sizeof *keys);
-    if (!order || !positions || !keys || grow_blocks(self, n) < 0) {
+    if (!order || !positions || grow_blocks(self, n) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    metas = keys + n;
-    Py_ssize_t pos = 0, j = 0;
-    PyObject *key, *meta;
+    Py_ssize_t j;
     int sorted = 1;
-    while (PyDict_Next(merged, &pos, &key, &meta)) { /* borrowed: `merged` holds them */
-        keys[j] = key;
-        metas[j] = meta;
+    for (j = 0; j < n; j++) {
         order[j] = j;
-        if (int_attr(meta, F_POSITION, &positions[j]) < 0) goto done;
+        if (int_attr(metas[j], F_POSITION, &positions[j]) < 0) goto done;
         if (j && positions[j] < positions[j - 1]) sorted = 0;
-        j++;
     }
     if (!sorted) hkv_sort_by_position(order, order + n, positions, n);
     for (j = 0; j < n; j++) {
-        key = keys[order[j]];
-        meta = metas[order[j]];
+        PyObject *key = keys[order[j]], *meta = metas[order[j]];
         hkv_block *b = &self->blocks[j];
         b->position = positions[order[j]];
         if (read_block(&reader, key, meta, b) < 0) goto done;
@@ -632,6 +703,8 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
 done:
     Py_XDECREF(before);
     Py_XDECREF(merged);
+    columns_release(hold);
+    columns_release(hold + 2);
     PyMem_Free(order);
     PyMem_Free(positions);
     PyMem_Free(keys);
