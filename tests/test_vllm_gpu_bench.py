@@ -175,6 +175,13 @@ def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
     policy, _ = engine.fresh_policy(Llm(), manager, "hkv_bip+tail_first")
     assert policy.policy_params == {"tail_first": True}
     assert engine.split_policy("lru") == ("lru", {})
+    spec = "hkv_auto+first=lru+margin_rebuild=0.005+native"
+    assert engine.split_policy(spec) == (
+        "hkv_auto",
+        {"first": "lru", "margin_rebuild": 0.005, "native": True},
+    )
+    with pytest.raises(SystemExit, match=r"expected \+NAME or \+NAME=VALUE"):
+        engine.split_policy("hkv_auto+=lru")
     with pytest.raises(SystemExit, match="takes no hkv hyperparameters"):
         engine.split_policy("lru+tail_first")
 
@@ -1152,6 +1159,33 @@ def test_rounds_rotate_the_policies_so_each_runs_once_in_every_place():
     assert all(sorted(r[slot] for r in rounds) == sorted(names) for slot in range(3))
     assert round_order(names, 4, "rotate") == rounds[1] and round_order(names, 2, "fixed") == names
     assert round_order([], 1, "rotate") == []
+
+
+def test_waves_part_a_policys_ttft_into_its_own_time_and_its_decisions():
+    """`by_wave` sums a run's requests wave by wave; `wave_split` reads the waves where both
+    policies cached alike as the policy's own time, the others as its decisions."""
+    from bench.vllm_gpu.summary import by_wave, wave_split
+
+    def rows(ttfts, cached):
+        return [{"wave": i // 2, "ttft_s": t, "cached_tokens": c}
+                for i, (t, c) in enumerate(zip(ttfts, cached, strict=True))]  # fmt: skip
+
+    lru = by_wave(rows([0.1, 0.2, 0.3, 0.4], [0, 16, 32, 32]))
+    assert lru == {"ttft_s": [pytest.approx(0.3), pytest.approx(0.7)], "cached_tokens": [16, 64]}
+    assert by_wave([{"wave": 0, "ttft_s": None, "cached_tokens": 5}])["ttft_s"] == [0.0]
+    runs = [
+        {"policy": "lru", "by_wave": lru},
+        {"policy": "hkv_auto", "by_wave": by_wave(rows([0.15, 0.2, 0.5, 0.4], [0, 16, 0, 32]))},
+        {"policy": "hkv_auto", "by_wave": by_wave(rows([0.25, 0.2, 0.7, 0.4], [0, 16, 0, 32]))},
+    ]
+    split = wave_split(runs, "hkv_auto")
+    assert split["waves"] == 2 and split["alike_waves"] == 1
+    assert split["ttft_delta_alike_s"] == pytest.approx(0.1)  # (0.15 + 0.25) / 2 - 0.1
+    assert split["ttft_delta_differ_s"] == pytest.approx(0.3)
+    assert split["ttft_delta_s"] == pytest.approx(0.4)
+    assert split["cached_delta_tokens"] == -32
+    with pytest.raises(ValueError, match="no run of 'hkv_bip'"):
+        wave_split(runs, "hkv_bip")
 
 
 def test_fold_keeps_each_runs_place_in_its_round_and_the_slot_effect_reads_it(tmp_path):

@@ -334,12 +334,28 @@ def policy_list(text: str) -> list[str]:
 
 
 def split_policy(spec: str) -> tuple[str, dict]:
-    """`hkv_bip+tail_first` -> (`hkv_bip`, {"tail_first": True}): a policy and boolean
-    hyperparameters switched on (hkv policies only; they reach it as `hkv_policy_params`)."""
+    """`hkv_bip+tail_first` -> (`hkv_bip`, {"tail_first": True}); `hkv_auto+first=lru` ->
+    (`hkv_auto`, {"first": "lru"}): a policy and hyperparameters, each `+NAME` switched on or
+    `+NAME=VALUE` (a JSON value, else the text as a string), hkv policies only (they reach it
+    as `hkv_policy_params`)."""
     name, *flags = spec.split("+")
     if flags and name in VLLM_POLICIES:
         raise SystemExit(f"--policy: {spec!r}; vLLM's own {name} takes no hkv hyperparameters")
-    return name, dict.fromkeys(flags, True)
+    params = {}
+    for flag in flags:
+        key, eq, text = flag.partition("=")
+        if not key:
+            raise SystemExit(f"--policy: {spec!r}; expected +NAME or +NAME=VALUE after {name}")
+        params[key] = _value(text) if eq else True
+    return name, params
+
+
+def _value(text: str):
+    """A hyperparameter's value: JSON where it parses (`0.01`, `true`), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def fresh_policy(llm, manager, spec: str):

@@ -158,9 +158,11 @@ def fold(files: list, out, partial: bool = False) -> dict:
         for one in data["repeats"]:
             summary = {k: v for k, v in one["summary"].items() if k not in FOLDED_DROP}
             place = {"slot": one["slot"]} if "slot" in one else {}  # (files before 'order')
+            rows = one.get("requests") or []
+            waves = {"by_wave": by_wave(rows)} if rows and all("wave" in r for r in rows) else {}
             runs.append({"policy": one["policy"], "repeat": one["repeat"], **place,
                          "cpu_gib": params["cpu_gib"], "variant": params["variant"],
-                         "popularity": popularity, **summary})  # fmt: skip
+                         "popularity": popularity, **summary, **waves})  # fmt: skip
     first = read_json(files[0], "fold")
     head = {k: first[k] for k in ("date_utc", "machine", "versions")}
     command = "python -m bench.vllm_gpu run ..., one engine a call (`engines`), then fold"
@@ -168,3 +170,50 @@ def fold(files: list, out, partial: bool = False) -> dict:
               "workloads": variants, "runs": runs}  # fmt: skip
     write_json(out, result)
     return result
+
+
+def by_wave(rows: list[dict]) -> dict[str, list]:
+    """A run's requests summed wave by wave (waves in order): the TTFT of its requests
+    (seconds, a request without one counted 0) and their cached tokens. Small enough to
+    fold, and enough to tell where two policies' TTFT parts (`wave_split`)."""
+    ttft: dict[int, float] = {}
+    cached: dict[int, int] = {}
+    for row in rows:
+        wave = row["wave"]
+        ttft[wave] = ttft.get(wave, 0.0) + (row["ttft_s"] or 0.0)
+        cached[wave] = cached.get(wave, 0) + row["cached_tokens"]
+    order = sorted(ttft)
+    return {
+        "ttft_s": [round(ttft[w], 6) for w in order],
+        "cached_tokens": [cached[w] for w in order],
+    }
+
+
+def wave_split(runs: list[dict], policy: str, baseline: str = "lru") -> dict:
+    """Where `policy`'s TTFT differs from `baseline`'s in one engine's folded `runs` (those
+    with `by_wave`), each wave's sums averaged over its repeats: the total difference of the
+    requests' TTFT (seconds), the part in waves where both cached the same tokens (what the
+    policy's own time costs: nothing else differs there) and the part in the other waves
+    (what its decisions cost), and the cached tokens' difference."""
+
+    def mean_waves(name: str) -> tuple[list[float], list[float]]:
+        mine = [r["by_wave"] for r in runs if r["policy"] == name and r.get("by_wave")]
+        if not mine:
+            raise ValueError(f"wave_split: no run of {name!r} with per-wave sums")
+        n = len(mine)
+        ttft = [sum(col) / n for col in zip(*(w["ttft_s"] for w in mine), strict=True)]
+        cached = [sum(col) / n for col in zip(*(w["cached_tokens"] for w in mine), strict=True)]
+        return ttft, cached
+
+    ttft, cached = mean_waves(policy)
+    base_ttft, base_cached = mean_waves(baseline)
+    alike = [abs(a - b) < 0.5 for a, b in zip(cached, base_cached, strict=True)]
+    delta = [a - b for a, b in zip(ttft, base_ttft, strict=True)]
+    return {
+        "waves": len(delta),
+        "alike_waves": sum(alike),
+        "ttft_delta_s": sum(delta),
+        "ttft_delta_alike_s": sum(d for d, same in zip(delta, alike, strict=True) if same),
+        "ttft_delta_differ_s": sum(d for d, same in zip(delta, alike, strict=True) if not same),
+        "cached_delta_tokens": sum(cached) - sum(base_cached),
+    }
