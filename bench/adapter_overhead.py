@@ -77,7 +77,8 @@ def describe(name: str) -> str:
 
 
 def make_cache_policy(name: str, capacity: int):
-    """vLLM's own `lru`/`arc`, the 0.26-style `lru026` sketch, or hkv's `hkv_<policy>`."""
+    """vLLM's own `lru`/`arc`, the 0.26-style `lru026` sketch, or hkv's `hkv_<policy>` (with
+    hyperparameters as the GPU bench takes them: `hkv_auto+first=lru`)."""
     if name == "lru026":
         return OrderedDictLRU(capacity)
     if name == "lru":
@@ -93,7 +94,11 @@ def make_cache_policy(name: str, capacity: int):
     if name == "hkv_auto_python":  # auto with its shadows in Python: the native ones' yardstick
         params = {"policy_params": {"native": False}}
         return policy_class("hkv_auto")(cache_capacity=capacity, block_tokens=16, **params)
-    return policy_class(name)(cache_capacity=capacity, block_tokens=16)
+    from bench.vllm_gpu.engine import split_policy
+
+    name, params = split_policy(name)  # `hkv_auto+first=lru`: with hyperparameters, as the engine
+    extra = {"policy_params": params} if params else {}
+    return policy_class(name)(cache_capacity=capacity, block_tokens=16, **extra)
 
 
 def replay(
