@@ -1184,6 +1184,7 @@ def test_waves_part_a_policys_ttft_into_its_own_time_and_its_decisions():
     assert split["ttft_delta_differ_s"] == pytest.approx(0.3)
     assert split["ttft_delta_s"] == pytest.approx(0.4)
     assert split["cached_delta_tokens"] == -32
+    assert split["largest_alike_wave"] == (0, pytest.approx(0.1))
     with pytest.raises(ValueError, match="no run of 'hkv_bip'"):
         wave_split(runs, "hkv_bip")
 

@@ -194,7 +194,8 @@ def wave_split(runs: list[dict], policy: str, baseline: str = "lru") -> dict:
     with `by_wave`), each wave's sums averaged over its repeats: the total difference of the
     requests' TTFT (seconds), the part in waves where both cached the same tokens (what the
     policy's own time costs: nothing else differs there) and the part in the other waves
-    (what its decisions cost), and the cached tokens' difference."""
+    (what its decisions cost), the cached tokens' difference, and the wave of alike caching
+    where the policy's TTFT grew the most, with that growth (a switch's stall shows there)."""
 
     def mean_waves(name: str) -> tuple[list[float], list[float]]:
         mine = [r["by_wave"] for r in runs if r["policy"] == name and r.get("by_wave")]
@@ -216,4 +217,8 @@ def wave_split(runs: list[dict], policy: str, baseline: str = "lru") -> dict:
         "ttft_delta_alike_s": sum(d for d, same in zip(delta, alike, strict=True) if same),
         "ttft_delta_differ_s": sum(d for d, same in zip(delta, alike, strict=True) if not same),
         "cached_delta_tokens": sum(cached) - sum(base_cached),
+        "largest_alike_wave": max(
+            ((d, w) for w, (d, same) in enumerate(zip(delta, alike, strict=True)) if same),
+            default=(0.0, None),
+        )[::-1],
     }
