@@ -538,6 +538,40 @@ def test_malformed_modality_spans_are_ignored_with_one_warning(spans, caplog):
     assert not [r for r in caplog.records if "good-1" in r.getMessage()]
 
 
+def test_a_marked_prompts_block_metas_are_modality_ats_shared_per_position():
+    """`span_metas`: each block's meta is its position with the modality of the first span that
+    overlaps it (`modality_at`), else text, for spans that overlap each other, end mid-block or
+    pass the prompt; a text block's meta is the shared per-position one, a marked block's one
+    instance per position and modality, however many requests ask."""
+    from hkv.blocks import BlockMeta
+    from hkv.integrations.vllm.request import modality_at as reference
+    from hkv.integrations.vllm.request import parse_spans, span_metas
+
+    rng = random.Random(5)
+    text, kept = [], {}
+    for _ in range(200):
+        raw = []
+        for _ in range(rng.randint(1, 4)):
+            start = rng.randrange(0, 400)
+            raw.append(
+                [start, start + rng.randint(1, 120), rng.choice(["vision", "audio", "text"])]
+            )
+        spans, problem = parse_spans(raw)
+        assert problem is None
+        blocks = rng.randint(1, 30)
+        metas = span_metas(spans, blocks, 16, text, kept)
+        expected = [
+            BlockMeta(16, 16 * i, reference(spans, 16 * i, 16 * i + 16)) for i in range(blocks)
+        ]
+        assert metas == expected, raw
+        again = span_metas(spans, blocks, 16, text, kept)
+        assert all(a is b for a, b in zip(again, metas, strict=True))  # shared, not made again
+        for i, meta in enumerate(metas):
+            if not any(s < 16 * i + 16 and 16 * i < e for s, e, _ in spans):
+                assert meta is text[i]  # an unmarked block: the shared text meta
+    assert len(text) == 30 and kept
+
+
 def test_a_span_past_the_prompt_labels_the_blocks_it_overlaps():
     from hkv.integrations.vllm.request import parse_spans
 

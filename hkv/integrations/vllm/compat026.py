@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hkv.integrations.vllm.request import extend_text_metas, request_spans, span_meta
+from hkv.integrations.vllm.request import extend_text_metas, request_spans, span_metas
 from hkv.policies.native import note_split
 
 MAX_REQUESTS = 4096  # requests whose key count is remembered (oldest forgotten first)
@@ -65,16 +65,14 @@ def _note_absent(adapter: Any, keys: Sequence[Any], start: int, req_context: Any
     """Note the metas of `keys[start:]` that are neither resident nor noted yet, and tell the
     policy of them; the request's resident keys where `held` (one pass, `native.note_split`),
     as `(keys, metas)` for a text request to a policy that takes them (`auto`)."""
-    spans = request_spans(req_context)
-    metas = None
-    if not spans:
-        metas = extend_text_metas(adapter.text_metas, len(keys), adapter.block_tokens)
+    spans, blocks, tokens = request_spans(req_context), len(keys), adapter.block_tokens
+    if spans:  # (a marked prompt's resident blocks go to the policy as keys, their metas held)
+        metas = span_metas(spans, blocks, tokens, adapter.text_metas, adapter.span_metas)
+    else:
+        metas = extend_text_metas(adapter.text_metas, blocks, tokens)
     chunks, pending = adapter.chunks, adapter.pending_meta
-    with_metas = held and getattr(adapter.policy, "takes_reused_metas", False)
+    with_metas = held and not spans and getattr(adapter.policy, "takes_reused_metas", False)
     noted, resident = note_split(keys, start, chunks, pending, metas, held, with_metas)
-    if spans:  # indices: their metas worked out here
-        meta = span_meta(spans, adapter.block_tokens)
-        noted = [keys[i] for i in noted], list(map(meta, noted))
     if noted[0]:
         pending.update(zip(*noted, strict=True))
         adapter.note_misses(*noted)

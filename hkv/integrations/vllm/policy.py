@@ -94,6 +94,7 @@ class HkvCachePolicy(CachePolicy):
         self.decided: dict[Any, bool] = {}  # admission asked at the store miss, by key
         self.unrecorded = False  # noted keys admitted with no verdict in `decided` (`settle`)
         self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
+        self.span_metas: dict[Any, list[BlockMeta]] = {}  # and marked blocks', by modality
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = vllms_lru(  # hkv's lru from C where built: nothing is pinned here
             make_policy(
