@@ -9,8 +9,11 @@ POLICIES = ("lru", "arc", "hkv_auto", "hkv_predictive")
 
 
 def _workload(run: dict[str, Any]) -> str:
+    """The run's workload: the anchor, or its skewed variant (Zipf exponent), ", images" where
+    its prompts marked their image tokens (`--variant mm`)."""
     popularity = run.get("popularity", 0.0)
-    return "anchor" if not popularity else f"skewed (Zipf {popularity:g})"
+    name = "anchor" if not popularity else f"skewed (Zipf {popularity:g})"
+    return f"{name}, images" if run.get("variant") == "mm" else name
 
 
 def runs_by_cell(results: dict[str, Any]) -> dict[tuple[str, float], dict[str, dict]]:
