@@ -740,7 +740,9 @@ def test_a_hybrid_models_chains_go_tail_first_across_kv_cache_groups(policy, reu
         ([9], None, 0),  # only a short block
         ([16, 25, 16, 25], None, 2),  # two groups' short last blocks: one meta
         ([16, 24, 40, 56], None, 0),  # a short block inside: worked out block by block
-        ([16, 32, 48], {"hkv_modalities": [[20, 30, "vision"]]}, 0),  # a marked span
+        ([16, 32, 48], {"hkv_modalities": [[20, 30, "vision"]]}, 2),  # a marked span
+        ([16, 32, 57], {"hkv_modalities": [[20, 50, "audio"], [0, 20, "vision"]]}, 0),
+        ([16, 24, 40], {"hkv_modalities": [[20, 30, "vision"]]}, 0),  # block by block
         ([16, 32, 48], {"hkv_modalities": "nonsense"}, 3),  # ignored: text
     ],
 )
@@ -762,10 +764,11 @@ def test_a_requests_metas_at_once_are_each_blocks_own(monkeypatch, ends, params,
         ctx.set_offload_key_position(k, end)
     keys.append(key(99))  # no position in the request
     shared: list = []
-    got = block_metas(keys, ctx, 16, shared)
+    got = block_metas(keys, ctx, 16, shared, {})
     expected = [block_meta(k, ctx, 16) for k in keys]
     assert got == expected
     assert sum(any(m is one for one in shared) for m in got) == shared_ones
+    assert block_metas(keys, ctx, 16, [], None) == expected  # no marked metas kept: each its own
 
 
 @pytest.mark.parametrize("in_c", [True, False])

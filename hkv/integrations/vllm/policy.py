@@ -93,7 +93,7 @@ class HkvCachePolicy(CachePolicy):
         self.pending_meta: dict[Any, BlockMeta] = {}
         self.decided: dict[Any, bool] = {}  # admission asked at the store miss, by key
         self.unrecorded = False  # noted keys admitted with no verdict in `decided` (`settle`)
-        self.text_metas: list[BlockMeta] = []  # shared per-position text metas (compat026)
+        self.text_metas: list[BlockMeta] = []  # shared per-position text metas
         self.span_metas: dict[Any, list[BlockMeta]] = {}  # and marked blocks', by modality
         self.touched_requests: OrderedDict[str, int] = OrderedDict()  # vLLM 0.26: keys seen
         self.policy = vllms_lru(  # hkv's lru from C where built: nothing is pinned here
@@ -217,7 +217,9 @@ class HkvCachePolicy(CachePolicy):
             pending.clear()  # stores that never happened (a refused prepare_store)
             self.decided.clear()
         if self.shared_meta is None:
-            metas = block_metas(keys, req_context, self.block_tokens, self.text_metas)
+            metas = block_metas(
+                keys, req_context, self.block_tokens, self.text_metas, self.span_metas
+            )
             before = len(pending)
             pending.update(zip(keys, metas, strict=True))
             if len(pending) - before != len(keys):  # a key given twice: its last meta

@@ -142,7 +142,11 @@ def block_meta(key: Any, req_context: Any, block_tokens: int) -> BlockMeta:
 
 
 def block_metas(
-    keys: Sequence[Any], req_context: Any, block_tokens: int, text_metas: list[BlockMeta]
+    keys: Sequence[Any],
+    req_context: Any,
+    block_tokens: int,
+    text_metas: list[BlockMeta],
+    marked: dict | None = None,
 ) -> list[BlockMeta]:
     """`block_meta` of each key, a request's at once: a whole text block (its end a multiple of
     `block_tokens`, with every shorter block of the request whole too) takes the shared meta of
@@ -150,8 +154,13 @@ def block_metas(
     every end but the last is whole, so a request's store misses cost a position lookup each
     instead of a new meta; a prompt's short last block gets its meta in that call too, where the
     request keeps its state (`_previous_end` reads its ends there; without it, `block_meta` starts
-    the block `block_tokens` before its end); any other block is worked out by `block_meta`."""
+    the block `block_tokens` before its end); any other block is worked out by `block_meta`.
+    A request that marks modality spans takes its whole blocks' shared metas from `span_metas`
+    (its marked blocks' kept in `marked`) where given and every end but the last is whole."""
     ends, spans = getattr(req_context, "_offload_key_positions", None), request_spans(req_context)
+    marks = spans is not None and marked is not None and type(ends) is dict
+    if marks and _whole(req_context, block_tokens):
+        return _marked_metas(keys, ends, spans, req_context, block_tokens, text_metas, marked)
     if type(ends) is dict and type(keys) is list and spans is None:
         short = _short_text_meta if hasattr(req_context, "get_state") else None
         shared = whole_text_metas(keys, ends, block_tokens, text_metas, short)
@@ -165,6 +174,23 @@ def block_metas(
     out = [None] * len(keys)
     _fill(out, keys, {key: get(key) for key in keys}, req_context, block_tokens, text_metas)
     return out
+
+
+def _marked_metas(keys: Sequence[Any], ends: dict, spans: Spans, req_context: Any,
+                  block_tokens: int, text_metas: list, marked: dict) -> list:  # fmt: skip
+    """`block_metas` of a request with marked spans whose every end but the last is whole: a
+    whole block's meta is its position's in `span_metas` (a block so ending starts
+    `block_tokens` before, as `block_meta` would start it), any other's `block_meta`."""
+    at = []
+    for key in keys:
+        end = ends.get(key)
+        whole = end is not None and end > 0 and end % block_tokens == 0
+        at.append(end // block_tokens - 1 if whole else -1)
+    shared = span_metas(spans, max(at, default=-1) + 1, block_tokens, text_metas, marked)
+    return [
+        shared[i] if i >= 0 else block_meta(key, req_context, block_tokens)
+        for key, i in zip(keys, at, strict=True)
+    ]
 
 
 def _short_text_meta(start: int, tokens: int) -> BlockMeta:
