@@ -184,7 +184,7 @@ def _marked_metas(keys: Sequence[Any], ends: dict, spans: Spans, req_context: An
     at = []
     for key in keys:
         end = ends.get(key)
-        whole = end is not None and end > 0 and end % block_tokens == 0
+        whole = type(end) is int and end > 0 and end % block_tokens == 0
         at.append(end // block_tokens - 1 if whole else -1)
     shared = span_metas(spans, max(at, default=-1) + 1, block_tokens, text_metas, marked)
     return [
