@@ -4555,7 +4555,7 @@ def _first_lru() -> tuple[Any, ...]:
     `wave_split`'s parts, its switch's median policy time in ms, started as lru its TTFT change
     and policy ratio), the second engine's two TTFT changes, and the anchor at 8 GiB's wall and
     TTFT changes of both with the request where the one started as lru switched."""
-    from bench.vllm_gpu.summary import wave_split
+    from hkv.report.bench_vllm_auto import wave_split
 
     first, auto = "hkv_auto+first=lru", "hkv_auto"
     one = result("vllm_h100_time_48cb811_firstlru.json")
@@ -4598,7 +4598,7 @@ FIRST_LRU = (
     "Where the skewed variant's mean TTFT goes (hkv 48cb811 and fa4e9b2, "
     "`data/results/vllm_h100_time_48cb811_firstlru.json`, `_fa4e9b2_firstlru_skewed.json` and "
     "`_fa4e9b2_firstlru_anchor.json`). Each engine run now keeps its requests' TTFT and cached "
-    "tokens summed wave by wave, and `bench.vllm_gpu.summary.wave_split` reads a policy's "
+    "tokens summed wave by wave, and `hkv.report.bench_vllm_auto.wave_split` reads a policy's "
     "difference from lru apart: the waves where both cached the same tokens show what the "
     "policy's own time costs, the others what its decisions cost. In one H100 engine at 8 GiB "
     "(3 rounds each), `auto`, which switched from `lip` to `{}` at request {} in every round, came "

@@ -1164,7 +1164,8 @@ def test_rounds_rotate_the_policies_so_each_runs_once_in_every_place():
 def test_waves_part_a_policys_ttft_into_its_own_time_and_its_decisions():
     """`by_wave` sums a run's requests wave by wave; `wave_split` reads the waves where both
     policies cached alike as the policy's own time, the others as its decisions."""
-    from bench.vllm_gpu.summary import by_wave, wave_split
+    from bench.vllm_gpu.summary import by_wave
+    from hkv.report.bench_vllm_auto import wave_split
 
     def rows(ttfts, cached):
         return [{"wave": i // 2, "ttft_s": t, "cached_tokens": c}

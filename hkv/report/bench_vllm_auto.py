@@ -351,3 +351,39 @@ def stand_in_table(results: dict[str, Any]) -> str:
         tail = "; the same evictions as before" if same else ""
         lines.append(f"{name} at {cell['cpu_gib']:g} GiB: " + ", ".join(parts) + tail)
     return "\n".join(lines)
+
+
+def wave_split(runs: list[dict], policy: str, baseline: str = "lru") -> dict:
+    """Where `policy`'s TTFT differs from `baseline`'s in one engine's folded `runs` (those
+    with `by_wave`, as `bench.vllm_gpu.summary.fold` keeps them), each wave's sums averaged
+    over its repeats: the total difference of the requests' TTFT (seconds), the part in waves
+    where both cached the same tokens (what the policy's own time costs: nothing else differs
+    there) and the part in the other waves (what its decisions cost), the cached tokens'
+    difference, and the wave of alike caching where the policy's TTFT grew the most, with that
+    growth (a switch's stall shows there)."""
+
+    def mean_waves(name: str) -> tuple[list[float], list[float]]:
+        mine = [r["by_wave"] for r in runs if r["policy"] == name and r.get("by_wave")]
+        if not mine:
+            raise ValueError(f"wave_split: no run of {name!r} with per-wave sums")
+        n = len(mine)
+        ttft = [sum(col) / n for col in zip(*(w["ttft_s"] for w in mine), strict=True)]
+        cached = [sum(col) / n for col in zip(*(w["cached_tokens"] for w in mine), strict=True)]
+        return ttft, cached
+
+    ttft, cached = mean_waves(policy)
+    base_ttft, base_cached = mean_waves(baseline)
+    alike = [abs(a - b) < 0.5 for a, b in zip(cached, base_cached, strict=True)]
+    delta = [a - b for a, b in zip(ttft, base_ttft, strict=True)]
+    return {
+        "waves": len(delta),
+        "alike_waves": sum(alike),
+        "ttft_delta_s": sum(delta),
+        "ttft_delta_alike_s": sum(d for d, same in zip(delta, alike, strict=True) if same),
+        "ttft_delta_differ_s": sum(d for d, same in zip(delta, alike, strict=True) if not same),
+        "cached_delta_tokens": sum(cached) - sum(base_cached),
+        "largest_alike_wave": max(
+            ((d, w) for w, (d, same) in enumerate(zip(delta, alike, strict=True)) if same),
+            default=(0.0, None),
+        )[::-1],
+    }
