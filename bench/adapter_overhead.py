@@ -242,7 +242,7 @@ def setup(policies: list[str], workload, salt: int = 0) -> list[Prompt]:
 
 def run(args) -> tuple[dict, dict]:
     """Every policy measured on the anchor workload: (parameters, results)."""
-    workload = Workload(popularity=args.popularity)
+    workload = Workload(popularity=args.popularity, images=args.images)
     capacity = blocks_for_gib(args.cpu_gib)
     t0 = time.perf_counter()
     requests = setup(args.policies, workload, args.salt)
@@ -256,6 +256,7 @@ def run(args) -> tuple[dict, dict]:
     with_ratios(rows)
     parameters = {"policies": list(args.policies), "cpu_gib": args.cpu_gib}
     parameters["popularity"] = args.popularity
+    parameters["images"] = args.images
     parameters["repeats"] = args.repeats
     parameters["salt"] = args.salt
     results = {
@@ -278,7 +279,7 @@ def run(args) -> tuple[dict, dict]:
 
 def profile(name: str, args, top: int = 30) -> None:
     """cProfile one untimed replay of `name`, hottest functions by own time."""
-    requests = setup([name], Workload(popularity=args.popularity), args.salt)
+    requests = setup([name], Workload(popularity=args.popularity, images=args.images), args.salt)
     capacity = blocks_for_gib(args.cpu_gib)
     profiler = cProfile.Profile()
     profiler.runcall(replay, name, requests, capacity, False)
@@ -305,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-gib", type=float, default=8.0)
     parser.add_argument(
         "--popularity", type=float, default=0.0, help="the skewed variant's Zipf exponent (1)"
+    )
+    parser.add_argument(
+        "--images",
+        action="store_true",
+        help="the images variant: each prompt marks its image tokens (`hkv_modalities`)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
