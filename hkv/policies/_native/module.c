@@ -332,10 +332,17 @@ static int worth_of(block_reader *r, PyObject *meta, const hkv_block *b, int mod
     return 0;
 }
 
+static int read_fields(block_reader *r, PyObject *meta, hkv_block *b);
+
 /* one block of the request: its id and the meta's fields the shadows read (its position, read
  * already, in b->position) */
 static int read_block(block_reader *r, PyObject *key, PyObject *meta, hkv_block *b) {
-    if (hkv_key_bits(key, &b->key) < 0 || int_attr(meta, F_TOKENS, &b->tokens) < 0) return -1;
+    return hkv_key_bits(key, &b->key) < 0 ? -1 : read_fields(r, meta, b);
+}
+
+/* the meta's fields the shadows read, its id in b->key already */
+static int read_fields(block_reader *r, PyObject *meta, hkv_block *b) {
+    if (int_attr(meta, F_TOKENS, &b->tokens) < 0) return -1;
     b->worth = 0.0;
     b->modality = 0;
     if (r->value == Py_None && r->modality_index == Py_None) return 0;
@@ -572,7 +579,8 @@ int hkv_shadows_read(PyObject *shadows, PyObject *keys, PyObject *metas, PyObjec
  * `columns_release` twice). The count; -1 with an exception; or -2 where two different keys
  * share an id (then the caller merges through a dict: the same keys, metas and order). */
 static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint64_t threshold,
-                            PyObject *hold[4], PyObject ***keys_out, PyObject ***metas_out) {
+                            PyObject *hold[4], PyObject ***keys_out, PyObject ***metas_out,
+                            uint64_t **ids_out) {
     PyObject **k[2], **m[2];
     Py_ssize_t len[2], n = 0;
     *keys_out = NULL;
@@ -580,9 +588,11 @@ static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint6
         (len[1] = columns_items(found, "Shadows.replay_request", hold + 2, &k[1], &m[1])) < 0)
         return -1;
     PyObject **keys = PyMem_Malloc(2 * (size_t)(len[0] + len[1] + 1) * sizeof *keys);
+    uint64_t *ids = PyMem_Malloc((size_t)(len[0] + len[1] + 1) * sizeof *ids);
     hkv_map at;
-    if (!keys || hkv_map_init(&at, (size_t)(len[0] + len[1])) < 0) {
+    if (!keys || !ids || hkv_map_init(&at, (size_t)(len[0] + len[1])) < 0) {
         PyMem_Free(keys);
+        PyMem_Free(ids);
         PyErr_NoMemory();
         return -1;
     }
@@ -610,6 +620,7 @@ static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint6
                 n = -1;
                 break;
             }
+            ids[n] = bits;
             keys[n] = k[c][i];
             metas[n++] = m[c][i];
         }
@@ -617,29 +628,43 @@ static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint6
     hkv_map_free(&at);
     if (n < 0) {
         PyMem_Free(keys);
+        PyMem_Free(ids);
         return n;
     }
     *keys_out = keys;
     *metas_out = metas;
+    *ids_out = ids;
     return n;
 }
 
 /* the merge through a dict (`merge_into`), as merge_ids leaves it: the count, or -1 */
 static Py_ssize_t merge_dict(PyObject *misses, PyObject *found, int filter, uint64_t threshold,
-                             PyObject **merged, PyObject ***keys_out, PyObject ***metas_out) {
+                             PyObject **merged, PyObject ***keys_out, PyObject ***metas_out,
+                             uint64_t **ids_out) {
     *keys_out = NULL;
     if (!(*merged = PyDict_New()) || merge_into(*merged, misses, filter, threshold, 1) < 0 ||
         merge_into(*merged, found, filter, threshold, 0) < 0)
         return -1;
     Py_ssize_t n = PyDict_GET_SIZE(*merged), pos = 0, j = 0;
     PyObject **keys = PyMem_Malloc(2 * (size_t)(n + 1) * sizeof *keys), *key, *meta;
-    if (!keys) return PyErr_NoMemory(), -1;
+    uint64_t *ids = PyMem_Malloc((size_t)(n + 1) * sizeof *ids);
+    if (!keys || !ids) {
+        PyMem_Free(keys);
+        PyMem_Free(ids);
+        return PyErr_NoMemory(), -1;
+    }
     while (PyDict_Next(*merged, &pos, &key, &meta)) { /* borrowed: `merged` holds them */
+        if (hkv_key_bits(key, &ids[j]) < 0) {
+            PyMem_Free(keys);
+            PyMem_Free(ids);
+            return -1;
+        }
         keys[j] = key;
         keys[n + 1 + j++] = meta;
     }
     *keys_out = keys;
     *metas_out = keys + n + 1;
+    *ids_out = ids;
     return n;
 }
 
@@ -664,9 +689,10 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     Py_ssize_t *order = NULL;
     int64_t *positions = NULL;
     PyObject **keys = NULL, **metas = NULL;
-    Py_ssize_t n = merge_ids(misses, found, filter, threshold, hold, &keys, &metas);
+    uint64_t *ids = NULL; /* each merged key's id, worked out once */
+    Py_ssize_t n = merge_ids(misses, found, filter, threshold, hold, &keys, &metas, &ids);
     if (n == -2) /* two keys share an id: through a dict, which tells them apart */
-        n = merge_dict(misses, found, filter, threshold, &merged, &keys, &metas);
+        n = merge_dict(misses, found, filter, threshold, &merged, &keys, &metas, &ids);
     if (n < 0) goto done;
     if (!n) {
         result = Py_NewRef(before ? before : Py_None);
@@ -690,7 +716,8 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
         PyObject *key = keys[order[j]], *meta = metas[order[j]];
         hkv_block *b = &self->blocks[j];
         b->position = positions[order[j]];
-        if (read_block(&reader, key, meta, b) < 0) goto done;
+        b->key = ids[order[j]];
+        if (read_fields(&reader, meta, b) < 0) goto done;
         if (registers && register_block(self, b->key, key, meta) < 0)
             goto done;
     }
@@ -708,6 +735,7 @@ done:
     PyMem_Free(order);
     PyMem_Free(positions);
     PyMem_Free(keys);
+    PyMem_Free(ids);
     return result;
 }
 
