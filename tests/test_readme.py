@@ -4626,7 +4626,7 @@ CLAIMS += [
         "as lru there in two H100 engines (hkv 48cb811 and fa4e9b2), and in the same engine call "
         "still cut the anchor's wall time at 8 GiB by {:.1f} % ({:.1f} % as shipped): the setting "
         "for traffic known to be dominated by a few popular sessions.",
-        lambda: (-_first_lru()[18], -_first_lru()[16]),
+        lambda: tuple(-v for v in itemgetter(18, 16)(_first_lru())),
     ),
 ]
 
