@@ -9,16 +9,25 @@
 
 Each candidate (`NAME=JSON`, the JSON being `auto`'s hyperparameters; `default` is `{}`) runs:
 - the two-tier model of the H200 engine (`bench.sim.two_tier`): the anchor at 8, 12 and 16 GiB
-  and its skewed variant (Zipf 1) at 8 and 12 GiB, with the cached share and `prefill_frac`,
-  the modelled prefill seconds left, which the engine's wall time follows (`vllm_h200_time.json`
-  and `vllm_h200_steps.json` measure both); `bip` and vLLM's `lru` (modelled by hkv's) beside;
+  and its skewed variant (Zipf 1) at 8 and 12 GiB, with the cached share, `prefill_frac`, the
+  modelled prefill seconds left, which the engine's wall time follows (`vllm_h200_time.json`
+  and `vllm_h200_steps.json` measure both), and `ttft_frac`, the modelled wait for the first
+  token left (a wave's requests served first come, first served: `two_tier.wave_waits`); `bip`
+  and vLLM's `lru` (modelled by hkv's) beside;
 - the policy suite's cells (`data/results/policy_suite.json`: Mooncake's trace if `--trace` is
   readable, and the generated workloads at seed 0) and the held-out cells
   (`data/results/policy_heldout.json`: seeds 9-12), `auto` replayed in the simulator
   (`store="per_request"`, which matches hkv's adapter inside vLLM's manager to 0.00 points in
   the suite), against the competitors' committed rows: cells more than half a point behind the
   best competitor or below vLLM's `lru`, the issue's bar;
-- with `--variants`, the two-tier model on `VARIANT_CELLS` too (other skews and tier sizes).
+- with `--variants`, the two-tier model on `VARIANT_CELLS` too (other skews and tier sizes);
+- with `--seeds N`, every two-tier cell's workload drawn at seeds 0 to N-1 too (other session
+  lengths and another order of the waves: the engines run seed 0), and per cell the mean and the
+  worst seed of each policy's change against lru's (`seed_spread`): a gain that holds at seed 0
+  only is not one.
+
+    python -m bench.auto_candidates --variants --seeds 6 \
+        --candidate 'first_lru={"first": "lru"}' --out data/results/auto_candidates_seeds.json
 
 `--extra-expert LABEL` makes a registered policy an expert `auto` may follow, for this run only
 (an entry of `hkv.policies.shadow.EXPERTS` with no hyperparameters): a candidate names it in its
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -58,22 +68,44 @@ def _register(extra: list[str]) -> None:
         EXPERTS.setdefault(label, (label, {}, 1))
 
 
-def anchor_cell(job: tuple[list[str], str, dict, float, float]) -> dict[str, Any]:
-    """One policy (`auto` with `params`, or another by name) in one two-tier cell."""
-    extra, policy, params, popularity, gib = job
+def anchor_cell(job: tuple[list[str], str, dict, float, float, int]) -> dict[str, Any]:
+    """One policy (`auto` with `params`, or another by name) in one two-tier cell, the workload
+    drawn with `seed` (the engines': 0)."""
+    extra, policy, params, popularity, gib, seed = job
     _register(extra)
     from bench.sim.two_tier import blocks_for_gib, predict
     from hkv.cost import CostModel
     from hkv.sim.anchor import Workload, trace_requests
 
-    requests, turns = trace_requests(workload=Workload(popularity=popularity))
+    requests, turns = trace_requests(workload=Workload(popularity=popularity, seed=seed))
     row = predict(
         policy, blocks_for_gib(gib), blocks_for_gib(4.0), requests, turns,
         CostModel.default(), params,
     )  # fmt: skip
-    keep = ("cached_frac", "turn_gt0_cached_frac", "prefill_frac", "store_failed")
-    return {"popularity": popularity, "cpu_gib": gib, "policy": policy,
+    keep = ("cached_frac", "turn_gt0_cached_frac", "prefill_frac", "ttft_frac", "store_failed")
+    return {"popularity": popularity, "cpu_gib": gib, "seed": seed, "policy": policy,
             **{k: row[k] for k in keep}}  # fmt: skip
+
+
+def seed_spread(rows: list[dict], lru_rows: list[dict]) -> list[dict[str, Any]]:
+    """Per two-tier cell and policy of `rows`, over the seeds: the mean and the worst (highest)
+    change in percent of the modelled prefill left and wait for the first token against lru's
+    at the same seed (`lru_rows`), and how many seeds came out above lru's wait."""
+    lru = {(r["popularity"], r["cpu_gib"], r["seed"]): r for r in lru_rows if r["policy"] == "lru"}
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["policy"] != "lru":
+            groups.setdefault((r["popularity"], r["cpu_gib"], r["policy"]), []).append(r)
+    out = []
+    for (popularity, gib, policy), group in groups.items():
+        entry: dict[str, Any] = {"popularity": popularity, "cpu_gib": gib, "policy": policy,
+                                 "seeds": len(group)}  # fmt: skip
+        for key in ("prefill_frac", "ttft_frac"):
+            change = [100 * (r[key] / lru[popularity, gib, r["seed"]][key] - 1) for r in group]
+            entry[key] = {"mean_pct": statistics.fmean(change), "worst_pct": max(change),
+                          "above_lru": sum(c > 1e-9 for c in change)}  # fmt: skip
+        out.append(entry)
+    return out
 
 
 def trace_cell(job: tuple[list[str], dict, str, int | None, str, float]) -> dict[str, Any]:
@@ -144,8 +176,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--heldout", type=Path, default=ROOT / "data/results/policy_heldout.json")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
+    parser.add_argument("--seeds", type=int, default=1, help="two-tier workloads at seeds 0..N-1")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds {args.seeds}: expected at least 1 (seed 0 alone: 1)")
     args.candidates = candidates(parser, args.candidate)
     return args
 
@@ -178,6 +213,20 @@ def _competitor_row(cell: dict, ours: dict) -> dict:
             "seconds": key, "our_s": ours[key], "best_s": best_s}  # fmt: skip
 
 
+def two_tier_rows(pool, args: argparse.Namespace, name: str, params: dict) -> list[dict]:
+    """`auto` with `params` in every two-tier cell at every seed; with lru and bip beside for
+    `default` (which runs first)."""
+    cells = ANCHOR_CELLS + (VARIANT_CELLS if args.variants else ())
+    policies = [("auto", params)] + ([(o, {}) for o in ("lru", "bip")] if name == "default" else [])
+    jobs = [
+        (args.extra_expert, policy, spec, p, g, seed)
+        for policy, spec in policies
+        for seed in range(args.seeds)
+        for p, g in cells
+    ]
+    return list(pool.map(anchor_cell, jobs))
+
+
 def main(argv: list[str] | None = None) -> int:
     from hkv.inputs import read_json
 
@@ -190,12 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"candidates": {}}
     with ProcessPoolExecutor(args.workers) as pool:
         for name, params in args.candidates.items():
-            two_tier = ANCHOR_CELLS + (VARIANT_CELLS if args.variants else ())
-            jobs = [(extra, "auto", params, p, g) for p, g in two_tier]
-            if name == "default":
-                jobs += [(extra, other, {}, p, g) for other in ("lru", "bip") for p, g in two_tier]
-            anchor = list(pool.map(anchor_cell, jobs))
-            entry: dict[str, Any] = {"params": params, "two_tier": anchor}
+            entry: dict[str, Any] = {"params": params}
+            entry["two_tier"] = two_tier_rows(pool, args, name, params)
+            if args.seeds > 1:
+                lru_rows = out["candidates"].get("default", entry)["two_tier"]
+                entry["two_tier_seeds"] = seed_spread(entry["two_tier"], lru_rows)
             for label, results in files.items():
                 cells = cells_of(results, args.trace)
                 jobs = [(extra, params, w, s, t, c["capacity_frac"]) for _, w, s, t, c in cells]
@@ -223,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         parameters = {"candidates": args.candidates, "extra_experts": extra,
                       "trace": args.trace.name, "bar_points": BAR_POINTS,
-                      "variants": args.variants}  # fmt: skip
+                      "variants": args.variants, "seeds": args.seeds}  # fmt: skip
         save_results(args.out, out, generated_by="python -m bench.auto_candidates",
                      parameters=parameters)  # fmt: skip
     return 0
@@ -231,13 +279,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary_line(name: str, entry: dict) -> str:
     anchor = {
-        (r["popularity"], r["cpu_gib"]): r for r in entry["two_tier"] if r["policy"] == "auto"
+        (r["popularity"], r["cpu_gib"]): r
+        for r in entry["two_tier"]
+        if r["policy"] == "auto" and r["seed"] == 0
     }
-    left = " ".join(f"{g:g}GiB{f'/Zipf{p:g}' if p else ''}:{100 * r['prefill_frac']:.1f}%"
-                    for (p, g), r in anchor.items())  # fmt: skip
+    left = " ".join(
+        f"{g:g}GiB{f'/Zipf{p:g}' if p else ''}:{100 * r['prefill_frac']:.1f}/"
+        f"{100 * r['ttft_frac']:.1f}%"
+        for (p, g), r in anchor.items()
+    )
+    spread = ""
+    if entry.get("two_tier_seeds"):
+        mine = [e for e in entry["two_tier_seeds"] if e["policy"] == "auto"]
+        worst = max(e["ttft_frac"]["worst_pct"] for e in mine)
+        mean = statistics.fmean(e["ttft_frac"]["mean_pct"] for e in mine)
+        spread = f"; over the seeds TTFT vs lru {mean:+.1f} % on average, worst {worst:+.1f} %"
     suite, held = entry["suite"], entry["heldout"]
-    return (f"{name}: prefill left {left}; suite {suite['missing_the_bar']}/{suite['cells']} "
-            f"miss the bar, held-out {held['missing_the_bar']}/{held['cells']}")  # fmt: skip
+    bar = (
+        f"suite {suite['missing_the_bar']}/{suite['cells']} miss the bar, "
+        f"held-out {held['missing_the_bar']}/{held['cells']}"
+    )
+    return f"{name}: prefill/TTFT left {left}{spread}; {bar}"
 
 
 if __name__ == "__main__":

@@ -65,3 +65,44 @@ def test_variants_add_other_skews_and_tier_sizes_to_the_two_tier_cells():
     assert args.variants and not bench.parse([]).variants
     cells = set(bench.VARIANT_CELLS)
     assert len(cells) == 12 and not cells & set(bench.ANCHOR_CELLS)
+
+
+def test_a_wave_waits_for_its_earlier_requests_first_come_first_served():
+    from bench.sim.two_tier import wave_waits
+
+    assert wave_waits([1.0, 2.0, 3.0, 4.0, 5.0], [0, 0, 0, 1, 1]) == [1.0, 3.0, 6.0, 4.0, 9.0]
+    assert wave_waits([], []) == []
+
+
+def test_the_same_prefill_saved_first_in_its_wave_saves_more_waiting():
+    from bench.sim.two_tier import prefill_frac, ttft_frac
+    from hkv.cost import CostModel
+
+    cost, prompt, waves = CostModel.default(), [4096, 4096], [0, 0]
+    first, last = [4095, 0], [0, 4095]  # the first request cached, or the last
+    assert prefill_frac(first, prompt, cost) == pytest.approx(prefill_frac(last, prompt, cost))
+    # both wait for the first's prefill: caching it spares two waits, caching the last one
+    assert ttft_frac(first, prompt, waves, cost) < ttft_frac(last, prompt, waves, cost) < 1.0
+    assert ttft_frac([0, 0], prompt, waves, cost) == 1.0
+
+
+def test_seeds_are_judged_each_against_lru_at_the_same_seed():
+    def two(seed: int, policy: str, prefill: float, ttft: float) -> dict:
+        return {"popularity": 1.0, "cpu_gib": 8.0, "seed": seed, "policy": policy,
+                "prefill_frac": prefill, "ttft_frac": ttft}  # fmt: skip
+
+    lru = [two(0, "lru", 0.5, 0.5), two(1, "lru", 0.4, 0.4)]
+    auto = [two(0, "auto", 0.45, 0.55), two(1, "auto", 0.44, 0.36)]
+    bip = [two(0, "bip", 0.5, 0.5), two(1, "bip", 0.4, 0.4)]  # beside lru: not the yardstick
+    entry, _ = bench.seed_spread(auto + lru + bip, bip + lru)
+    assert entry["policy"] == "auto" and entry["seeds"] == 2
+    assert entry["prefill_frac"]["mean_pct"] == pytest.approx(0.0)  # -10 % and +10 %
+    assert entry["prefill_frac"]["worst_pct"] == pytest.approx(10.0)
+    assert entry["ttft_frac"]["worst_pct"] == pytest.approx(10.0)
+    assert entry["ttft_frac"]["above_lru"] == 1 and entry["prefill_frac"]["above_lru"] == 1
+
+
+def test_seeds_default_to_the_engines_alone_and_must_be_positive():
+    assert bench.parse([]).seeds == 1 and bench.parse(["--seeds", "4"]).seeds == 4
+    with pytest.raises(SystemExit):
+        bench.parse(["--seeds", "0"])

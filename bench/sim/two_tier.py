@@ -24,7 +24,14 @@ tokens, at their positions, over those of the whole prompts. Two policies with t
 share can differ there: a token deep in a long prompt attends to everything before it, so a
 tier that keeps whole chains of some sessions saves more prefill than one that keeps the heads
 of all of them (the H200 engine's wall times follow `prefill_frac`, not the cached share:
-`data/results/vllm_h200_steps.json`). Each request
+`data/results/vllm_h200_steps.json`). What a request waits for its first token is modelled too,
+`ttft_frac`: the engine runs a wave's requests first come, first served (vLLM's scheduler fills
+each step's 8,192 tokens from the oldest request on), so a request's first token waits for the
+uncached prefill of the requests before it in its wave and then its own; `ttft_frac` is the sum
+of those waits over the sum with nothing cached. Two policies that leave the same prefill can
+differ there: a miss in the first request of a wave delays all four, one in the last request only
+itself (on the skewed variant at 8 GiB `auto` leaves 1.4 % less prefill than lru in the model and
+waits 1.5 % longer, the engines' sign: `python -m bench.auto_candidates --seeds`). Each request
 is replayed alone (`replay` on a one-request trace, policy state kept), so per-turn shares come
 out too. vLLM's own `lru` and `arc` are predicted with hkv's `lru` and `arc`. Standard library
 and numpy only.
@@ -105,6 +112,7 @@ def predict(
         "gpu_blocks": gpu_blocks,
         "cached_frac": sum(cached) / sum(prompt),
         "prefill_frac": prefill_frac(cached, prompt, cost_model),
+        "ttft_frac": ttft_frac(cached, prompt, [tr.wave for tr in turn_requests], cost_model),
         "turn_gt0_cached_frac": sum(cached[i] for i in later) / sum(prompt[i] for i in later),
         "store_gb": tiers.inserts * KV_BYTES_PER_TOKEN * 16 / 1e9,
         "inserts": tiers.inserts,
@@ -114,15 +122,39 @@ def predict(
     }
 
 
+def _prefill_s(cost_model: CostModel, start: int, end: int) -> float:
+    """The cost model's prefill seconds of tokens `start` to `end` of a prompt."""
+    return cost_model.recompute_s(BlockMeta(end - start, position=start)) if end > start else 0.0
+
+
 def prefill_frac(cached: list[int], prompt: list[int], cost_model: CostModel) -> float:
     """Prefill seconds of the prompts' uncached tokens (from `cached[i]` to `prompt[i]`) over
     those of the whole prompts, priced by `cost_model` at their positions."""
+    left = sum(_prefill_s(cost_model, c, p) for c, p in zip(cached, prompt, strict=True))
+    return left / sum(_prefill_s(cost_model, 0, p) for p in prompt)
 
-    def seconds(start: int, end: int) -> float:
-        return cost_model.recompute_s(BlockMeta(end - start, position=start)) if end > start else 0
 
-    left = sum(seconds(c, p) for c, p in zip(cached, prompt, strict=True))
-    return left / sum(seconds(0, p) for p in prompt)
+def wave_waits(own_s: list[float], waves: list[int]) -> list[float]:
+    """Each request's wait for its first token in the model: the prefill seconds (`own_s`, in
+    submission order) of the requests before it in its wave (`waves[i]`: request i's wave, the
+    requests of a wave next to each other) and its own, first come, first served."""
+    waits, wave, waited = [], None, 0.0
+    for seconds, w in zip(own_s, waves, strict=True):
+        if w != wave:
+            wave, waited = w, 0.0
+        waited += seconds
+        waits.append(waited)
+    return waits
+
+
+def ttft_frac(
+    cached: list[int], prompt: list[int], waves: list[int], cost_model: CostModel
+) -> float:
+    """The requests' waits for their first token (`wave_waits`) with `cached[i]` tokens of each
+    prompt cached, over their waits with none cached."""
+    left = [_prefill_s(cost_model, c, p) for c, p in zip(cached, prompt, strict=True)]
+    whole = [_prefill_s(cost_model, 0, p) for p in prompt]
+    return sum(wave_waits(left, waves)) / sum(wave_waits(whole, waves))
 
 
 def gpu_only(gpu_blocks: int, requests: list[Request], turn_requests: list) -> float:
