@@ -134,3 +134,17 @@ def test_pooled_frames_read_a_folder_of_engine_files(tmp_path):
     table = frames[0].data
     assert list(table.index) == ["skewed, 8 GiB"] and table.loc["skewed, 8 GiB", "engines"] == 2
     assert engine_noise.pooled_frames(tmp_path, ["hkv_bip"]) == []  # never ran: no table
+
+
+def test_another_draw_of_the_workload_stays_out_of_the_engines_cell():
+    from hkv.report import bench_vllm_auto
+
+    own = [_run("lru", 10.0), _run("hkv_auto", 9.0)]
+    drawn = [{**r, "seed": 2} for r in (_run("lru", 10.0), _run("hkv_auto", 12.0))]
+    data = {"runs": [{**r, "cached_frac": 0.5} for r in own + drawn], "machine": {}}
+    assert [r["wall_s"] for r in engine_noise.cell_runs(data, (8, 1))] == [10.0, 9.0]
+    assert [r["wall_s"] for r in engine_noise.cell_runs(data, (8, 1), seed=2)] == [10.0, 12.0]
+    assert engine_noise.pooled([("e", data)], (8, 1))["wall"]["mean"] == pytest.approx(0.9)
+    rows = {r["workload"]: r for r in bench_vllm_auto.time_rows(data) if r["policy"] != "lru"}
+    assert rows["skewed (Zipf 1)"]["wall_vs_lru"] == pytest.approx(-0.1)
+    assert rows["skewed (Zipf 1), seed 2"]["wall_vs_lru"] == pytest.approx(0.2)

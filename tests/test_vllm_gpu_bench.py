@@ -1013,6 +1013,11 @@ def test_fold_keeps_each_engine_and_run_without_the_bulky_fields(tmp_path):
     engines = fold(files[:1], tmp_path / "warm.json")["parameters"]["engines"]
     assert engines[0]["warmup"] == warm  # kept apart: no run of its own
     assert len(fold(files[:1], tmp_path / "warm.json")["runs"]) == 4
+    data = json.loads(files[0].read_text())  # the workload drawn with another seed (--seed)
+    write_json(files[0], {**data, "parameters": {**data["parameters"], "seed": 3}})
+    drawn = fold(files[:1], tmp_path / "seed.json")
+    assert set(drawn["workloads"]) == {"text@0#3"} and {r["seed"] for r in drawn["runs"]} == {3}
+    assert "seed" not in kept["runs"][0]  # the engines' own draw: files as before
 
 
 def test_first_run_penalty_compares_an_engines_opening_run_with_its_later_repeats():

@@ -64,6 +64,9 @@ def run_arguments(one: argparse.ArgumentParser) -> None:
     one.add_argument(
         "--popularity", type=float, default=0.0, help="Zipf exponent of session popularity"
     )
+    one.add_argument(
+        "--seed", type=int, default=0, help="the workload's seed (0: the anchor's own requests)"
+    )
     one.add_argument("--repeats", type=int, default=1)
     one.add_argument(
         "--warmup-runs", type=int, default=1, help="whole runs of the first policy, kept apart"

@@ -173,14 +173,15 @@ def run_config(args, result: dict) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HKV_BLOCK_TOKENS", "16")
     policies = policy_list(args.policy)
-    popularity = getattr(args, "popularity", 0.0)
-    w = Workload(images=args.variant == "mm", popularity=popularity)
+    popularity, seed = getattr(args, "popularity", 0.0), getattr(args, "seed", 0)
+    w = Workload(images=args.variant == "mm", popularity=popularity, seed=seed)
     parameters = {
         "policy": policies[0] if len(policies) == 1 else ",".join(policies),
         "policies": policies,
         "cpu_gib": args.cpu_gib,
         "variant": args.variant,
         "popularity": popularity,
+        **({"seed": seed} if seed else {}),  # (seed 0: files as before)
         "tp": getattr(args, "tp", 1),
         "gpu_kv_gib": args.gpu_kv_gib,
         "repeats": args.repeats,

@@ -151,9 +151,12 @@ def fold(files: list, out, partial: bool = False) -> dict:
             engines[-1]["finished"] = False
         if data.get("warmup"):  # the runs made before the timed ones, kept apart
             engines[-1]["warmup"] = data["warmup"]
-        popularity = params.get("popularity", 0.0)
-        variants[f"{params['variant']}@{popularity:g}"] = workload_summary(
-            Workload(images=params["variant"] == "mm", popularity=popularity)
+        popularity, seed = params.get("popularity", 0.0), params.get("seed", 0)
+        drawn = {"seed": seed} if seed else {}  # (another draw of the workload than the engines')
+        variants[f"{params['variant']}@{popularity:g}{f'#{seed}' if seed else ''}"] = (
+            workload_summary(
+                Workload(images=params["variant"] == "mm", popularity=popularity, seed=seed)
+            )
         )
         for one in data["repeats"]:
             summary = {k: v for k, v in one["summary"].items() if k not in FOLDED_DROP}
@@ -162,7 +165,7 @@ def fold(files: list, out, partial: bool = False) -> dict:
             waves = {"by_wave": by_wave(rows)} if rows and all("wave" in r for r in rows) else {}
             runs.append({"policy": one["policy"], "repeat": one["repeat"], **place,
                          "cpu_gib": params["cpu_gib"], "variant": params["variant"],
-                         "popularity": popularity, **summary, **waves})  # fmt: skip
+                         "popularity": popularity, **drawn, **summary, **waves})  # fmt: skip
     first = read_json(files[0], "fold")
     head = {k: first[k] for k in ("date_utc", "machine", "versions")}
     command = "python -m bench.vllm_gpu run ..., one engine a call (`engines`), then fold"

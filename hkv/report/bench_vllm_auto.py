@@ -10,10 +10,12 @@ POLICIES = ("lru", "arc", "hkv_auto", "hkv_predictive")
 
 def _workload(run: dict[str, Any]) -> str:
     """The run's workload: the anchor, or its skewed variant (Zipf exponent), ", images" where
-    its prompts marked their image tokens (`--variant mm`)."""
+    its prompts marked their image tokens (`--variant mm`), ", seed N" where it was drawn with
+    another seed than the engines' own (`--seed`)."""
     popularity = run.get("popularity", 0.0)
     name = "anchor" if not popularity else f"skewed (Zipf {popularity:g})"
-    return f"{name}, images" if run.get("variant") == "mm" else name
+    name = f"{name}, images" if run.get("variant") == "mm" else name
+    return f"{name}, seed {run['seed']}" if run.get("seed") else name
 
 
 def runs_by_cell(results: dict[str, Any]) -> dict[tuple[str, float], dict[str, dict]]:

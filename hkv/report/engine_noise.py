@@ -33,13 +33,16 @@ import numpy as np
 Cell = tuple[float, float]  # (CPU tier GiB, popularity)
 
 
-def cell_runs(data: Mapping[str, Any], cell: Cell, variant: str = "text") -> list[dict]:
-    """The runs of one cell (CPU GiB, popularity) in a folded engine file, in its order."""
+def cell_runs(
+    data: Mapping[str, Any], cell: Cell, variant: str = "text", seed: int = 0
+) -> list[dict]:
+    """The runs of one cell (CPU GiB, popularity) in a folded engine file, in its order: those of
+    the workload drawn with `seed` (0: the engines' own; `bench.vllm_gpu run --seed`)."""
     gib, popularity = cell
     return [
         run for run in data["runs"]
         if run["cpu_gib"] == gib and run.get("popularity", 0.0) == popularity
-        and run.get("variant", "text") == variant
+        and run.get("variant", "text") == variant and run.get("seed", 0) == seed
     ]  # fmt: skip
 
 
