@@ -148,3 +148,24 @@ def test_another_draw_of_the_workload_stays_out_of_the_engines_cell():
     rows = {r["workload"]: r for r in bench_vllm_auto.time_rows(data) if r["policy"] != "lru"}
     assert rows["skewed (Zipf 1)"]["wall_vs_lru"] == pytest.approx(-0.1)
     assert rows["skewed (Zipf 1), seed 2"]["wall_vs_lru"] == pytest.approx(0.2)
+
+
+def test_each_drawn_cell_is_set_beside_the_models_prediction_for_that_draw():
+    runs = [
+        {**r, "seed": 2} for r in (_run("lru", 10.0, ttft=0.2), _run("hkv_auto", 10.5, ttft=0.21))
+    ]
+    runs += [_run("lru", 10.0), _run("hkv_auto", 9.0)]  # the engines' own draw: not a drawn cell
+    model_rows = [
+        {"cpu_gib": 8, "popularity": 1, "seed": 2, "policy": "lru", "ttft_frac": 0.5,
+         "prefill_frac": 0.4},
+        {"cpu_gib": 8, "popularity": 1, "seed": 2, "policy": "auto", "ttft_frac": 0.52,
+         "prefill_frac": 0.42},
+    ]  # fmt: skip
+    model = {"candidates": {"default": {"two_tier": model_rows}}}
+    (row,) = engine_noise.drawn_against_model({"runs": runs}, model)
+    assert row["seed"] == 2 and row["rounds"] == 1
+    assert row["engine TTFT %"] == pytest.approx(5.0) and row["model TTFT %"] == pytest.approx(4.0)
+    assert row["engine wall %"] == pytest.approx(5.0) and row["model prefill %"] == pytest.approx(
+        5.0
+    )
+    assert engine_noise.drawn_against_model({"runs": runs[2:]}, model) == []

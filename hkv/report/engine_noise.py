@@ -226,3 +226,34 @@ def pooled_frames(folder: str | Path, policies: Iterable[str] = ("hkv_auto", "hk
         caption = f"{policy} against vLLM's lru, pooled over {span}"
         frames.append(frame.style.format("{:+.1f}", subset=signed).set_caption(caption))
     return frames
+
+
+def drawn_against_model(
+    engine: Mapping[str, Any], model: Mapping[str, Any], policy: str = "hkv_auto"
+) -> list[dict[str, Any]]:
+    """Each cell of a folded `engine` file run on another draw of its workload (`bench.vllm_gpu
+    run --seed`) beside what the two-tier model of `model` (`bench.auto_candidates --seeds`, its
+    `default` candidate) predicted for that draw: the engine's change in percent of `policy`'s
+    median mean TTFT and median wall time against lru's, and the model's of `auto`'s wait for
+    the first token (`ttft_frac`) and prefill left (`prefill_frac`) against lru's."""
+    rows = model["candidates"]["default"]["two_tier"]
+    modelled = {(r["cpu_gib"], r["popularity"], r["seed"], r["policy"]): r for r in rows}
+    cells = sorted({(r["cpu_gib"], r.get("popularity", 0.0), r["seed"]) for r in engine["runs"]
+                    if r.get("seed")})  # fmt: skip
+    out = []
+    for gib, popularity, seed in cells:
+        runs = cell_runs(engine, (gib, popularity), seed=seed)
+        mine = [r for r in runs if r["policy"] == policy]
+        lru = [r for r in runs if r["policy"] == "lru"]
+        auto = modelled.get((gib, popularity, seed, "auto"))
+        base = modelled.get((gib, popularity, seed, "lru"))
+        if not mine or not lru or auto is None or base is None:
+            continue
+        out.append({
+            "popularity": popularity, "cpu_gib": gib, "seed": seed, "rounds": len(mine),
+            "engine TTFT %": 100 * (_median_ratio(mine, lru, "ttft_mean_s") - 1),
+            "model TTFT %": 100 * (auto["ttft_frac"] / base["ttft_frac"] - 1),
+            "engine wall %": 100 * (_median_ratio(mine, lru, "wall_s") - 1),
+            "model prefill %": 100 * (auto["prefill_frac"] / base["prefill_frac"] - 1),
+        })  # fmt: skip
+    return out
