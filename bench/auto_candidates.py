@@ -24,7 +24,8 @@ Each candidate (`NAME=JSON`, the JSON being `auto`'s hyperparameters; `default` 
 - with `--seeds N`, every two-tier cell's workload drawn at seeds 0 to N-1 too (other session
   lengths and another order of the waves: the engines run seed 0), and per cell the mean and the
   worst seed of each policy's change against lru's (`seed_spread`): a gain that holds at seed 0
-  only is not one.
+  only is not one. `--seed-from S` draws seeds S to S+N-1 instead: draws no candidate was
+  picked on, to check one picked on seeds 0 to 5.
 
     python -m bench.auto_candidates --variants --seeds 6 \
         --candidate 'first_lru={"first": "lru"}' --out data/results/auto_candidates_seeds.json
@@ -176,11 +177,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--heldout", type=Path, default=ROOT / "data/results/policy_heldout.json")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variants", action="store_true", help="also the `VARIANT_CELLS`")
-    parser.add_argument("--seeds", type=int, default=1, help="two-tier workloads at seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=1, help="two-tier workloads at N seeds")
+    parser.add_argument(
+        "--seed-from", type=int, default=0, help="the first of them (0: the engines' draw first)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds {args.seeds}: expected at least 1 (seed 0 alone: 1)")
+    if args.seed_from < 0:
+        parser.error(f"--seed-from {args.seed_from}: expected a whole number of 0 or more")
     args.candidates = candidates(parser, args.candidate)
     return args
 
@@ -221,7 +227,7 @@ def two_tier_rows(pool, args: argparse.Namespace, name: str, params: dict) -> li
     jobs = [
         (args.extra_expert, policy, spec, p, g, seed)
         for policy, spec in policies
-        for seed in range(args.seeds)
+        for seed in range(args.seed_from, args.seed_from + args.seeds)
         for p, g in cells
     ]
     return list(pool.map(anchor_cell, jobs))
@@ -271,17 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         parameters = {"candidates": args.candidates, "extra_experts": extra,
                       "trace": args.trace.name, "bar_points": BAR_POINTS,
-                      "variants": args.variants, "seeds": args.seeds}  # fmt: skip
+                      "variants": args.variants, "seeds": args.seeds,
+                      "seed_from": args.seed_from}  # fmt: skip
         save_results(args.out, out, generated_by="python -m bench.auto_candidates",
                      parameters=parameters)  # fmt: skip
     return 0
 
 
 def summary_line(name: str, entry: dict) -> str:
+    first = min(r["seed"] for r in entry["two_tier"])  # (0, the engines' draw, unless skipped)
     anchor = {
         (r["popularity"], r["cpu_gib"]): r
         for r in entry["two_tier"]
-        if r["policy"] == "auto" and r["seed"] == 0
+        if r["policy"] == "auto" and r["seed"] == first
     }
     left = " ".join(
         f"{g:g}GiB{f'/Zipf{p:g}' if p else ''}:{100 * r['prefill_frac']:.1f}/"

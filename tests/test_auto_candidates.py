@@ -106,3 +106,25 @@ def test_seeds_default_to_the_engines_alone_and_must_be_positive():
     assert bench.parse([]).seeds == 1 and bench.parse(["--seeds", "4"]).seeds == 4
     with pytest.raises(SystemExit):
         bench.parse(["--seeds", "0"])
+
+
+def test_seed_from_draws_other_seeds_and_the_summary_reads_the_first_of_them():
+    args = bench.parse(["--seeds", "2", "--seed-from", "6"])
+    assert (args.seeds, args.seed_from) == (2, 6) and bench.parse([]).seed_from == 0
+    with pytest.raises(SystemExit):
+        bench.parse(["--seed-from", "-1"])
+
+    class Pool:  # the jobs as the process pool would get them
+        @staticmethod
+        def map(fn, jobs):
+            return [
+                {"popularity": j[3], "cpu_gib": j[4], "seed": j[5], "policy": j[1]} for j in jobs
+            ]
+
+    rows = bench.two_tier_rows(Pool, args, "default", {})
+    assert {r["seed"] for r in rows} == {6, 7}
+    assert len(rows) == 2 * 3 * len(bench.ANCHOR_CELLS)  # auto, lru and bip beside the default
+    judged = {"cells": 1, "missing_the_bar": 0}
+    lines = [{**r, "prefill_frac": 0.5, "ttft_frac": 0.4} for r in rows]
+    line = bench.summary_line("x", {"two_tier": lines, "suite": judged, "heldout": judged})
+    assert line.startswith("x: prefill/TTFT left 8GiB:50.0/40.0%")  # seed 6's rows, not none
