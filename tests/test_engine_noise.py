@@ -169,3 +169,27 @@ def test_each_drawn_cell_is_set_beside_the_models_prediction_for_that_draw():
         5.0
     )
     assert engine_noise.drawn_against_model({"runs": runs[2:]}, model) == []
+
+
+def test_each_candidate_over_the_draws_is_judged_against_lru_at_the_same_draw():
+    def two(seed: int, gib: float, policy: str, ttft: float) -> dict:
+        return {"popularity": 1.0, "cpu_gib": gib, "seed": seed, "policy": policy,
+                "ttft_frac": ttft}  # fmt: skip
+
+    lru = [two(6, 8.0, "lru", 0.5), two(7, 8.0, "lru", 0.4), two(6, 12.0, "lru", 0.2)]
+    judged = {"suite": {"missing_the_bar": 1}, "heldout": {"missing_the_bar": 9}}
+    shipped = [two(6, 8.0, "auto", 0.45), two(7, 8.0, "auto", 0.44), two(6, 12.0, "auto", 0.2)]
+    held = [two(6, 8.0, "auto", 0.5), two(7, 8.0, "auto", 0.3), two(6, 12.0, "auto", 0.25)]
+    model = {"candidates": {
+        "default": {"two_tier": shipped + lru, **judged},  # lru beside the default only
+        "held": {"two_tier": held, "suite": {"missing_the_bar": 22},
+                 "heldout": {"missing_the_bar": 69}},
+    }}  # fmt: skip
+    first, second = engine_noise.candidates_over_draws(model)
+    assert (first["candidate"], first["draws"], first["cells x draws"]) == ("default", "6 to 7", 3)
+    assert first["mean TTFT %"] == pytest.approx((-10 + 10 + 0) / 3)
+    assert first["worst TTFT %"] == pytest.approx(10.0) and first["over lru"] == 1
+    assert first["worst at"] == "Zipf 1, 8 GiB, seed 7"
+    assert second["worst TTFT %"] == pytest.approx(25.0) and second["over lru"] == 1
+    assert second["worst at"] == "Zipf 1, 12 GiB, seed 6"
+    assert (second["suite misses"], second["held-out misses"]) == (22, 69)

@@ -4866,28 +4866,20 @@ SWITCH_FILES = (("auto_candidates_switches.json", 0), ("auto_candidates_switches
 
 
 @functools.cache
-def _switches() -> dict[str, list[tuple[Any, ...]]]:
+def _switches() -> dict[str, list[dict[str, Any]]]:
     """`auto` as shipped, held to `lip` and with a rebuild asking 4 points, over the two-tier
-    cells at draws 0 to 5 and 6 to 11 (`SWITCH_FILES`): per candidate, each half's mean and
-    worst change of the modelled wait against lru's at the same draw, its draws over lru's,
-    the worst draw's (popularity, GiB), and the suite's and held-out cells missing the bar."""
-    out: dict[str, list[tuple[Any, ...]]] = {}
+    cells at draws 0 to 5 and 6 to 11 (`SWITCH_FILES`): per candidate, each half's row of
+    `engine_noise.candidates_over_draws`."""
+    from hkv.report.engine_noise import candidates_over_draws
+
+    out: dict[str, list[dict[str, Any]]] = {}
     for name, first in SWITCH_FILES:
         data = result(name)
         setup = data["parameters"]
         assert (setup["seeds"], setup["seed_from"], setup["variants"]) == (6, first, True)
-        base = data["candidates"]["default"]["two_tier"]
-        lru = {(r["popularity"], r["cpu_gib"], r["seed"]): r for r in base if r["policy"] == "lru"}
-        for candidate, entry in data["candidates"].items():
-            rows = [r for r in entry["two_tier"] if r["policy"] == "auto"]
-            at = [lru[r["popularity"], r["cpu_gib"], r["seed"]]["ttft_frac"] for r in rows]
-            pct = [100 * (r["ttft_frac"] / w - 1) for r, w in zip(rows, at, strict=True)]
-            worst = rows[pct.index(max(pct))]
-            out.setdefault(candidate, []).append((
-                statistics.fmean(pct), max(pct), sum(c > 1e-9 for c in pct),
-                (worst["popularity"], worst["cpu_gib"]),
-                entry["suite"]["missing_the_bar"], entry["heldout"]["missing_the_bar"],
-            ))  # fmt: skip
+        for row in candidates_over_draws(data):
+            assert row["draws"] == f"{first} to {first + 5}" and row["cells x draws"] == 102
+            out.setdefault(row["candidate"], []).append(row)
     return out
 
 
@@ -4895,13 +4887,17 @@ def _switches_docs() -> tuple[Any, ...]:
     """docs/policies.md: held to `lip` against shipped (means, worsts, draws over lru's, both
     halves), where held to `lip` is worst, its misses of the bar; the 4-point rebuild's halves."""
     shipped, lip, wider = (_switches()[c] for c in ("default", "lip_only", "margin_rebuild_4"))
-    assert [h[3] for h in lip] == [(1.5, 6.0), (1.0, 8.0)]  # "at Zipf 1.5 ..., and ... 8 GiB"
-    assert wider[1][3] == (1.0, 8.0)  # "(the skewed variant at 8 GiB)"
-    assert wider[0][0] < shipped[0][0] and wider[0][1] < shipped[0][1]  # "better than shipped"
-    assert wider[1][1] > shipped[1][1]  # README: "worse at the worst of six others"
-    return (lip[0][0], lip[1][0], shipped[0][0], shipped[1][0], lip[0][1], lip[1][1],
-            shipped[0][1], shipped[1][1], lip[0][2], lip[1][2], shipped[0][2], shipped[1][2],
-            lip[0][4], lip[0][5], *wider[0][:3], *wider[1][:3])  # fmt: skip
+    mean, worst, over = "mean TTFT %", "worst TTFT %", "over lru"
+    assert lip[0]["worst at"].startswith("Zipf 1.5, 6 GiB")  # "at Zipf 1.5 on a 6 GiB tier"
+    assert lip[1]["worst at"].startswith("Zipf 1, 8 GiB")  # "and on the skewed variant at 8 GiB"
+    assert wider[1]["worst at"].startswith("Zipf 1, 8 GiB")  # "(the skewed variant at 8 GiB)"
+    assert wider[0][mean] < shipped[0][mean] and wider[0][worst] < shipped[0][worst]  # "better"
+    assert wider[1][worst] > shipped[1][worst]  # README: "worse at the worst of six others"
+    return (*(h[mean] for h in lip), *(h[mean] for h in shipped), *(h[worst] for h in lip),
+            *(h[worst] for h in shipped), *(h[over] for h in lip), *(h[over] for h in shipped),
+            lip[0]["suite misses"], lip[0]["held-out misses"],
+            *(wider[0][k] for k in (mean, worst, over)),
+            *(wider[1][k] for k in (mean, worst, over)))  # fmt: skip
 
 
 @functools.cache
@@ -4958,8 +4954,9 @@ SWITCHES_FILL = (
 def _switches_readme() -> tuple[Any, ...]:
     """README: over the twelve draws (two halves of 102), held to `lip` and shipped."""
     shipped, lip = _switches()["default"], _switches()["lip_only"]
-    return (statistics.fmean(h[0] for h in lip), statistics.fmean(h[0] for h in shipped),
-            max(h[1] for h in lip), max(h[1] for h in shipped))  # fmt: skip
+    mean, worst = "mean TTFT %", "worst TTFT %"
+    return (statistics.fmean(h[mean] for h in lip), statistics.fmean(h[mean] for h in shipped),
+            max(h[worst] for h in lip), max(h[worst] for h in shipped))  # fmt: skip
 
 
 SWITCHES_README = (

@@ -257,3 +257,31 @@ def drawn_against_model(
             "model prefill %": 100 * (auto["prefill_frac"] / base["prefill_frac"] - 1),
         })  # fmt: skip
     return out
+
+
+def candidates_over_draws(model: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each candidate of a `bench.auto_candidates --seeds` file over every two-tier cell and
+    draw it ran: the mean and the worst change in percent of `auto`'s modelled wait for the first
+    token (`ttft_frac`) against lru's at the same cell and draw, where the worst was, how many
+    came out over lru's, and how many cells of the suite and of the held-out seeds (tiers small
+    enough for exact shadows) miss the bar."""
+    rows = model["candidates"]["default"]["two_tier"]
+    lru = {(r["popularity"], r["cpu_gib"], r["seed"]): r["ttft_frac"]
+           for r in rows if r["policy"] == "lru"}  # fmt: skip
+    seeds = sorted({r["seed"] for r in rows})
+    out = []
+    for name, entry in model["candidates"].items():
+        mine = [r for r in entry["two_tier"] if r["policy"] == "auto"]
+        change = [100 * (r["ttft_frac"] / lru[r["popularity"], r["cpu_gib"], r["seed"]] - 1)
+                  for r in mine]  # fmt: skip
+        worst = mine[change.index(max(change))]
+        out.append({
+            "draws": f"{seeds[0]} to {seeds[-1]}", "candidate": name, "cells x draws": len(change),
+            "mean TTFT %": statistics.fmean(change), "worst TTFT %": max(change),
+            "worst at": f"Zipf {worst['popularity']:g}, {worst['cpu_gib']:g} GiB, "
+                        f"seed {worst['seed']}",
+            "over lru": sum(c > 1e-9 for c in change),
+            "suite misses": entry["suite"]["missing_the_bar"],
+            "held-out misses": entry["heldout"]["missing_the_bar"],
+        })  # fmt: skip
+    return out
