@@ -4503,6 +4503,41 @@ CLAIMS += [
 ]
 
 
+def _cells_a123609() -> tuple[Any, ...]:
+    """`adapter_cells_cpu_a123609.json` (this hkv alone): its rounds; auto's median net ratio to
+    lru026 at the anchor at 8, 12 and 16 GiB, at the skewed variant at 8 GiB with its switch
+    (leader, request), and at 12 GiB; the least and most of auto's median raw ratios; the least
+    and most of hkv_lru's median net ratios."""
+    data = result("adapter_cells_cpu_a123609.json")
+    assert data["versions"]["hkv"] == "a123609" and data["parameters"]["against"] is None
+    cells = {(c["cpu_gib"], c["popularity"]): c["this"] for c in data["cells"]}
+    auto = {key: cell["hkv_auto"] for key, cell in cells.items()}
+    assert auto[(12.0, 1.0)]["leaders"] == ["lip"]  # no switch there
+    first, (request, leader, _) = auto[(8.0, 1.0)]["leaders"]
+    assert first == "lip"
+    raw = [a["median_raw_ratio_to_lru026"] for a in auto.values()]
+    lru = [cell["hkv_lru"]["median_ratio_to_lru026"] for cell in cells.values()]
+    net = [auto[(g, 0.0)]["median_ratio_to_lru026"] for g in (8.0, 12.0, 16.0)]
+    assert max(a["median_ratio_to_lru026"] for a in auto.values()) <= 1.0 and max(lru) <= 0.8
+    return (data["parameters"]["rounds"], *net, auto[(8.0, 1.0)]["median_ratio_to_lru026"],
+            leader, request, auto[(12.0, 1.0)]["median_ratio_to_lru026"], min(raw), max(raw),
+            min(lru), max(lru))  # fmt: skip
+
+
+CLAIMS += [
+    (
+        "Policy time at hkv a123609 on the same stand-in of vLLM 0.26's calls (`python -m "
+        "bench.adapter_cells`, this hkv alone, {} rounds, "
+        "`data/results/adapter_cells_cpu_a123609.json`): `auto`'s policy time net of the timer "
+        "came to {:.2f}x, {:.2f}x and {:.2f}x of lru026's on the anchor at 8, 12 and 16 GiB and to "
+        "{:.2f}x on the skewed variant at 8 GiB, where it switched from `lip` to `{}` at request "
+        "{}, and {:.2f}x at 12 GiB ({:.2f}x to {:.2f}x with the timer's own cost left in), and "
+        "`hkv_lru`'s to {:.2f}x to {:.2f}x: under the bars of 1.0x and 0.8x in all five cells.",
+        _cells_a123609,
+    ),
+]
+
+
 FRONT_CELLS = (
     ("anchor, 8 GiB", "anchor: sessions that revisit about twice what the tier holds, 8 GiB"),
     ("anchor, 12 GiB", "anchor, 12 GiB"),
