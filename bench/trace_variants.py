@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.auto_candidates import DEFAULT_TRACE, ROOT, candidates
+from hkv.errors import HkvError
 from hkv.report import save_results
 from hkv.sim.trace import Trace, load_trace, trace_from_requests
 
@@ -131,6 +132,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if any(not 0 < f <= 1 for f in args.capacities):
         parser.error(f"--capacities {args.capacities}: expected shares in (0, 1]")
     args.candidates = candidates(parser, args.candidate)
+    from hkv.policies import make_policy
+
+    for label, params in args.candidates.items():  # a bad hyperparameter ends the run here
+        try:
+            make_policy("auto", 100, **params)
+        except (HkvError, TypeError) as exc:
+            parser.error(f"--candidate {label}: {exc}")
     return args
 
 
@@ -138,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         names = list(variants(load_trace(args.trace), args.seed))
-    except ValueError as exc:
+    except (ValueError, HkvError) as exc:
         raise SystemExit(f"--trace {args.trace}: {exc}") from None
     grid = [(name, f) for name in names for f in args.capacities]
     path = str(args.trace)

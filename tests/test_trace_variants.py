@@ -94,3 +94,14 @@ def test_bad_input_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.parse(["--trace", str(path), "--capacities", "0"])
     assert "expected shares in (0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse(["--trace", str(path), "--candidate", 'x={"margins": 0.01}'])
+    assert "--candidate x:" in capsys.readouterr().err
+
+
+def test_a_trace_that_is_not_one_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not a trace\n")
+    with pytest.raises(SystemExit, match="--trace .*bad.jsonl"):
+        bench.main(["--trace", str(bad), "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
