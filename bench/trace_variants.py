@@ -25,6 +25,7 @@ switched leader there and the leader it ended with).
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -80,7 +81,7 @@ def cell(job: tuple[str, dict, str, int, str, float]) -> dict[str, Any]:
     from hkv.sim.replay import replay
     from hkv.sim.suite import SIM_NATIVES, capacity_for
 
-    trace = variants(load_trace(trace_path), seed)[name]
+    trace = _drawn(trace_path, seed)[name]
     capacity, cost = capacity_for(trace, fraction), CostModel.default()
     row: dict[str, Any] = {"variant": name, "capacity_frac": fraction, "capacity_blocks": capacity}
     if params is None:
@@ -93,6 +94,12 @@ def cell(job: tuple[str, dict, str, int, str, float]) -> dict[str, Any]:
     result = replay(trace, policy, cost_model=cost, store="per_request")
     return row | {"candidate": label, "block_hit_rate": result.block_hit_rate,
                   "switches": policy.switches, "leader": policy.leader}  # fmt: skip
+
+
+@functools.cache
+def _drawn(trace_path: str, seed: int) -> dict[str, Trace]:
+    """`variants` of the trace at `trace_path`, read and drawn once per worker process."""
+    return variants(load_trace(trace_path), seed)
 
 
 def judge(natives: list[dict], rows: list[dict]) -> dict[str, Any]:
