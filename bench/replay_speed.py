@@ -39,6 +39,7 @@ from typing import Any
 
 from bench.policy_suite import DEFAULT_TRACE, ROOT
 from bench.policy_suite import workloads as suite_workloads
+from bench.vllm_gpu.engine import split_policy
 from hkv.cost import CostModel
 from hkv.policies import make_policy
 from hkv.report import save_results
@@ -56,7 +57,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="Mooncake's trace")
     parser.add_argument("--no-trace", dest="trace", action="store_const", const=None)
-    parser.add_argument("--policies", nargs="+", default=["predictive", "cost_aware"])
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=["predictive", "cost_aware"],
+        help="hkv policies, each a name or with hyperparameters: auto+experts=lean",
+    )
     parser.add_argument("--capacities", type=float, nargs="+", default=[0.01, 0.05])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", choices=("full", "ci"), default="full")
@@ -133,7 +139,8 @@ def passes(trace: Trace, names: list[str], capacity: int, repeats: int, through:
             if through == "vllm":
                 rates[name].append(through_vllm(trace, name, capacity))
                 continue
-            policy = make_policy(name, capacity, cost_model=cost)
+            policy_name, params = split_policy(name)
+            policy = make_policy(policy_name, capacity, cost_model=cost, **params)
             rates[name].append(replay(trace, policy, cost_model=cost).refs_per_s)
     return rates
 
@@ -145,7 +152,8 @@ def through_vllm(trace: Trace, name: str, capacity: int) -> int:
     if name == VLLM_BASELINE:
         manager = native_manager("lru", capacity)
     else:
-        manager = hkv_manager(name, trace, capacity)
+        policy, params = split_policy(name)
+        manager = hkv_manager(policy, trace, capacity, params=params)
     return drive(trace, manager)["refs_per_s"]
 
 

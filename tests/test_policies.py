@@ -712,6 +712,22 @@ def test_auto_starts_as_lip_or_else_its_first_expert():
     assert make_policy("auto", 64, experts=["arc", "lru"]).leader == "arc"
 
 
+def test_auto_lean_is_its_three_experts_by_name():
+    """`experts="lean"`: lru, lru + store_threshold 2 and `lip` (first), deciding as that list
+    given by hand; another name is refused with the choices."""
+    from hkv.policies.auto import LEAN_EXPERTS
+
+    lean = make_policy("auto", 40, experts="lean")
+    assert lean.experts == LEAN_EXPERTS == ("lru", "lru+st2", "lip") and lean.leader == "lip"
+    listed = make_policy("auto", 40, experts=list(LEAN_EXPERTS))
+    trace = generate(WorkloadSpec.multimodal(seed=3, num_sessions=30))
+    runs = [replay(trace, policy, store="per_request") for policy in (lean, listed)]
+    assert runs[0].block_hit_rate == runs[1].block_hit_rate and lean.scores() == listed.scores()
+    assert set(lean.scores()) == set(LEAN_EXPERTS)
+    with pytest.raises(HkvError, match='expected "lean" or a list'):
+        make_policy("auto", 40, experts="slim")
+
+
 def test_a_sampled_auto_runs_no_shadow_of_predictive():
     """`predictive` learns from absolute label counts, so it has no sampled shadow: it is
     scored (and may lead) only where the shadows hold the whole tier."""

@@ -254,13 +254,14 @@ def test_replay_speed_bench_pairs_each_policy_with_lru_in_the_same_rounds(tmp_pa
     before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     out = tmp_path / "speed.json"
     argv = ["--no-trace", "--size", "ci", "--repeats", "2", "--capacities", "0.05"]
-    assert replay_speed.main([*argv, "--policies", "predictive", "--out", str(out)]) == 0
+    policies = ["--policies", "predictive", "auto+experts=lean"]  # a name, or with hyperparameters
+    assert replay_speed.main([*argv, *policies, "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["machine"]["cpu_model"] and result["parameters"]["repeats"] == 2
     cells = result["cells"]
     assert {c["workload"] for c in cells} == set(generated_workloads("ci", 0))
     for cell in cells:
-        assert set(cell["policies"]) == {"lru", "predictive"}
+        assert set(cell["policies"]) == {"lru", "predictive", "auto+experts=lean"}
         lru = cell["policies"]["lru"]
         assert lru["vs_lru_median"] == 1.0 and lru["refs_per_s_best"] >= lru["refs_per_s_median"]
         assert cell["policies"]["predictive"]["refs_per_s_best"] > 0

@@ -438,6 +438,24 @@ def test_auto_inside_vllms_manager_sees_whole_requests_as_the_simulator_does():
     assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)
 
 
+def test_a_replays_hkv_manager_hands_hyperparameters_to_the_policy():
+    """`hkv_manager(..., params=)`: the policy inside vLLM's manager is built with them (as a
+    connector's `hkv_policy_params`), and decides as that policy does in hkv's replay."""
+    from hkv.integrations.vllm.replay import drive, hkv_manager
+    from hkv.sim.replay import replay
+    from hkv.sim.workload import WorkloadSpec, generate
+
+    trace = generate(WorkloadSpec(seed=4, num_sessions=40))
+    manager = hkv_manager("auto", trace, 40, params={"experts": "lean"})
+    measured = drive(trace, manager)
+    in_vllm = manager._policy.policy
+    assert in_vllm.experts == ("lru", "lru+st2", "lip")
+    simulated = make_policy("auto", 40, experts="lean")
+    expected = replay(trace, simulated, store="per_request")
+    assert in_vllm.scores() == pytest.approx(simulated.scores())
+    assert measured["block_hit_rate"] == pytest.approx(expected.block_hit_rate, abs=0.005)
+
+
 @pytest.mark.parametrize("capacity", [30, 200])
 def test_hkv_lru_runs_from_c_inside_vllm_and_decides_as_the_python_lru(capacity, monkeypatch):
     """vLLM's adapter runs hkv's `lru` as a `NativeLeader` where the extension is built

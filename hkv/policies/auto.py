@@ -22,6 +22,8 @@ from hkv.policies.tier import VllmTier
 DEFAULT_EXPERTS = tuple(label for label in EXPERTS if label != "arc")
 """Every expert but hkv's `arc` (an expert on request): without it the suite's and held-out
 cells miss the bar in 1 of 32 and 9 of 112, with it 2 and 11 (`auto_candidates_noarc.json`)."""
+LEAN_EXPERTS = ("lru", "lru+st2", "lip")
+"""`experts="lean"`: vLLM's own two and `lip`, three shadows for eight (docs/policies.md, Lean)."""
 DEFAULT_FIRST = "lip"
 """The expert that runs the tier until the shadows agree on another (`first` left unset): the
 first of `experts` where they do not include it."""
@@ -83,13 +85,10 @@ class AutoPolicy(EvictionPolicy):
     switch the new leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of
     block references, kept whole) through a full tier of its own, which gives it the recency,
     frequencies, ghosts and admission counts that window teaches, then fitted to the tier as a
-    copied shadow is. Its cost, one expert over that window, is paid at the switch only. A switch
-    back to an expert that led within that window costs far less: its last live instance resumes,
-    caught up on the requests since it led (`_rebuild`). A rebuild stalls the engine, so it waits
-    for a lead that has held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points,
-    against `margin`'s 0.5) and over `evidence_rebuild` x `sample_blocks` sampled references
-    (docs/policies.md gives what each measured: `auto_candidates_rebuild.json`,
-    `auto_candidates_margin.json`, `bench.auto_sampling026`).
+    copied shadow is, paid at the switch only; an expert that led within that window resumes its
+    last live instance, caught up since (`_rebuild`). A rebuild stalls the engine, so it waits for a
+    lead held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points, against `margin`'s
+    0.5), over `evidence_rebuild` x `sample_blocks` sampled references (docs/policies.md).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
     are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
@@ -117,8 +116,10 @@ class AutoPolicy(EvictionPolicy):
     takes_reused_metas = True  # `after_request`'s `metas`
 
     def validate(self) -> None:
+        self.experts = LEAN_EXPERTS if self.experts == "lean" else self.experts
         if isinstance(self.experts, str) or not isinstance(self.experts, Sequence):
-            raise HkvError(f"auto.experts: got {self.experts!r}; expected a list of expert names")
+            raise HkvError(f"auto.experts: got {self.experts!r}; expected \"lean\" or a list of "
+                           "expert names")  # fmt: skip
         self.experts = tuple(self.experts)
         if not self.experts:
             raise HkvError("auto.experts: got none; expected at least one expert name")

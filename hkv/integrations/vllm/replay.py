@@ -30,12 +30,16 @@ def native_manager(policy: str, capacity: int, *, module: str | None = None, thr
     )
 
 
-def hkv_manager(name: str, trace: Trace, capacity: int, *, threshold: int = 1):
-    """vLLM's manager running hkv policy `name` through `hkv.integrations.vllm`, its blocks of
-    the trace's size (`block_size` in the connector config the policy reads while built)."""
+def hkv_manager(name: str, trace: Trace, capacity: int, *, threshold: int = 1, params=None):
+    """vLLM's manager running hkv policy `name` (hyperparameters `params`, as a connector's
+    `hkv_policy_params`) through `hkv.integrations.vllm`, its blocks of the trace's size
+    (`block_size` in the connector config the policy reads while built)."""
     from hkv.integrations.vllm.settings import connector_extra_config
 
-    with connector_extra_config({"block_size": trace.block_tokens}):
+    extra = {"block_size": trace.block_tokens}
+    if params:
+        extra["hkv_policy_params"] = dict(params)
+    with connector_extra_config(extra):
         return native_manager(
             f"hkv_{name}", capacity, module="hkv.integrations.vllm", threshold=threshold
         )
