@@ -4734,6 +4734,38 @@ CLAIMS += [
 ]
 
 
+def _h100_7af390e() -> tuple[Any, ...]:
+    """`vllm_h100_time_7af390e.json` (the skewed variant at 8 GiB, lru and auto): lru's fastest
+    and slowest round (s), auto's rounds, wall and mean TTFT change against lru's, its policy
+    ratio; then the eight-expert auto's wall and TTFT change in `vllm_h100_lean_81eb467.json`."""
+    from hkv.report import engine_noise
+
+    data = result("vllm_h100_time_7af390e.json")
+    assert data["versions"]["hkv"] == "7af390e" and "H100" in data["machine"]["gpu_name"]
+    runs = engine_noise.cell_runs(data, (8.0, 1.0))
+    auto = [r for r in runs if r["policy"] == "hkv_auto"]
+    lru = [r for r in runs if r["policy"] == "lru"]
+    assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in auto)
+    ratio = {k: statistics.median(r[k] for r in auto) / statistics.median(r[k] for r in lru)
+             for k in ("wall_s", "ttft_mean_s", "policy_s")}  # fmt: skip
+    walls = [r["wall_s"] for r in lru]
+    lean = _lean_engine()[1.0, "hkv_auto"]
+    return (min(walls), max(walls), len(auto), 100 * (ratio["wall_s"] - 1),
+            100 * (ratio["ttft_mean_s"] - 1), ratio["policy_s"], *lean)  # fmt: skip
+
+
+CLAIMS += [
+    (
+        "Two more this session on an H100 whose own lru rounds of the cell took {0:.2f} to "
+        "{1:.2f} s (`data/results/vllm_h100_time_7af390e.json`, {2} rounds, and the eight-expert "
+        "`auto` of `vllm_h100_lean_81eb467.json`) put it at {3:+.1f} % and {6:+.1f} % in wall "
+        "time and {4:+.1f} % and {7:+.1f} % in mean TTFT, its policy time {5:.2f}x lru's in the "
+        "first.",
+        _h100_7af390e,
+    ),
+]
+
+
 FRONT_CELLS = (
     ("anchor, 8 GiB", "anchor: sessions that revisit about twice what the tier holds, 8 GiB"),
     ("anchor, 12 GiB", "anchor, 12 GiB"),
