@@ -4592,17 +4592,14 @@ def _lean_engine() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for popularity in (0.0, 1.0):
         runs = [r for r in data["runs"] if r["popularity"] == popularity]
-        median = {(p, k): statistics.median(r[k] for r in runs if r["policy"] == p)
-                  for p in {r["policy"] for r in runs}
-                  for k in ("wall_s", "ttft_mean_s")}  # fmt: skip
         autos = [r for r in runs if r["policy"] != "lru"]
         switches = {str([e if isinstance(e, str) else e[:2] for e in r["policy_leaders"]])
                     for r in autos}  # fmt: skip
         cached = [r["cached_frac"] for r in autos]
         assert len(switches) == 1 and max(cached) - min(cached) < 0.001  # the same decisions
         for p in ("hkv_auto", "hkv_auto+experts=lean"):
-            out[popularity, p] = [100 * (median[p, k] / median["lru", k] - 1)
-                                  for k in ("wall_s", "ttft_mean_s")]  # fmt: skip
+            ratio = _vs_lru(data, (8.0, popularity), p)[2]
+            out[popularity, p] = [100 * (ratio[k] - 1) for k in ("wall_s", "ttft_mean_s")]
         out[popularity] = autos[0]["policy_leaders"]
         walls = [r["wall_s"] for r in runs if r["policy"] == "lru"]
         out[popularity, "lru spread"] = 100 * (max(walls) / min(walls) - 1)
@@ -4738,16 +4735,10 @@ def _h100_7af390e() -> tuple[Any, ...]:
     """`vllm_h100_time_7af390e.json` (the skewed variant at 8 GiB, lru and auto): lru's fastest
     and slowest round (s), auto's rounds, wall and mean TTFT change against lru's, its policy
     ratio; then the eight-expert auto's wall and TTFT change in `vllm_h100_lean_81eb467.json`."""
-    from hkv.report import engine_noise
-
     data = result("vllm_h100_time_7af390e.json")
     assert data["versions"]["hkv"] == "7af390e" and "H100" in data["machine"]["gpu_name"]
-    runs = engine_noise.cell_runs(data, (8.0, 1.0))
-    auto = [r for r in runs if r["policy"] == "hkv_auto"]
-    lru = [r for r in runs if r["policy"] == "lru"]
+    auto, lru, ratio = _vs_lru(data, (8.0, 1.0))
     assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in auto)
-    ratio = {k: statistics.median(r[k] for r in auto) / statistics.median(r[k] for r in lru)
-             for k in ("wall_s", "ttft_mean_s", "policy_s")}  # fmt: skip
     walls = [r["wall_s"] for r in lru]
     lean = _lean_engine()[1.0, "hkv_auto"]
     return (min(walls), max(walls), len(auto), 100 * (ratio["wall_s"] - 1),
@@ -4812,24 +4803,29 @@ CLAIMS += [
 ]
 
 
+def _vs_lru(data: dict, cell: tuple[float, float], policy: str = "hkv_auto"):
+    """A folded engine file's cell (CPU GiB, popularity): `policy`'s runs, lru's, and the ratio
+    of `policy`'s median wall time, mean TTFT and policy time to lru's."""
+    from hkv.report import engine_noise
+
+    runs = engine_noise.cell_runs(data, cell)
+    mine = [r for r in runs if r["policy"] == policy]
+    lru = [r for r in runs if r["policy"] == "lru"]
+    ratio = {k: statistics.median(r[k] for r in mine) / statistics.median(r[k] for r in lru)
+             for k in ("wall_s", "ttft_mean_s", "policy_s")}  # fmt: skip
+    return mine, lru, ratio
+
+
 def _h100_6cb061d() -> tuple[Any, ...]:
     """`vllm_h100_time_6cb061d.json`: on the skewed variant at 8 GiB auto's rounds, its wall and
     mean TTFT change against lru's, its rounds above every lru round's TTFT and its policy
     ratio (it switched to lru at request 73 in every round); on the anchor at 8 GiB its wall and
     TTFT change and policy ratio."""
-    from hkv.report import engine_noise
-
     data = result("vllm_h100_time_6cb061d.json")
     assert data["versions"]["hkv"] == "6cb061d" and "H100" in data["machine"]["gpu_name"]
     out: list[Any] = []
     for cell in ((8.0, 1.0), (8.0, 0.0)):
-        runs = engine_noise.cell_runs(data, cell)
-        auto = [r for r in runs if r["policy"] == "hkv_auto"]
-        lru = [r for r in runs if r["policy"] == "lru"]
-        ratio = {
-            k: statistics.median(r[k] for r in auto) / statistics.median(r[k] for r in lru)
-            for k in ("wall_s", "ttft_mean_s", "policy_s")
-        }
+        auto, lru, ratio = _vs_lru(data, cell)
         above = sum(a["ttft_mean_s"] > max(r["ttft_mean_s"] for r in lru) for a in auto)
         if cell[1]:
             assert all(r["policy_leaders"][1][:2] == [73, "lru"] for r in auto)
