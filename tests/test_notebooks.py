@@ -147,6 +147,11 @@ def check_flags(r: dict[str, Any]) -> None:
     minimax_block = conflicts["block_size_minimax"]["message"]
     assert "--block-size" in minimax_block and "multiple of 16" in minimax_block
     assert "exactly 64" in conflicts["block_size_deepseek"]["message"]
+    assert r["policy_params"] == {"experts": "lean"}  # in the JSON vLLM's parser accepted
+    refused = r["policy_params_refused"]
+    assert "auto.experts: got 'fast'" in refused["{'experts': 'fast'}"]
+    assert "auto.first: got 'belady'" in refused["{'first': 'belady'}"]
+    assert "unknown hyperparameter 'warmup'" in refused["{'warmup': 1}"]
     unknown = conflicts["unknown_policy"]
     assert "--hybrid-kv-cache-policy" in unknown["message"] and "'fifo'" in unknown["message"]
     assert all(p in unknown["message"] for p in ("lru", "cost_aware", "modality_aware"))

@@ -137,6 +137,7 @@ SPECS = [
     OffloadSpec(8 << 30),
     OffloadSpec(8 << 30, block_tokens=64, policy="bip", policy_params={"tail_first": False}),
     OffloadSpec(8 << 30, policy="lru", disk=DiskTierSpec("/nvme/hkv", 32 << 30)),
+    OffloadSpec(8 << 30, policy="auto", policy_params={"experts": "lean", "first": "lru"}),
     OffloadSpec(
         8 << 30,
         policy="cost_aware",
@@ -157,7 +158,14 @@ def test_fields_are_checked_with_their_names():
         ({"cpu_bytes": 1, "block_tokens": 0}, "block_tokens: got 0"),
         ({"cpu_bytes": 1, "policy": "belady"}, "policy: 'belady' is an offline yardstick"),
         ({"cpu_bytes": 1, "policy": "lru", "policy_params": {"x": 1}}, "takes no hkv hyper"),
-    ]
+        ({"cpu_bytes": 1, "policy_params": {"experts": "fast"}},
+         "policy_params: auto.experts: got 'fast'; expected \"lean\""),
+        ({"cpu_bytes": 1, "policy_params": {"x": 1}},
+         "policy_params: auto: unknown hyperparameter 'x'; valid: confirm"),
+        ({"cpu_bytes": 1, "policy_params": {"config": {}}}, "'config' is what the server hands"),
+        ({"cpu_bytes": 1, "policy_params": {"margin": float("nan")}}, "expected JSON values"),
+        ({"cpu_bytes": 1, "policy_params": [("first", "lru")]}, "expected an object of name"),
+    ]  # fmt: skip
     for fields, message in cases:
         with pytest.raises(HkvError, match=message):
             OffloadSpec(**fields)
@@ -247,3 +255,52 @@ def test_vllm_accepts_the_tiering_command_and_resolves_its_spec_and_tier(tmp_pat
     from hkv.integrations.vllm.tier import HkvDiskTier
 
     assert SecondaryTierFactory.get_tier_class(extra["secondary_tiers"][0]) is HkvDiskTier
+
+
+# -- hkv flags --policy-param: the policy's hyperparameters in vLLM's connector config ----------
+ARTICLE_AUTO = [*MODEL, "--enable-hybrid-kv-cache", SIZE, "64GiB"]
+
+
+def test_flags_hand_the_policy_params_to_the_policy_vllm_builds(capsys):
+    """`hkv flags --policy-param` writes `hkv_policy_params`, checked by the policy before the
+    server starts, and the policy the adapter builds from that config takes them."""
+    pytest.importorskip("vllm")
+    from hkv.integrations.vllm.policy import policy_class
+    from hkv.policies.auto import LEAN_EXPERTS
+
+    params = ["--policy-param", "experts=lean", "--policy-param", "half_life=10"]
+    code, out, err = run_cli(capsys, "flags", "--cpu-ram", "512", *params, "--json", "--",
+                             *ARTICLE_AUTO)  # fmt: skip
+    assert code == 0, err
+    translation = json.loads(out)
+    extra = extra_of(translation["vllm_args"])
+    assert extra["hkv_policy_params"] == {"experts": "lean", "half_life": 10}
+    assert {"flag": "--policy-param", "to": 'hkv_policy_params {"experts": "lean", '
+            '"half_life": 10} in --kv-transfer-config'} in translation["translated"]  # fmt: skip
+    adapter = policy_class(extra["eviction_policy"])(1024, **read_policy_settings(extra))
+    assert adapter.policy.experts == LEAN_EXPERTS and adapter.policy.half_life == 10
+    assert translate(ARTICLE_AUTO, cpu_ram_gib=512).vllm_args != translation["vllm_args"]
+
+
+@pytest.mark.parametrize(
+    ("params", "extra", "message"),
+    [
+        (["experts=fast"], [], "(--policy-param): auto.experts: got 'fast'"),
+        (["first=belady"], [], "(--policy-param): auto.first: got 'belady'"),
+        (["first"], [], "--policy-param: got 'first'; expected NAME=VALUE"),
+        (["first=lru", "first=lip"], [], "--policy-param first: given twice"),
+        (["first=lru"], ["--hybrid-kv-cache-policy", "lru"], "vLLM's own 'lru' takes no hkv"),
+        (['experts=["lru", "nope"]'], [], "auto.experts: unknown expert 'nope'"),
+    ],
+)  # fmt: skip
+def test_flags_refuse_policy_params_the_policy_would_refuse(capsys, params, extra, message):
+    argv = [arg for param in params for arg in ("--policy-param", param)]
+    code, out, err = run_cli(capsys, "flags", "--cpu-ram", "512", *argv, "--", *ARTICLE_AUTO,
+                             *extra)  # fmt: skip
+    assert code == 2 and out == ""
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_policy_params_need_an_offloading_line():
+    with pytest.raises(HkvError, match=r"policy_params \(--policy-param\): nothing is offloaded"):
+        translate(MODEL, cpu_ram_gib=512, policy_params={"first": "lru"})

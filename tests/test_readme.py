@@ -4715,7 +4715,8 @@ CLAIMS += [
     (
         "So the default keeps its eight experts. The lean set is for a tier of at most 8,192 "
         "blocks whose scheduler's CPU is the limit and whose traffic is chat sessions like "
-        'Mooncake\'s: `"hkv_policy_params": {{"experts": "lean"}}`.',
+        'Mooncake\'s: `"hkv_policy_params": {{"experts": "lean"}}` (`hkv flags --policy-param '
+        "experts=lean`).",
         _lean,
     ),
     (
@@ -4925,14 +4926,15 @@ FIRST_LRU = (
     "same engine call: {:+z.1f} % in wall time and {:+z.1f} % in mean TTFT as shipped, {:+z.1f} % "
     "and {:+z.1f} % started as lru, which switched at request {} to `{}`), and the two-tier model "
     "and the suite's cells prefer `lip` first as well (`auto_candidates_first.json`): `lip` stays "
-    'the first leader, and `"hkv_policy_params": {{"first": "lru"}}` is the setting for '
-    "traffic known to be dominated by a few popular sessions."
+    'the first leader, and `"hkv_policy_params": {{"first": "lru"}}` (`hkv flags --policy-param '
+    "first=lru`) is the setting for traffic known to be dominated by a few popular sessions."
 )
 CLAIMS += [
     (FIRST_LRU, _first_lru),
     (
-        'Started as lru (`"hkv_policy_params": {{"first": "lru"}}`) it decided exactly '
-        "as lru there in two H100 engines (hkv 48cb811 and fa4e9b2), and in the same engine call "
+        'Started as lru (`"hkv_policy_params": {{"first": "lru"}}`, which `hkv flags '
+        "--policy-param first=lru` writes) it decided exactly as lru there in two H100 engines "
+        "(hkv 48cb811 and fa4e9b2), and in the same engine call "
         "still cut the anchor's wall time at 8 GiB by {:.1f} % ({:.1f} % as shipped): the setting "
         "for traffic known to be dominated by a few popular sessions.",
         lambda: tuple(-v for v in itemgetter(18, 16)(_first_lru())),

@@ -123,9 +123,30 @@ def add_flags_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disk-policy", default=None, help="the disk tier's policy (cost_aware)")
     p.add_argument("--disk-admission", default=None, help="cost (default) or all")
     p.add_argument("--disk-profile", default=None, help="an hkv calibrate JSON for the tier")
+    p.add_argument("--policy-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a hyperparameter of the CPU tier's hkv policy (hkv_policy_params; "
+                        "repeatable; VALUE as JSON, else text): experts=lean")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("seed_flags", nargs=argparse.REMAINDER, help="-- then the article's flags")
     p.set_defaults(handler=_run_flags)
+
+
+def policy_params(items: list[str]) -> dict[str, Any]:
+    """`--policy-param NAME=VALUE`s as a dict: each VALUE read as JSON (a number, true/false, a
+    list, a quoted string), else taken as text (`first=lru`)."""
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise HkvError(f"--policy-param: got {item!r}; expected NAME=VALUE, e.g. first=lru")
+        if name in params:
+            raise HkvError(f"--policy-param {name}: given twice; keep one")
+        try:
+            params[name] = json.loads(text)
+        except ValueError:
+            params[name] = text
+    return params
 
 
 def _run_flags(args: argparse.Namespace) -> None:
@@ -147,7 +168,9 @@ def _run_flags(args: argparse.Namespace) -> None:
         raise HkvError("hkv flags: give the vllm flags after `--`, e.g. hkv flags -- --model X ...")
     if args.model is not None:
         argv = ["--model", args.model, *argv]
-    _emit(translate(argv, cpu_ram_gib=args.cpu_ram, disk=disk).to_dict(), args.json, render_flags)
+    params = policy_params(args.policy_param)
+    translation = translate(argv, cpu_ram_gib=args.cpu_ram, disk=disk, policy_params=params)
+    _emit(translation.to_dict(), args.json, render_flags)
 
 
 def render_flags(t: dict[str, Any]) -> str:

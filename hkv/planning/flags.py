@@ -18,6 +18,7 @@ tensor parallelism, fp8 with cold-tier quantization, legacy flags) are in `hkv.p
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from hkv.planning.offload_spec import (
 )
 from hkv.planning.plan import GIB, VLLM_BLOCK_TOKENS, PlanInputs, detected_host_ram_gib, plan
 from hkv.planning.plan_inputs import check_gib
+from hkv.planning.policy_params import check_policy_params
 from hkv.planning.sizes import parse_size
 from hkv.planning.vllm_flags import (
     BOOLEAN_FLAGS,
@@ -44,6 +46,7 @@ from hkv.planning.vllm_flags import (
     RealFlagChecks,
     serve_command,
     split_flags,
+    weights_dtype_of,
 )
 from hkv.policies import online_policy_class
 
@@ -53,6 +56,7 @@ COST_WEIGHT_POLICIES = ("cost_aware", "modality_aware")
 SIZE_FLAG = "--hybrid-kv-cache-cpu-offload-size"
 PERCENT_FLAG = "--hybrid-kv-cache-cpu-offload-percent"
 CONFIG_FLAG = "--hybrid-kv-cache-config"
+PARAMS_NAME = "policy_params (--policy-param)"
 
 
 @dataclass
@@ -88,8 +92,10 @@ def try_translate(argv: list[str], **kwargs: Any) -> Translation | HkvError:
 
 
 class _Translator(RealFlagChecks):
-    def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib, disk):
+    def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib, disk,
+                 policy_params=None):  # fmt: skip
         self.disk: DiskTierSpec | None = disk
+        self.policy_params = dict(policy_params or {})
         self.flags: dict[str, str | None] = {}
         for name, value in pairs:
             if name in self.flags:
@@ -145,6 +151,8 @@ class _Translator(RealFlagChecks):
     # -- the translation ----------------------------------------------------------------------
     def run(self) -> Translation:
         config = self.hybrid_config()
+        if config is None and self.policy_params:
+            raise HkvError(f"{PARAMS_NAME}: nothing is offloaded; add --enable-hybrid-kv-cache")
         self.copy_real_flags()
         self.check_block_size()
         self.check_tensor_parallel()
@@ -156,10 +164,12 @@ class _Translator(RealFlagChecks):
         return self.out
 
     def offload_spec(self, config: HybridKVCacheConfig) -> OffloadSpec:
+        check_policy_params(config.offload_strategy, self.policy_params, PARAMS_NAME)
         return OffloadSpec(
             cpu_bytes=self.offload_bytes(config),
             block_tokens=self.number("--block-size", int) or VLLM_BLOCK_TOKENS,
             policy=config.offload_strategy,
+            policy_params=self.policy_params,
             config=config,
             disk=self.disk,
         )
@@ -333,7 +343,7 @@ class _Translator(RealFlagChecks):
             max_num_seqs=self.number("--max-num-seqs", int) or 16,
             kv_cache_dtype=self.value("--kv-cache-dtype") or "auto",
             gpu_memory_utilization=self.number("--gpu-memory-utilization") or 0.9,
-            weights_dtype=_weights_dtype(self.value("--quantization"), spec),
+            weights_dtype=weights_dtype_of(self.value("--quantization"), spec),
             **extra,
         )
         return plan(spec, inputs, suggest=False)
@@ -355,18 +365,17 @@ class _Translator(RealFlagChecks):
                 flag += " (not given)"
                 to += " (hkv's recommended default; --hybrid-kv-cache-policy lru for vLLM's own)"
             self.out.translated.append({"flag": flag, "to": to})
+        if spec.policy_params:
+            to = f"hkv_policy_params {json.dumps(dict(spec.policy_params))} in --kv-transfer-config"
+            self.out.translated.append({"flag": "--policy-param", "to": to})
         if spec.disk is not None:
             self.emit_disk(spec.disk)
         lossy = spec.config.quantized_modalities if spec.config is not None else []
         if lossy:
-            self.out.dropped.append(
-                {
-                    "flag": "modality_configs[*].quantization",
-                    "reason": f"cold-tier quantization ({', '.join(lossy)}) has no vLLM "
-                    "counterpart: vLLM's tiers store blocks unchanged; hkv's own manager "
-                    "(hkv.storage.manager) applies it",
-                }
-            )
+            reason = (f"cold-tier quantization ({', '.join(lossy)}) has no vLLM counterpart: "
+                      "vLLM's tiers store blocks unchanged; hkv's own manager "
+                      "(hkv.storage.manager) applies it")  # fmt: skip
+            self.out.dropped.append({"flag": "modality_configs[*].quantization", "reason": reason})
 
     def emit_disk(self, disk: DiskTierSpec) -> None:
         self.out.translated.append(
@@ -381,20 +390,11 @@ class _Translator(RealFlagChecks):
         self.out.notes.append(STABLE_HASH_NOTE)
 
 
-def _weights_dtype(quantization: str | None, spec: ModelSpec) -> str:
-    if quantization in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
-        return "int4"
-    if quantization == "fp8":
-        return "fp8"
-    return spec.native_weights_dtype
-
-
-def translate(
-    argv: list[str], *, cpu_ram_gib: float | None = None, disk: DiskTierSpec | None = None
-) -> Translation:
-    """Translate a seed-style `vllm serve` line (a list of tokens) into real vLLM arguments;
-    with `disk`, vLLM's tiering config keeps hkv's disk tier behind the CPU tier."""
+def translate(argv: list[str], *, cpu_ram_gib: float | None = None,
+              disk: DiskTierSpec | None = None, policy_params=None) -> Translation:  # fmt: skip
+    """A seed-style `vllm serve` line (a list of tokens) as real vLLM arguments; `disk`: hkv's
+    disk tier behind the CPU tier; `policy_params`: the hkv policy's `hkv_policy_params`."""
     pairs, model = split_flags(argv)
     if cpu_ram_gib is not None:
         check_gib("cpu_ram_gib", cpu_ram_gib, positive=True)
-    return _Translator(pairs, model, cpu_ram_gib, disk).run()
+    return _Translator(pairs, model, cpu_ram_gib, disk, policy_params).run()

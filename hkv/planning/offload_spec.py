@@ -35,6 +35,7 @@ from typing import Any
 from hkv.errors import FlagConflict, HkvError, shown
 from hkv.planning.config import HybridKVCacheConfig
 from hkv.planning.plan_inputs import HOST_RAM_FRACTION, MAX_TOKENS, VLLM_BLOCK_TOKENS
+from hkv.planning.policy_params import VLLM_NATIVE_POLICIES, check_policy_params
 from hkv.planning.sizes import GIB, MAX_BYTES, parse_size
 from hkv.policies import online_policy_class
 
@@ -42,9 +43,6 @@ DEFAULT_POLICY = "auto"
 """The CPU tier's policy when none is named: hkv's `auto`, the one policy of the suite within
 half a point of the best of vLLM's options and the published peers in every cell (README,
 "Which policy")."""
-
-VLLM_NATIVE_POLICIES = ("lru", "arc")
-"""Policies vLLM's CPU tier ships; every other name is served by hkv's adapter."""
 
 ADAPTER_MODULE = "hkv.integrations.vllm"
 """Where vLLM finds `hkv_<policy>` (`cache_policy_module_path`)."""
@@ -207,15 +205,7 @@ class OffloadSpec:
         _check_int("cpu_bytes", self.cpu_bytes, MAX_BYTES)
         _check_int("block_tokens", self.block_tokens, MAX_TOKENS)
         _check_policy("policy", self.policy)
-        if not isinstance(self.policy_params, Mapping):
-            raise HkvError(
-                f"policy_params: got {shown(self.policy_params)}; expected an object of name: value"
-            )
-        if self.policy_params and not self.is_hkv_policy:
-            raise HkvError(
-                f"policy_params: vLLM's own {self.policy!r} takes no hkv hyperparameters; "
-                "drop them or name an hkv policy"
-            )
+        check_policy_params(self.policy, self.policy_params)
         if self.config is None and self.is_hkv_policy:  # one form: the policy's defaults
             object.__setattr__(self, "config", HybridKVCacheConfig(offload_strategy=self.policy))
         strategy = self.config.offload_strategy if self.config is not None else self.policy

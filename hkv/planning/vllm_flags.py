@@ -210,3 +210,12 @@ def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | No
             i += 1
         i += 1
     return pairs, positional
+
+
+def weights_dtype_of(quantization: str | None, spec: Any) -> str:
+    """The weights' dtype a `--quantization` value loads (`spec`'s own where none)."""
+    if quantization in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        return "int4"
+    if quantization == "fp8":
+        return "fp8"
+    return spec.native_weights_dtype

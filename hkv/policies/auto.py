@@ -126,7 +126,7 @@ class AutoPolicy(EvictionPolicy):
         self._first_given = self.first is not None
         if self.first is None:
             self.first = DEFAULT_FIRST if DEFAULT_FIRST in self.experts else self.experts[0]
-        for label in (*self.experts, self.first):
+        for label in self.experts:
             if label not in EXPERTS:
                 valid = ", ".join(EXPERTS)
                 raise HkvError(f"auto.experts: unknown expert {label!r}; valid: {valid}")
