@@ -59,7 +59,8 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
 def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=False) -> float | None:
     """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C); with
     `live`, kept in C where it is a prefix-value expert."""
-    from hkv.policies.shadow import make_expert, merged, paused_gc, rebuilt_in_c
+    from hkv.policies.base import paused_gc
+    from hkv.policies.shadow import make_expert, merged, rebuilt_in_c
     from hkv.policies.tier import VllmTier
 
     with paused_gc():

@@ -154,3 +154,46 @@ def test_a_key_refused_for_anothers_id_stays_aside_when_wanted_again():
     assert twin in auto._aside and twin not in leader and len(auto) == 3
     assert auto.evict(1) == [twin] and auto._held.metas is None
     assert list(leader.held_metas()) == [first, 5]
+
+
+# -- what a switch owes (`held.Owed`) ---------------------------------------------------------
+def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow_still_does():
+    """A key the new leader's shadow held and the tier did not is referenced as the shadow's hit
+    when stored again (for `lip`: into the queue it keeps, not the one it evicts first), as long
+    as the shadow still holds it; stored after the shadow let it go, it is owed no more."""
+    from hkv.policies.held import Owed
+    from hkv.policies.shadow import make_expert
+
+    live = make_expert("lip", 8)
+    for key in (10, 11):
+        live.insert(key, meta(key))
+    shadow = {1, 2, 3, 10}  # what the leader's shadow tier holds
+    owed = Owed()
+    owed.owe(shadow, {10: meta(10), 11: meta(11)})
+    assert owed.keys == {1, 2, 3}
+    shadow.discard(2)  # the shadow lets 2 go before it is stored again
+    for key in (1, 2, 4):
+        live.insert(key, meta(key))
+    owed.settle([1, 2, 4], live)
+    assert owed.keys == {3}
+    assert 1 in live._warm and 2 in live._cold and 4 in live._cold  # 2, 4: new blocks, as lip has
+    owed.owe(None, {})  # a sampled tier's switch: its shadow lists nothing, nothing is owed
+    assert owed.keys == set()
+
+
+@pytest.mark.parametrize("label", ["lip", "lru+st2", "s3fifo", "cost_aware", "depth_lfu_static"])
+def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
+    """`ShadowSet.view`: a native shadow tier's keys not in `held` (`Shadows.held_keys`, by the
+    registry) and `in` it, as the Python shadow tier's."""
+    from hkv.policies.shadow import ShadowSet
+
+    requests = sessions(3, 160)
+    sets = [ShadowSet([label], 40, {}, native=fast, keys=True) for fast in (True, False)]
+    for request in requests:
+        for shadow_set in sets:
+            shadow_set.replay(request)
+    held = {key: None for request in requests[-3:] for key, _ in request}
+    views = [shadow_set.view(0) for shadow_set in sets]
+    assert sorted(views[0].unheld(held)) == sorted(k for k in views[1] if k not in held)
+    every = {key for request in requests for key, _ in request}
+    assert {k for k in every if k in views[0]} == {k for k in every if k in views[1]} != set()

@@ -389,7 +389,7 @@ def test_a_switch_holds_the_garbage_collector_off_and_gives_it_back():
     the body raises; it never turns on a collector the caller had turned off."""
     import gc
 
-    from hkv.policies.shadow import paused_gc
+    from hkv.policies.base import paused_gc
 
     assert gc.isenabled()
     with paused_gc():

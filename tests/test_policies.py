@@ -841,7 +841,7 @@ RECORDED_DECISIONS = {
     "depth_lfu": "9001bec031c40827e3cc917f2dc120a71e554816e7a2d60d134af070d8645a15",
     "modality_aware": "947f61b9a15a23946f1d6268aaea6098db591cda5a4c5fe88d6d49213fee9cd0",
     "predictive": "e1ecbd3a058759c02a7c9b1d055cef0ef63f90e836e22641a8be32efbbb911c0",
-    "auto": "84af27b1fc35925aaec553adf5ce87cfce31980ef52e982955117251b1c09f6e",
+    "auto": "fe71dcac285bbb93b2863a8898be3248c351a564ca32ba7ce763e00d6463f136",
     "belady": "65bbb4cf98595c631550ba84148a36ca32ca9bb49ae273d4754596aa3ab464d6",
     "random": "3d2aa6cec829221c308503962787c8070d0c592fe3f96a3eb6bb53d72619b1ac",
 }
@@ -858,7 +858,8 @@ of shadowed experts, when `predictive` joined its experts and `depth_lfu_static`
 first, when `lip` joined them and became its first (its per-block runs, where no
 request's end is reported and `depth_lfu_static` still runs the tier, decide as before), and
 last when its full-tier shadows moved to C, which never see a pin: its Python shadows now hold
-unpinned metas too (main's code with only that change gives the new digest);
+unpinned metas too (main's code with only that change gives the new digest), and when a
+switch began to settle what it owes (`held.Owed`, C and Python shadows alike);
 `depth_lfu` when it was added."""
 
 

@@ -620,14 +620,14 @@ def test_vllm_026_decisions_match_the_recorded_reference(policy):
 
 
 RECORDED_026_AUTO = {
-    "default": ["173de2fa771be7c8a3884c211683b3851412b688bf77277bbb6838c78777b255",
-                "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+    "default": ["5dd5bcaa5344c2334460ae4e05ed7e14a377b589abcf599e78fd9e39dbe97ad4",
+                "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
     "sampled_no_wait": ["78b2ba74659a7322e7a6d291f0bcb44f54b558a59f9d31cc7a9b2a600b238716",
-                        "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+                        "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
     "sampled_wait": ["9646df3e3b426360db7af592cbf3698dff4d03b7de406d88909a919555a1e53c",
-                     "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+                     "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
     "sampled": ["3fe05e37e17beddfd76a52988c31618ff73c3e44568392cdf7beac9820c360b5",
-                "6b3b300f9b0bf3c2596d61645ed26ab83a71122183749a14d3482be88746fb87"],
+                "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
 }  # fmt: skip
 """`auto`'s evictions at 150 and 60 blocks, recorded before its request bookkeeping was made
 lazy (the whole request merged and sorted at a rebuild only) and before the adapter skipped
@@ -640,7 +640,11 @@ wait came in (3 switches at 150 blocks instead of 6; 60 blocks is not sampled). 
 `sampled_no_wait` and `sampled_wait` at 150 blocks re-recorded when a sampled tier's hits began
 to count at the next request's end (its shadows replay on a background thread): the same
 switch counts (6 and 3), each a request later, alike in C (threaded or not) and Python. Both
-also with no `evidence_rebuild` (which came later: `sampled` is alike with it)."""
+also with no `evidence_rebuild` (which came later: `sampled` is alike with it). Re-recorded where
+a full tier switches when a switch began to settle what it owes (`held.Owed`: a block the new
+leader's shadow held and the tier did not is referenced as the shadow's hit when stored again,
+while the shadow still holds it): the full tiers' digests (`default` at 150 blocks, every case at
+60), alike in C and Python; the sampled ones owe nothing and stay as they were."""
 MIN_SWITCHES = {"default": 4, "sampled_no_wait": 4, "sampled_wait": 3, "sampled": 0}
 
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from hkv.blocks import BlockMeta
 from hkv.errors import HkvError
-from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
-from hkv.policies.held import Held
+from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int, paused_gc
+from hkv.policies.held import Held, Owed
 from hkv.policies.history import History, Recent
 from hkv.policies.leader import held_aside, native_first
 from hkv.policies.native import Columns, sampled
-from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged, paused_gc
+from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged
 from hkv.policies.tier import VllmTier
 
 DEFAULT_EXPERTS = tuple(label for label in EXPERTS if label != "arc")
@@ -52,17 +52,15 @@ class AutoPolicy(EvictionPolicy):
     the leading expert, so its decisions, admission included, are the leader's own. It starts as
     `first`, by default `lip` (LRU insertion: a new block is the next to go until it is reused),
     which holds the first sessions of a cycle whole from its first round, where waiting for the
-    shadows to agree costs a round-robin workload a whole round. Whole sessions are what turn hits
-    into time: a tier that keeps the heads of every session (`depth_lfu_static`, the first before)
-    saves only the shallow, cheap part of each prompt, so its hits save fewer prefill seconds (the
-    two-tier model of the H200 engine at 8 GiB: 72.1 % of them left starting there, 61.5 % as `lip`,
-    `bip` 63.4 %, vLLM's `lru` 83.0 %, `data/results/auto_candidates.json`). When another expert's
-    score passes the leader's by more than `margin` of the (decayed) references (0.005: half a point
-    of hit rate), the tier switches: the new expert's shadow is copied, with its whole learned
-    state, as the live instance; blocks the shadow holds that the tier does not are dropped from the
-    copy (a tier cannot conjure them), and blocks the tier holds that the shadow had given up are
-    kept aside and evicted first (at once with `confirm` 1; after n requests in a row with `confirm`
-    n: 2 or 3 left more held-out cells behind, `auto_candidates_confirm.json` in data/results/).
+    shadows to agree costs a round-robin workload a whole round (whole sessions are what turn hits
+    into time: docs/policies.md). When another expert's score passes the leader's by more than
+    `margin` of the (decayed) references (0.005: half a point of hit rate), the tier switches: the
+    new expert's shadow is copied, with its whole learned state, as the live instance; blocks the
+    shadow holds that the tier does not are dropped from the copy (a tier cannot conjure them) and
+    owed (`held.Owed`: stored again, each is referenced as the shadow's hit), and blocks the tier
+    holds that the shadow had given up are kept aside and evicted first (at once with `confirm` 1;
+    after n requests in a row with `confirm` n: 2 or 3 left more held-out cells behind,
+    `auto_candidates_confirm.json` in data/results/).
     This is the multi-expert idea of ACME and LeCaR (Ari et al., "ACME: Adaptive Caching Using
     Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache Replacement with ML-based LeCaR",
     HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would, and
@@ -154,14 +152,13 @@ class AutoPolicy(EvictionPolicy):
         self._shadows = ShadowSet(self.experts, self._shadow_blocks, context, native=self.native,
                                   skip=skip, keys=not self._sampled)  # fmt: skip
         self._history = History(HISTORY_TIERS * capacity)  # sampled: the last requests
-        # sampled: leaders switched away from, with `_history.remembered` then (`_switch`)
-        self._retired: dict[int, tuple[EvictionPolicy, int]] = {}
+        self._retired: dict[int, tuple[EvictionPolicy, int]] = {}  # sampled: leaders left, when
         self._scores = [0.0 if p else -math.inf for p in self._shadows.present]  # none: never leads
         self._refs = 0.0  # decayed block references, the scores' denominator
         self._leader = self.experts.index(self.first)
         self._live = make_expert(self.first, capacity, **context)
         self._aside: dict[Key, BlockMeta] = {}  # held, but given up by the leader: evicted first
-        self._held = Held()  # every held key's meta (for the shadows and a switch)
+        self._held, self._owed = Held(), Owed()  # every held key's meta; what a switch owes
         self._declined = Recent(capacity + 64)  # recent misses the leader declined
         self._pending: Columns = ([], [])  # misses since the last request's end: keys, metas
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
@@ -254,6 +251,8 @@ class AutoPolicy(EvictionPolicy):
         if refused:  # its id is another key's, so it is kept outside the leader
             aside[key] = meta
         self._held.add((key,), (meta,), live, refused)
+        if key in self._owed.keys:
+            self._owed.settle((key,), live)
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
@@ -264,6 +263,8 @@ class AutoPolicy(EvictionPolicy):
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
         self._held.add(keys, metas, self._live, refused)  # (a dict again where one is refused)
         aside.update((key, self._held.metas[key]) for key in refused or ())  # refused: set aside
+        if not self._owed.keys.isdisjoint(keys):  # (what the last switch owes)
+            self._owed.settle(keys, self._live)
 
     def touch(self, key: Key) -> None:
         self._live.touch(key)
@@ -357,13 +358,12 @@ class AutoPolicy(EvictionPolicy):
         with paused_gc():  # thousands of new objects, no cycle among them
             held = self._held.of(self._live)
             resumed = self._sampled and self._resumable(best) is not None
-            if self._sampled:
-                live = self._rebuild(best, held)
-            else:
-                memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-                live = self._shadows.copied(best, memo, live=self._noted, held=held)
+            memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
+            live = (self._rebuild(best, held) if self._sampled
+                    else self._shadows.copied(best, memo, live=self._noted, held=held))  # fmt: skip
             self._aside = held_aside(live, held)  # (what `live` holds that `held` has not: gone)
             self._held.fit(live, held, self._aside, not resumed)
+            self._owed.owe(None if self._sampled else self._shadows.view(best), held)
         self._live, self._leader = live, best
         self.switches += 1
 

@@ -21,9 +21,11 @@ Policies never evict on their own: `insert` on a full policy is a bug and raises
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import filterfalse, islice
 from operator import attrgetter
@@ -264,3 +266,18 @@ class EvictionPolicy(ABC):
             )
         if resident:
             raise KeyError(f"{self.name}: {key!r} is already resident")
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector held off for a burst of allocations that make no cycles
+    (a switch builds a tier's worth of entries: in a process holding a large heap, the
+    collections they would trigger cost four times the building; 21.5 ms against 4.6 ms for a
+    16,384-block leader in `bench.sim.two_tier`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

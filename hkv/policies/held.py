@@ -15,7 +15,7 @@ leader takes back from aside keeping its place.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import EvictionPolicy, Key
@@ -83,3 +83,40 @@ class Held:
     def taken_back(self) -> None:
         """A key went from aside into the leader: it keeps its place here, not there."""
         self.ordered = False
+
+
+class Owed:
+    """What a switch left the new leader owed: the keys its shadow tier held that the tier did
+    not.
+
+    Its shadow would hit each of them when next asked, as long as it still holds it; the tier
+    has to store it again. As one is stored while the shadow still holds it, the leader takes it
+    as its shadow takes that hit, referenced (`touch_all`, the request's tail first); stored once
+    the shadow has let it go, it is owed no more. Without this a leader that keeps what it met
+    first and puts each new block where it goes first (`lip`), switched to after others ran the
+    tier, keeps what it inherited for good and falls far below its own shadow, whose hits chose
+    it (docs/policies.md, "What a switch owes")."""
+
+    __slots__ = ("keys", "shadow")
+
+    def __init__(self) -> None:
+        self.keys: set[Key] = set()
+        self.shadow: Collection[Key] = ()
+
+    def owe(self, shadow: Collection[Key] | None, held: dict) -> None:
+        """A switch: the new leader's shadow tier is `shadow` (a native one's `ShadowView`;
+        None: not listed, nothing owed), the tier holds `held`."""
+        self.shadow = shadow if shadow is not None else ()
+        unheld = getattr(self.shadow, "unheld", None)
+        self.keys = set(unheld(held) if unheld else (k for k in self.shadow if k not in held))
+
+    def settle(self, keys: Sequence[Key], live: EvictionPolicy) -> None:
+        """`keys` were just stored in `live`: those owed and still in the shadow tier are
+        referenced there, tail first."""
+        if self.keys:
+            back = [key for key in keys if key in self.keys]
+            if back:
+                self.keys.difference_update(back)
+                kept = [key for key in back if key in self.shadow]
+                if kept:
+                    live.touch_all(kept[::-1])

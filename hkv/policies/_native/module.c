@@ -1155,6 +1155,63 @@ static PyObject *Shadows_registry(Shadows *self, PyObject *unused) {
     return Py_BuildValue("(NN)", keys, metas);
 }
 
+/* the registered key of `id` appended to `out` unless it is in dict `held`: 0, or -1 */
+static int append_unheld(Shadows *self, uint64_t id, PyObject *held, PyObject *out) {
+    int64_t *at = self->reg_objs ? hkv_map_get(&self->reg_at, id) : NULL;
+    if (!at) return 0; /* (an id registered by every request stored: always there) */
+    PyObject *key = self->reg_objs[2 * *at];
+    int in = PyDict_Contains(held, key);
+    return in < 0 ? -1 : in ? 0 : PyList_Append(out, key);
+}
+
+/* held_keys(i, held): the keys shadow tier i holds (its expert's resident keys and those it
+ * stored aside; none listed for predictive) that dict `held` has not, by the registry */
+static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
+    Py_ssize_t i;
+    PyObject *held;
+    shadows_wait(self);
+    if (!PyArg_ParseTuple(args, "nO!", &i, &PyDict_Type, &held)) return NULL;
+    if (i < 0 || i >= self->n) return PyErr_Format(PyExc_IndexError, "Shadows.held_keys: no such expert");
+    static const char *resident[] = {"order", "cold", "warm", "small", "main", "t1", "t2"};
+    hkv_tier *t = &self->tiers[i];
+    const hkv_oset *sets[HKV_QUEUES + 1];
+    const char *names[HKV_QUEUES];
+    double target;
+    int n = hkv_queues_of(t->expert, sets, names, &target), m = 0;
+    for (int q = 0; q < n; q++)
+        for (size_t r = 0; r < sizeof resident / sizeof *resident; r++)
+            if (!strcmp(names[q], resident[r])) sets[m++] = sets[q];
+    sets[m++] = &t->aside;
+    PyObject *out = PyList_New(0);
+    for (int q = 0; out && q < m; q++)
+        for (int32_t j = sets[q]->head; j >= 0; j = sets[q]->nodes[j].next)
+            if (append_unheld(self, sets[q]->nodes[j].key, held, out) < 0) {
+                Py_CLEAR(out);
+                break;
+            }
+    hkv_prefix_state state;
+    if (out && hkv_prefix_state_of(t->expert, &state) && state.size) {
+        uint64_t *keys = PyMem_Malloc((size_t)state.size * sizeof *keys);
+        int64_t *seqs = PyMem_Malloc((size_t)state.size * sizeof *seqs);
+        double *priorities = PyMem_Malloc((size_t)state.size * sizeof *priorities);
+        if (!keys || !seqs || !priorities) {
+            Py_CLEAR(out);
+            PyErr_NoMemory();
+        } else {
+            hkv_prefix_entries(t->expert, keys, seqs, priorities);
+            for (int64_t j = 0; j < state.size; j++)
+                if (append_unheld(self, keys[j], held, out) < 0) {
+                    Py_CLEAR(out);
+                    break;
+                }
+        }
+        PyMem_Free(keys);
+        PyMem_Free(seqs);
+        PyMem_Free(priorities);
+    }
+    return out;
+}
+
 static PyObject *Shadows_registry_size(Shadows *self, PyObject *unused) {
     (void)unused;
     shadows_wait(self);
@@ -1246,6 +1303,9 @@ static PyMethodDef Shadows_methods[] = {
      "whether deferred replays run on a background thread (else in the caller, at once)"},
     {"predictive_state", (PyCFunction)Shadows_predictive_state, METH_VARARGS,
      "predictive_state(i): the learned expert i's whole state (None for another expert)"},
+    {"held_keys", (PyCFunction)Shadows_held_keys, METH_VARARGS,
+     "held_keys(i, held): the keys shadow tier i holds that dict held has not (its expert's "
+     "resident keys and those aside, by the registry; none listed for predictive)"},
     {"aside", (PyCFunction)Shadows_aside, METH_VARARGS,
      "aside(i): the ids shadow tier i stored outside its expert (declined), oldest first"},
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,
