@@ -168,8 +168,13 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
     for key in (10, 11):
         live.insert(key, meta(key))
     shadow = {1, 2, 3, 10}  # what the leader's shadow tier holds
+
+    class Shadows:  # the shadow set, expert 0's tier `shadow`
+        def view(self, i: int) -> set:
+            return shadow
+
     owed = Owed()
-    owed.owe(shadow, {10: meta(10), 11: meta(11)})
+    owed.owe(Shadows(), 0, {10: meta(10), 11: meta(11)})
     assert owed.keys == {1, 2, 3}
     shadow.discard(2)  # the shadow lets 2 go before it is stored again
     for key in (1, 2, 4):
@@ -177,7 +182,7 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
     owed.settle([1, 2, 4], live)
     assert owed.keys == {3}
     assert 1 in live._warm and 2 in live._cold and 4 in live._cold  # 2, 4: new blocks, as lip has
-    owed.owe(None, {})  # a sampled tier's switch: its shadow lists nothing, nothing is owed
+    owed.owe(None, 0, {})  # a sampled tier's switch: its shadows list nothing, nothing is owed
     assert owed.keys == set()
 
 
@@ -197,3 +202,24 @@ def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
     assert sorted(views[0].unheld(held)) == sorted(k for k in views[1] if k not in held)
     every = {key for request in requests for key, _ in request}
     assert {k for k in every if k in views[0]} == {k for k in every if k in views[1]} != set()
+
+
+def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():
+    """`copy.deepcopy` of an `auto` whose last switch still owes blocks (its shadows in C are
+    copied into Python ones): the copy reads what it owes through its own shadows and decides
+    as the original from there on."""
+    from hkv.policies.tier import VllmTier
+
+    requests = sessions(5, 400)
+    policy = make_policy("auto", 60)
+    tier = VllmTier(policy, refuses=False)
+    at = 0
+    while not (policy.switches and policy._owed.keys):
+        tier.store(requests[at])
+        at += 1
+    assert policy._shadows.native
+    twin = copy.deepcopy(policy)
+    twin_tier = VllmTier(twin, refuses=False)
+    later = requests[at : at + 150]
+    assert [tier.store(r) for r in later] == [twin_tier.store(r) for r in later]
+    assert twin.switches == policy.switches > 1 and twin._owed.keys == policy._owed.keys

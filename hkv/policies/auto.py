@@ -363,7 +363,7 @@ class AutoPolicy(EvictionPolicy):
                     else self._shadows.copied(best, memo, live=self._noted, held=held))  # fmt: skip
             self._aside = held_aside(live, held)  # (what `live` holds that `held` has not: gone)
             self._held.fit(live, held, self._aside, not resumed)
-            self._owed.owe(None if self._sampled else self._shadows.view(best), held)
+            self._owed.owe(None if self._sampled else self._shadows, best, held)
         self._live, self._leader = live, best
         self.switches += 1
 

@@ -15,7 +15,7 @@ leader takes back from aside keeping its place.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import EvictionPolicy, Key
@@ -97,18 +97,19 @@ class Owed:
     tier, keeps what it inherited for good and falls far below its own shadow, whose hits chose
     it (docs/policies.md, "What a switch owes")."""
 
-    __slots__ = ("keys", "shadow")
+    __slots__ = ("i", "keys", "shadows")
 
     def __init__(self) -> None:
         self.keys: set[Key] = set()
-        self.shadow: Collection[Key] = ()
+        self.shadows, self.i = None, 0  # the shadow set and its expert whose tier is owed
 
-    def owe(self, shadow: Collection[Key] | None, held: dict) -> None:
-        """A switch: the new leader's shadow tier is `shadow` (a native one's `ShadowView`;
-        None: not listed, nothing owed), the tier holds `held`."""
-        self.shadow = shadow if shadow is not None else ()
-        unheld = getattr(self.shadow, "unheld", None)
-        self.keys = set(unheld(held) if unheld else (k for k in self.shadow if k not in held))
+    def owe(self, shadows, i: int, held: dict) -> None:
+        """A switch to expert `i` of `shadows` (a `ShadowSet`; None: a tier whose shadows list
+        nothing, a sampled one's, and nothing is owed); the tier holds `held`."""
+        self.shadows, self.i = shadows, i
+        view = shadows.view(i) if shadows is not None else None
+        unheld = getattr(view, "unheld", None)
+        self.keys = set(unheld(held) if unheld else (k for k in view or () if k not in held))
 
     def settle(self, keys: Sequence[Key], live: EvictionPolicy) -> None:
         """`keys` were just stored in `live`: those owed and still in the shadow tier are
@@ -117,6 +118,7 @@ class Owed:
             back = [key for key in keys if key in self.keys]
             if back:
                 self.keys.difference_update(back)
-                kept = [key for key in back if key in self.shadow]
+                view = self.shadows.view(self.i)  # (a copy's own: read through its set)
+                kept = [key for key in back if key in view]
                 if kept:
                     live.touch_all(kept[::-1])

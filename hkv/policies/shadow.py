@@ -102,7 +102,8 @@ class ShadowSet:
 
     def view(self, i: int):
         """Expert `i`'s shadow tier as `held.Owed` reads it (a `VllmTier`, or a native one's
-        `native.ShadowView`), or None for a native one without the ids kept (`keys`)."""
+        `native.ShadowView`), or None for a native one without the ids kept (`keys`): nothing
+        listed, nothing owed."""
         tier = self.tiers[i]
         if tier is not None:
             return tier
