@@ -170,8 +170,11 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
     shadow = {1, 2, 3, 10}  # what the leader's shadow tier holds
 
     class Shadows:  # the shadow set, expert 0's tier `shadow`
-        def view(self, i: int) -> set:
-            return shadow
+        def unheld(self, i: int, held: dict) -> list:
+            return [key for key in shadow if key not in held]
+
+        def holds(self, i: int, key) -> bool:
+            return key in shadow
 
     owed = Owed()
     owed.owe(Shadows(), 0, {10: meta(10), 11: meta(11)})
@@ -186,10 +189,12 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
     assert owed.keys == set()
 
 
-@pytest.mark.parametrize("label", ["lip", "lru+st2", "s3fifo", "cost_aware", "depth_lfu_static"])
+@pytest.mark.parametrize(
+    "label", ["lip", "lru+st2", "s3fifo", "arc", "cost_aware", "depth_lfu_static", "predictive"]
+)
 def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
-    """`ShadowSet.view`: a native shadow tier's keys not in `held` (`Shadows.held_keys`, by the
-    registry) and `in` it, as the Python shadow tier's."""
+    """`ShadowSet.unheld` and `holds`: a native shadow tier's keys not in `held`
+    (`Shadows.held_keys`, by the registry) and whether it holds a key, as the Python one's."""
     from hkv.policies.shadow import ShadowSet
 
     requests = sessions(3, 160)
@@ -198,10 +203,11 @@ def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
         for shadow_set in sets:
             shadow_set.replay(request)
     held = {key: None for request in requests[-3:] for key, _ in request}
-    views = [shadow_set.view(0) for shadow_set in sets]
-    assert sorted(views[0].unheld(held)) == sorted(k for k in views[1] if k not in held)
+    native_set, python_set = sets
+    assert sorted(native_set.unheld(0, held)) == sorted(python_set.unheld(0, held)) != []
     every = {key for request in requests for key, _ in request}
-    assert {k for k in every if k in views[0]} == {k for k in every if k in views[1]} != set()
+    assert {k for k in every if native_set.holds(0, k)} == {k for k in every
+                                                           if python_set.holds(0, k)}  # fmt: skip
 
 
 def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():
@@ -223,3 +229,18 @@ def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():
     later = requests[at : at + 150]
     assert [tier.store(r) for r in later] == [twin_tier.store(r) for r in later]
     assert twin.switches == policy.switches > 1 and twin._owed.keys == policy._owed.keys
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
+    """What each switch owes, request by request, and every hit, with `predictive` among the
+    experts (its resident keys listed in C as in Python)."""
+    from hkv.policies.tier import VllmTier
+
+    requests = sessions(seed, 400)
+    runs = []
+    for fast in (True, False):
+        policy = make_policy("auto", 60, experts=["lip", "predictive", "lru"], native=fast)
+        tier = VllmTier(policy, refuses=False)
+        runs.append([(tier.store(r), sorted(policy._owed.keys)) for r in requests])
+    assert runs[0] == runs[1] and any(owed for _, owed in runs[0])

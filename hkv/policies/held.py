@@ -107,9 +107,7 @@ class Owed:
         """A switch to expert `i` of `shadows` (a `ShadowSet`; None: a tier whose shadows list
         nothing, a sampled one's, and nothing is owed); the tier holds `held`."""
         self.shadows, self.i = shadows, i
-        view = shadows.view(i) if shadows is not None else None
-        unheld = getattr(view, "unheld", None)
-        self.keys = set(unheld(held) if unheld else (k for k in view or () if k not in held))
+        self.keys = set(shadows.unheld(i, held)) if shadows is not None else set()
 
     def settle(self, keys: Sequence[Key], live: EvictionPolicy) -> None:
         """`keys` were just stored in `live`: those owed and still in the shadow tier are
@@ -118,7 +116,7 @@ class Owed:
             back = [key for key in keys if key in self.keys]
             if back:
                 self.keys.difference_update(back)
-                view = self.shadows.view(self.i)  # (a copy's own: read through its set)
-                kept = [key for key in back if key in view]
+                holds, i = self.shadows.holds, self.i  # (a copy's: its own shadow set's)
+                kept = [key for key in back if holds(i, key)]
                 if kept:
                     live.touch_all(kept[::-1])

@@ -170,20 +170,3 @@ def leader(shadows, keys: dict | None, held=None, i: int = 0):
     (`_shadows.Leader`): `keys` maps each id it may hold to its key; only those in `held`
     (unless None) stay. `keys` None: each id's key is the key of dict `held` with that id."""
     return _shadows.Leader(shadows, i, keys, held)
-
-
-class ShadowView:
-    """Native shadow tier `i` of `shadows` (ids kept in its registry) as `auto`'s switch reads
-    it: `key in view` asks whether the tier holds `key` now; `unheld(held)` lists the keys it
-    holds that dict `held` has not (none listed for `predictive`, whose state lists none)."""
-
-    __slots__ = ("i", "shadows")
-
-    def __init__(self, shadows, i: int) -> None:
-        self.shadows, self.i = shadows, i
-
-    def __contains__(self, key: object) -> bool:
-        return self.shadows.holds(self.i, key_bits(key))
-
-    def unheld(self, held: dict) -> list:
-        return self.shadows.held_keys(self.i, held)

@@ -100,16 +100,22 @@ class ShadowSet:
         tier = self.tiers[i]
         return None if tier is None else tier.policy
 
-    def view(self, i: int):
-        """Expert `i`'s shadow tier as `held.Owed` reads it (a `VllmTier`, or a native one's
-        `native.ShadowView`), or None for a native one without the ids kept (`keys`): nothing
-        listed, nothing owed."""
+    def unheld(self, i: int, held: dict) -> list[Key]:
+        """The keys expert `i`'s shadow tier holds that dict `held` has not (`held.Owed`; a
+        native one's through the ids kept, `keys`: none without them)."""
         tier = self.tiers[i]
         if tier is not None:
-            return tier
+            return [key for key in tier if key not in held]
         if not self._keys or i not in self._fast:
-            return None
-        return ext.ShadowView(self._native, self._fast.index(i))
+            return []
+        return self._native.held_keys(self._fast.index(i), held)
+
+    def holds(self, i: int, key: Key) -> bool:
+        """Whether expert `i`'s shadow tier holds `key` now."""
+        tier = self.tiers[i]
+        if tier is not None:
+            return key in tier
+        return i in self._fast and self._native.holds(self._fast.index(i), ext.key_bits(key))
 
     def copied(self, i: int, memo: dict, *, live=False, held=None, registry=None) -> EvictionPolicy:
         """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow

@@ -1165,7 +1165,7 @@ static int append_unheld(Shadows *self, uint64_t id, PyObject *held, PyObject *o
 }
 
 /* held_keys(i, held): the keys shadow tier i holds (its expert's resident keys and those it
- * stored aside; none listed for predictive) that dict `held` has not, by the registry */
+ * stored aside) that dict `held` has not, by the registry */
 static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
     Py_ssize_t i;
     PyObject *held;
@@ -1174,13 +1174,14 @@ static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
     if (i < 0 || i >= self->n) return PyErr_Format(PyExc_IndexError, "Shadows.held_keys: no such expert");
     static const char *resident[] = {"order", "cold", "warm", "small", "main", "t1", "t2"};
     hkv_tier *t = &self->tiers[i];
-    const hkv_oset *sets[HKV_QUEUES + 1];
+    const hkv_oset *sets[HKV_QUEUES + 3];
     const char *names[HKV_QUEUES];
     double target;
     int n = hkv_queues_of(t->expert, sets, names, &target), m = 0;
     for (int q = 0; q < n; q++)
         for (size_t r = 0; r < sizeof resident / sizeof *resident; r++)
             if (!strcmp(names[q], resident[r])) sets[m++] = sets[q];
+    m += hkv_predictive_sets(t->expert, sets + m);
     sets[m++] = &t->aside;
     PyObject *out = PyList_New(0);
     for (int q = 0; out && q < m; q++)
@@ -1305,7 +1306,7 @@ static PyMethodDef Shadows_methods[] = {
      "predictive_state(i): the learned expert i's whole state (None for another expert)"},
     {"held_keys", (PyCFunction)Shadows_held_keys, METH_VARARGS,
      "held_keys(i, held): the keys shadow tier i holds that dict held has not (its expert's "
-     "resident keys and those aside, by the registry; none listed for predictive)"},
+     "resident keys and those aside, by the registry)"},
     {"aside", (PyCFunction)Shadows_aside, METH_VARARGS,
      "aside(i): the ids shadow tier i stored outside its expert (declined), oldest first"},
     {"replay", (PyCFunction)Shadows_replay, METH_VARARGS,

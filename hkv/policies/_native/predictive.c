@@ -366,6 +366,16 @@ static void pred_destroy(hkv_expert *e) {
     free(p);
 }
 
+static const hkv_ops PRED_OPS;
+
+int hkv_predictive_sets(hkv_expert *e, const hkv_oset **sets) {
+    if (e->ops != &PRED_OPS) return 0;
+    pred_t *p = (pred_t *)e;
+    sets[0] = &p->averse;
+    sets[1] = &p->friendly;
+    return 2;
+}
+
 static const hkv_ops PRED_OPS = {pred_contains, pred_size, pred_admit, pred_insert,
                                  pred_evict, pred_after, pred_destroy};
 

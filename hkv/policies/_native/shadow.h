@@ -178,6 +178,9 @@ hkv_expert *hkv_s3fifo_new(int64_t capacity);        /* "s3fifo", default fields
 hkv_expert *hkv_prefix_new(int64_t capacity, int aging, int bypass, int use_worth,
                            double history_factor);
 hkv_expert *hkv_predictive_new(int64_t capacity); /* "predictive", default fields */
+/* a `predictive` expert's resident keys, its averse and friendly queues, into `sets`: 2, or 0
+ * where `e` is another expert */
+int hkv_predictive_sets(hkv_expert *e, const hkv_oset **sets);
 
 /* A prefix-value expert's state, read where `auto` hands a leader rebuilt in C to Python
  * (`PrefixValuePolicy` fields: `_seq`, `inflation`, ...); the maps stay the expert's. */
