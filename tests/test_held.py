@@ -231,6 +231,13 @@ def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():
     assert twin.switches == policy.switches > 1 and twin._owed.keys == policy._owed.keys
 
 
+def owed_now(policy) -> list:
+    """What `policy`'s last switch owes once its last request end is scored (C shadows score it
+    at the next decision: `AutoPolicy._settle`), sorted."""
+    policy._settle()
+    return sorted(policy._owed.keys)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
     """What each switch owes, request by request, and every hit, with `predictive` among the
@@ -242,5 +249,5 @@ def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
     for fast in (True, False):
         policy = make_policy("auto", 60, experts=["lip", "predictive", "lru"], native=fast)
         tier = VllmTier(policy, refuses=False)
-        runs.append([(tier.store(r), sorted(policy._owed.keys)) for r in requests])
+        runs.append([(tier.store(r), owed_now(policy)) for r in requests])
     assert runs[0] == runs[1] and any(owed for _, owed in runs[0])

@@ -167,7 +167,8 @@ class ShadowSet:
                                                 refuses=False)  # fmt: skip
                 tier.aside = {keys[k]: _unpinned(metas[k]) for k in self._native.aside(j)}
             twin._native, twin._fast, twin._keys, twin._python = None, [], False, True
-            twin._deferred = self._native.deferred()  # the C replay's waiting result
+            waiting = self._native.deferred()  # the C replay's waiting result
+            twin._deferred = None if waiting is None else self._all_hits(waiting)
         twin._worths, twin._own = dict(self._worths), {}
         return twin
 
@@ -188,10 +189,24 @@ class ShadowSet:
         native, modal = self._native, MODALITY_INDEX if self._modal else None
         out = native.replay_request(misses, hits, threshold, self._keys, self._value,
                                     self._worths, modal, deferred)  # fmt: skip
-        if out is None:
-            return None
         if self._keys and native.registry_size() > self._prune_at:
-            self._prune(set())  # (this request is stored already)
+            self._prune(set())  # (this request is stored first: every read of C shadows waits)
+        return None if out is None else self._all_hits(out)
+
+    def collect(self) -> tuple[list[int], int] | None:
+        """The result of the request `replay_columns(..., deferred=True)` left replaying, once it
+        is done (None where none waits): `auto` scores an exact tier's request end when its next
+        decision comes, so the shadows store it while the engine goes on and it decides as if
+        scored at once. Shadows replayed in Python: what `defer` keeps."""
+        if self._native is None:
+            out, self._deferred = self._deferred, None
+            return out
+        out = self._native.collect()
+        return None if out is None else self._all_hits(out)
+
+    def _all_hits(self, out: tuple[list[int], int]) -> tuple[list[int], int]:
+        """The native shadows' `(hits, refs)` with a hit count for every expert (0 without
+        a shadow; those replayed in Python have none here: `fused` sets only)."""
         fast_hits, refs = out
         if len(fast_hits) == len(self.tiers):
             return fast_hits, refs
