@@ -60,7 +60,8 @@ def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=Fals
     """Milliseconds to rebuild expert `label` from `history` (None: no hand-over from C); with
     `live`, kept in C where it is a prefix-value expert."""
     from hkv.policies.base import paused_gc
-    from hkv.policies.shadow import make_expert, merged, rebuilt_in_c
+    from hkv.policies.native import merged
+    from hkv.policies.shadow import make_expert, rebuilt_in_c
     from hkv.policies.tier import VllmTier
 
     with paused_gc():
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     from hkv.policies import native
     from hkv.policies.auto import UNSAMPLED_ONLY
     from hkv.policies.leader import PREFIX_EXPERTS
-    from hkv.policies.shadow import EXPERTS, merged
+    from hkv.policies.native import merged
+    from hkv.policies.shadow import EXPERTS
 
     if not native.built():
         raise SystemExit("hkv's C extension is not built here: `pip install -e .` builds it")

@@ -11,7 +11,8 @@ import pytest
 from hkv.blocks import BlockMeta, Modality
 from hkv.policies import make_policy, native
 from hkv.policies.leader import LIVE_IN_C, PREFIX_EXPERTS, QUEUE_EXPERTS, NativeLeader
-from hkv.policies.shadow import NO_BLOCKS, make_expert
+from hkv.policies.native import NO_BLOCKS
+from hkv.policies.shadow import make_expert
 
 pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
 
@@ -274,7 +275,8 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     merged in C): the expert, live in C or handed to Python, is the one a Python replay of the
     merged requests leaves, with a copy of every meta (one shape, many objects: cost_aware's
     worths cached by shape), keys noted twice and hits listed out of order."""
-    from hkv.policies.shadow import merged, rebuilt_in_c
+    from hkv.policies.native import merged
+    from hkv.policies.shadow import rebuilt_in_c
     from hkv.policies.tier import VllmTier, replay_request
     from tests.test_native_shadows import columns, prefix_fields, queue_fields, sessions
 

@@ -493,7 +493,8 @@ def test_a_request_end_in_one_c_call_is_the_python_steps(threshold):
     misses, positions out of order and tied, bytes keys that share their first 8 bytes (one
     id: merged through a dict), equal keys that are other objects (one key: merged by id) and
     metas of every modality."""
-    from hkv.policies.shadow import ShadowSet, merged
+    from hkv.policies.native import merged
+    from hkv.policies.shadow import ShadowSet
 
     rng = random.Random(3)
     pool = [rng.randbytes(16) for _ in range(300)] + [b"same8byt" + bytes([i]) for i in range(4)]

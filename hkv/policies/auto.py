@@ -15,9 +15,9 @@ from hkv.policies.base import EMPTY, EvictionPolicy, Key, check_float, check_int
 from hkv.policies.held import Held, Owed
 from hkv.policies.history import History, Recent
 from hkv.policies.leader import held_aside, native_first
-from hkv.policies.native import Columns, sampled
-from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert, merged
-from hkv.policies.tier import VllmTier
+from hkv.policies.native import Columns, merged, sampled
+from hkv.policies.retired import Retired
+from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert
 
 DEFAULT_EXPERTS = tuple(label for label in EXPERTS if label != "arc")
 """Every expert but hkv's `arc` (an expert on request): without it the suite's and held-out
@@ -58,9 +58,8 @@ class AutoPolicy(EvictionPolicy):
     new expert's shadow is copied, with its whole learned state, as the live instance; blocks the
     shadow holds that the tier does not are dropped from the copy (a tier cannot conjure them) and
     owed (`held.Owed`: stored again, each is referenced as the shadow's hit), and blocks the tier
-    holds that the shadow had given up are kept aside and evicted first (at once with `confirm` 1;
-    after n requests in a row with `confirm` n: 2 or 3 left more held-out cells behind,
-    `auto_candidates_confirm.json` in data/results/).
+    holds that the shadow had given up are kept aside and evicted first (at once with `confirm` 1,
+    after n requests in a row with n: 2 or 3 left more held-out cells behind).
     This is the multi-expert idea of ACME and LeCaR (Ari et al., "ACME: Adaptive Caching Using
     Multiple Experts", WDAS 2002; Vietri et al., "Driving Cache Replacement with ML-based LeCaR",
     HotStorage 2018) made exact for a prefix tier: a shadow hits what its expert alone would, and
@@ -68,25 +67,18 @@ class AutoPolicy(EvictionPolicy):
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
     replayed once per expert (eight by default), in C where hkv's extension is built (one C call a
-    request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
-    shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
-    Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks`
-    blocks and sees only the keys whose hash falls in the same fraction (`sample_blocks /
-    capacity_blocks`) of the hash space, so its hits estimate the full tier's at that fraction of
-    the cost (stored on a background thread in C while the engine goes on, their hits count at the
-    next request's end, in Python too: `ShadowSet.replay_columns`'s `deferred`). That holds for a
-    policy whose behaviour scales with the tier; `predictive` counts its labels in absolute numbers,
-    so a sampled shadow of it would learn more slowly than the full tier: it has no sampled shadow
-    (it never leads a sampled tier unless it is `first`; docs/policies.md gives what sampling cost
-    and saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
-    counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so at a
-    switch the new leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of
-    block references, kept whole) through a full tier of its own, which gives it the recency,
-    frequencies, ghosts and admission counts that window teaches, then fitted to the tier as a
-    copied shadow is, paid at the switch only; an expert that led within that window resumes its
-    last live instance, caught up since (`_rebuild`). A rebuild stalls the engine, so it waits for a
-    lead held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points, against `margin`'s
-    0.5), over `evidence_rebuild` x `sample_blocks` sampled references (docs/policies.md).
+    request end, `ShadowSet.replay_columns`, on a background thread while the engine goes on: its
+    hits are scored before the leader decides anything next, `_settle`, so the decisions are
+    those of scoring at the end). A tier larger than `sample_above` blocks has its shadows
+    sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and Optimization
+    using Miniature Simulations", USENIX ATC 2017): each holds `sample_blocks` blocks and sees only
+    the keys whose hash falls in that fraction of the hash space, its hits counted at the next
+    request's end (`deferred`) up to its first sampled miss; `predictive`, which counts its labels
+    in absolute numbers, has no sampled shadow (docs/policies.md gives what sampling cost and
+    saved). Sampled shadows hold too few keys to run the tier: a switch there rebuilds the new
+    leader from the last requests (`retired.Retired`), which stalls the engine, so it waits for a
+    lead held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points, against
+    `margin`'s 0.5), over `evidence_rebuild` x `sample_blocks` sampled references.
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
     are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
@@ -152,7 +144,7 @@ class AutoPolicy(EvictionPolicy):
         self._shadows = ShadowSet(self.experts, self._shadow_blocks, context, native=self.native,
                                   skip=skip, keys=not self._sampled)  # fmt: skip
         self._history = History(HISTORY_TIERS * capacity)  # sampled: the last requests
-        self._retired: dict[int, tuple[EvictionPolicy, int]] = {}  # sampled: leaders left, when
+        self._retired = Retired(self._history)  # sampled: the leaders left, and when
         self._scores = [0.0 if p else -math.inf for p in self._shadows.present]  # none: never leads
         self._refs = 0.0  # decayed block references, the scores' denominator
         self._leader = self.experts.index(self.first)
@@ -351,8 +343,7 @@ class AutoPolicy(EvictionPolicy):
             self._score(*out)
 
     def _settle(self) -> None:
-        """Score the request end an exact tier's C shadows were left storing on their thread
-        (`ShadowSet.collect`) before the leader decides anything: as if scored at that end."""
+        """Score the request end an exact tier's C shadows are storing (`ShadowSet.collect`)."""
         if self._unscored:
             self._unscored = False
             out = self._shadows.collect()
@@ -373,7 +364,7 @@ class AutoPolicy(EvictionPolicy):
         held, seen, strong = self._lead[1:] if self._lead[0] == best else (0, 0, 0)
         strong = strong + 1 if lead > self.margin_rebuild * self._refs else 0
         self._lead = (best, held + 1, seen + refs, strong)
-        if self._sampled and self._resumable(best) is None:  # a rebuild stalls: a lead that holds
+        if self._sampled and self._retired.resumable(best) is None:  # a rebuild: a lead that holds
             evidence = self.evidence_rebuild * self._shadow_blocks
             ready = strong >= max(self.confirm, self.confirm_rebuild) and seen + refs >= evidence
         else:
@@ -388,44 +379,22 @@ class AutoPolicy(EvictionPolicy):
         where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
         with paused_gc():  # thousands of new objects, no cycle among them
             held = self._held.of(self._live)
-            resumed = self._sampled and self._resumable(best) is not None
-            memo = {id(self.cost_model): self.cost_model, id(self.config): self.config}
-            live = (self._rebuild(best, held) if self._sampled
-                    else self._shadows.copied(best, memo, live=self._noted, held=held))  # fmt: skip
+            resumed = self._sampled and self._retired.resumable(best) is not None
+            context = {"cost_model": self.cost_model, "config": self.config}
+            if self._sampled:  # rebuilt from the requests kept, or resumed
+                live = self._retired.rebuilt(
+                    (best, self.experts[best]),
+                    (self._leader, self._live),
+                    self._shadows,
+                    self.capacity_blocks,
+                    held,
+                    context,
+                )
+            else:
+                memo = {id(value): value for value in context.values()}
+                live = self._shadows.copied(best, memo, live=self._noted, held=held)
             self._aside = held_aside(live, held)  # (what `live` holds that `held` has not: gone)
             self._held.fit(live, held, self._aside, not resumed)
             self._owed.owe(None if self._sampled else self._shadows, best, held)
         self._live, self._leader = live, best
         self._switches += 1
-
-    def _rebuild(self, best: int, held: dict) -> EvictionPolicy:
-        """Expert `best` as it would run the tier now: its last live instance, if it led
-        within the history kept, caught up on the requests since (a flip back after a few
-        requests then costs those requests, not a replay of the whole history), otherwise a new
-        one replayed over the history (in C for the experts of `shadow.HANDED_OVER` where the
-        shadows run: `shadow.rebuilt_in_c`, where a prefix-value one stays as the live leader,
-        `leader.NativeLeader`; the same decisions as the Python replay's)."""
-        history = self._history
-        retired = self._resumable(best)
-        self._retired[self._leader] = (self._live, history.remembered)
-        self._retired.pop(best, None)
-        if retired is not None:
-            policy, since = retired
-            requests = history.whole(since)
-        else:  # replayed in C where the shadows run there and the expert can be handed over
-            context = {"cost_model": self.cost_model, "config": self.config}
-            label, capacity = self.experts[best], self.capacity_blocks
-            policy = self._shadows.rebuilt(label, capacity, history.kept(), held=held, live=True)
-            requests = iter(()) if policy is not None else history.whole()
-            if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
-                policy = make_expert(label, capacity, **context)
-        tier = VllmTier(policy, refuses=False)
-        for request in requests:
-            tier.store(request)
-        self._retired = {k: v for k, v in self._retired.items() if v[1] >= history.oldest}
-        return tier.policy
-
-    def _resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
-        """Expert `best`'s last live instance and when it retired, if within the history."""
-        retired = self._retired.get(best)
-        return retired if retired is not None and retired[1] >= self._history.oldest else None

@@ -9,8 +9,7 @@ from itertools import islice
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import Key
-from hkv.policies.native import Columns
-from hkv.policies.shadow import NO_BLOCKS, merged
+from hkv.policies.native import NO_BLOCKS, Columns, merged
 
 Pairs = list[tuple[Key, BlockMeta]]
 

@@ -170,3 +170,22 @@ def leader(shadows, keys: dict | None, held=None, i: int = 0):
     (`_shadows.Leader`): `keys` maps each id it may hold to its key; only those in `held`
     (unless None) stay. `keys` None: each id's key is the key of dict `held` with that id."""
     return _shadows.Leader(shadows, i, keys, held)
+
+
+NO_BLOCKS: Columns = ((), ())
+"""A request's `(keys, metas)` where it has no block of that kind."""
+
+
+def merged(misses: Columns, hits: Columns) -> list:
+    """A request's `(key, meta)` pairs in prefix order, once each, from its misses and its hits
+    (each `(keys, metas)`): its misses (the last meta noted for a key), then the hits that are
+    not among them."""
+    pairs = dict(zip(*misses, strict=True))
+    for key, meta in zip(*hits, strict=True):
+        if key not in pairs:
+            pairs[key] = meta
+    return sorted(pairs.items(), key=_position)
+
+
+def _position(pair: tuple[Key, BlockMeta]) -> int:
+    return pair[1].position

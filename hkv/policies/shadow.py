@@ -18,7 +18,7 @@ from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.leader import LIVE_IN_C, NativeLeader
-from hkv.policies.native import Columns
+from hkv.policies.native import NO_BLOCKS, Columns
 from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
@@ -167,8 +167,7 @@ class ShadowSet:
                                                 refuses=False)  # fmt: skip
                 tier.aside = {keys[k]: _unpinned(metas[k]) for k in self._native.aside(j)}
             twin._native, twin._fast, twin._keys, twin._python = None, [], False, True
-            waiting = self._native.deferred()  # the C replay's waiting result
-            twin._deferred = None if waiting is None else self._all_hits(waiting)
+            twin._deferred = self._all_hits(self._native.deferred())  # the C replay's result
         twin._worths, twin._own = dict(self._worths), {}
         return twin
 
@@ -191,29 +190,24 @@ class ShadowSet:
                                     self._worths, modal, deferred)  # fmt: skip
         if self._keys and native.registry_size() > self._prune_at:
             self._prune(set())  # (this request is stored first: every read of C shadows waits)
-        return None if out is None else self._all_hits(out)
+        return self._all_hits(out)
 
     def collect(self) -> tuple[list[int], int] | None:
-        """The result of the request `replay_columns(..., deferred=True)` left replaying, once it
-        is done (None where none waits): `auto` scores an exact tier's request end when its next
-        decision comes, so the shadows store it while the engine goes on and it decides as if
-        scored at once. Shadows replayed in Python: what `defer` keeps."""
+        """What the request `replay_columns(..., deferred=True)` left storing returns, once
+        stored (`defer`'s for Python shadows); None where none waits."""
         if self._native is None:
             out, self._deferred = self._deferred, None
             return out
-        out = self._native.collect()
-        return None if out is None else self._all_hits(out)
+        return self._all_hits(self._native.collect())
 
-    def _all_hits(self, out: tuple[list[int], int]) -> tuple[list[int], int]:
-        """The native shadows' `(hits, refs)` with a hit count for every expert (0 without
-        a shadow; those replayed in Python have none here: `fused` sets only)."""
-        fast_hits, refs = out
-        if len(fast_hits) == len(self.tiers):
-            return fast_hits, refs
+    def _all_hits(self, out: tuple[list[int], int] | None) -> tuple[list[int], int] | None:
+        """The native shadows' `(hits, refs)` with a count for each expert (0: no C shadow)."""
+        if out is None or len(out[0]) == len(self.tiers):
+            return out
         hits = [0] * len(self.tiers)
-        for i, h in zip(self._fast, fast_hits, strict=True):
+        for i, h in zip(self._fast, out[0], strict=True):
             hits[i] = h
-        return hits, refs
+        return hits, out[1]
 
     def defer(self, out: tuple[list[int], int] | None) -> tuple[list[int], int] | None:
         """A request's `(hits, blocks)` (None: nothing replayed) kept until the next request's
@@ -393,22 +387,3 @@ class _UnpinnedMetas:
 
     def __getitem__(self, i: int) -> BlockMeta:
         return _unpinned(self.metas[i])
-
-
-NO_BLOCKS: Columns = ((), ())
-"""A request's `(keys, metas)` where it has no block of that kind."""
-
-
-def merged(misses: Columns, hits: Columns) -> list:
-    """A request's `(key, meta)` pairs in prefix order, once each, from its misses and its hits
-    (each `(keys, metas)`): its misses (the last meta noted for a key), then the hits that are
-    not among them."""
-    pairs = dict(zip(*misses, strict=True))
-    for key, meta in zip(*hits, strict=True):
-        if key not in pairs:
-            pairs[key] = meta
-    return sorted(pairs.items(), key=_position)
-
-
-def _position(pair: tuple[Key, BlockMeta]) -> int:
-    return pair[1].position

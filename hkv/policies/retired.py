@@ -1,0 +1,63 @@
+"""The leaders a sampled `auto` left, and how a switch there builds its new leader.
+
+Sampled shadows hold too few keys to run the tier, so at a switch the new leader is built by
+replaying the last requests (`auto.HISTORY_TIERS` tier-sizes of block references, kept whole)
+through a full tier of its own, which gives it the recency, frequencies, ghosts and admission
+counts that window teaches, then fitted to the tier as a copied shadow is, paid at the switch
+only; an expert that led within that window resumes its last live instance, caught up since.
+A sampled shadow of `predictive` would learn more slowly than the full tier (it counts its labels
+in absolute numbers): it never leads a sampled tier unless it is `first`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hkv.policies.base import EvictionPolicy
+from hkv.policies.history import History
+from hkv.policies.shadow import ShadowSet, make_expert
+from hkv.policies.tier import VllmTier
+
+
+class Retired(dict):
+    """A sampled `auto`'s leaders it switched away from, by expert index: (the live instance,
+    `history.remembered` when it left), while the history still holds the requests since."""
+
+    def __init__(self, history: History) -> None:
+        super().__init__()
+        self.history = history
+
+    def resumable(self, best: int) -> tuple[EvictionPolicy, int] | None:
+        """Expert `best`'s last live instance and when it retired, if within the history."""
+        retired = self.get(best)
+        return retired if retired is not None and retired[1] >= self.history.oldest else None
+
+    def rebuilt(self, best: tuple[int, str], leaving: tuple[int, EvictionPolicy],
+                shadows: ShadowSet, capacity: int, held: dict,
+                context: dict[str, Any]) -> EvictionPolicy:  # fmt: skip
+        """Expert `best` ((index, label); the leader `leaving`, (index, instance), retires) as
+        it would run the tier
+        now: its last live instance, if it led within the history kept, caught up on the
+        requests since (a flip back after a few requests then costs those requests, not a replay
+        of the whole history), otherwise a new one replayed over the history (in C for the
+        experts of `shadow.HANDED_OVER` where the shadows run: `shadow.rebuilt_in_c`, where a
+        prefix-value one stays as the live leader, `leader.NativeLeader`; the same decisions as
+        the Python replay's)."""
+        history = self.history
+        (index, label), retired = best, self.resumable(best[0])
+        self[leaving[0]] = (leaving[1], history.remembered)
+        self.pop(index, None)
+        if retired is not None:
+            policy, since = retired
+            requests = history.whole(since)
+        else:  # replayed in C where the shadows run there and the expert can be handed over
+            policy = shadows.rebuilt(label, capacity, history.kept(), held=held, live=True)
+            requests = iter(()) if policy is not None else history.whole()
+            if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
+                policy = make_expert(label, capacity, **context)
+        tier = VllmTier(policy, refuses=False)
+        for request in requests:
+            tier.store(request)
+        for index in [i for i, (_, left) in self.items() if left < history.oldest]:
+            del self[index]
+        return tier.policy
