@@ -251,3 +251,22 @@ def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
         tier = VllmTier(policy, refuses=False)
         runs.append([(tier.store(r), owed_now(policy)) for r in requests])
     assert runs[0] == runs[1] and any(owed for _, owed in runs[0])
+
+
+def test_an_exact_tier_scores_each_request_end_before_its_next_decision():
+    """An exact tier's C shadows store a request end on their thread, and `auto` scores it before
+    its leader decides anything next (`_settle`): read at any point, its scores, leader and
+    switches are those of Python shadows, which score each request at its end."""
+    from hkv.policies.tier import VllmTier
+
+    requests = sessions(3, 300)
+    fast, slow = (make_policy("auto", 60, native=n) for n in (True, False))
+    tiers = [VllmTier(policy, refuses=False) for policy in (fast, slow)]
+    assert fast._shadows.fused and not slow._shadows.native
+    unscored = 0
+    for request in requests:
+        assert tiers[0].store(request) == tiers[1].store(request)
+        unscored += fast._unscored  # the request end still storing, or stored and unread
+        assert fast.scores() == slow.scores() and fast.leader == slow.leader
+        assert not fast._unscored
+    assert unscored == len(requests) and fast.switches == slow.switches > 0
