@@ -5403,6 +5403,39 @@ CLAIMS += [
 ]
 
 
+
+def _exact_engine(name: str, commit: str) -> tuple[Any, ...]:
+    """An engine file at a 4 GiB tier (exact shadows): on the anchor, then the skewed variant,
+    the cached share (%) of lru, `hkv_auto` and `hkv_bip`, then `hkv_auto`'s and `hkv_bip`'s
+    median wall time and mean TTFT change against lru's (%), and `hkv_auto`'s policy time as a
+    multiple of lru's."""
+    data = result(name)
+    assert data["versions"]["hkv"] == commit and "H100" in data["machine"]["gpu_name"]
+    out: list[Any] = []
+    for cell in ((4.0, 0.0), (4.0, 1.0)):
+        runs = {p: _vs_lru(data, cell, p) for p in ("hkv_auto", "hkv_bip")}
+        shares = [runs["hkv_auto"][1], runs["hkv_auto"][0], runs["hkv_bip"][0]]
+        out += [100 * statistics.fmean(r["cached_frac"] for r in rs) for rs in shares]
+        for p in ("hkv_auto", "hkv_bip"):
+            out += [100 * (runs[p][2][k] - 1) for k in ("wall_s", "ttft_mean_s")]
+        out.append(runs["hkv_auto"][2]["policy_s"])
+    return tuple(out)
+
+
+CLAIMS += [
+    (
+        "(hkv 9f4228e, `data/results/vllm_h100_time_9f4228e_4gib.json`: an H100, the anchor and "
+        "the skewed variant at 4 GiB, 8,192 blocks, lru, `hkv_auto` and `hkv_bip` taking turns "
+        "in three rounds), `auto` cached {1:.1f} % of the anchor's prompt tokens against lru's "
+        "{0:.1f} % and `hkv_bip`'s {2:.1f} %, and came out {3:+.1f} % in median wall time and "
+        "{4:+.1f} % in mean TTFT against lru's (`hkv_bip`: {5:+.1f} % and {6:+.1f} %); on the "
+        "skewed variant it cached {9:.1f} % against {8:.1f} % and {10:.1f} %, {11:+.1f} % and "
+        "{12:+.1f} % (`hkv_bip`: {13:+.1f} % and {14:+.1f} %). Its policy time was {7:.2f}x and "
+        "{15:.2f}x lru's",
+        lambda: _exact_engine("vllm_h100_time_9f4228e_4gib.json", "9f4228e"),
+    ),
+]
+
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
     text = " ".join(snippet.format(*values()).split())
