@@ -5403,7 +5403,6 @@ CLAIMS += [
 ]
 
 
-
 def _exact_engine(name: str, commit: str) -> tuple[Any, ...]:
     """An engine file at a 4 GiB tier (exact shadows): on the anchor, then the skewed variant,
     the cached share (%) of lru, `hkv_auto` and `hkv_bip`, then `hkv_auto`'s and `hkv_bip`'s
@@ -5435,6 +5434,7 @@ CLAIMS += [
         lambda: _exact_engine("vllm_h100_time_9f4228e_4gib.json", "9f4228e"),
     ),
 ]
+
 
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
 def test_readme_number(snippet: str, values: Callable[[], tuple[Any, ...]]) -> None:
