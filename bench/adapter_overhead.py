@@ -102,20 +102,14 @@ def make_cache_policy(name: str, capacity: int):
 
 
 def replay(
-    name: str,
-    requests: list[Prompt],
-    capacity: int,
-    timed: bool,
-    store_blocks: int = STORE_BLOCKS,
-    pause_s: float = 0.0,
+    name: str, requests: list[Prompt], capacity: int, timed: bool, store_blocks: int = STORE_BLOCKS
 ) -> dict[str, Any]:
-    """One pass of `requests` through a fresh policy; wall time, timer totals, outcome
-    (`pause_s`: `Manager026`'s pause before each store step)."""
+    """One pass of `requests` through a fresh policy; wall time, timer totals, outcome."""
     policy = make_cache_policy(name, capacity)
     timer = PolicyTimer(policy) if timed else None
     inner = time_inner_parts(getattr(policy, "policy", None)) if timed else {}
     leaders = inner.pop("leaders", None)  # `auto`: its first leader, then each switch
-    manager = Manager026(policy, capacity, store_blocks, pause_s)
+    manager = Manager026(policy, capacity, store_blocks)
     collected = GC_TIMER.snapshot()  # the collector's passes a policy's objects set off
     start = time.perf_counter()
     for prompt in requests:
@@ -187,7 +181,7 @@ def measure(
 
 
 def in_rounds(
-    policies: list[str], requests: list[Prompt], capacity: int, repeats: int, pause_s: float = 0.0
+    policies: list[str], requests: list[Prompt], capacity: int, repeats: int
 ) -> dict[str, tuple[list[dict], list[float]]]:
     """Each policy's timed passes and untimed wall times, `repeats` rounds of one pass each per
     policy: a slow spell of the machine falls on every policy alike instead of on whichever
@@ -198,8 +192,8 @@ def in_rounds(
     for _ in range(repeats):
         for name in policies:
             timed, walls = out[name]
-            timed.append(replay(name, requests, capacity, True, pause_s=pause_s))
-            walls.append(replay(name, requests, capacity, False, pause_s=pause_s)["wall_s"])
+            timed.append(replay(name, requests, capacity, True))
+            walls.append(replay(name, requests, capacity, False)["wall_s"])
     return out
 
 
@@ -254,7 +248,7 @@ def run(args) -> tuple[dict, dict]:
     requests = setup(args.policies, workload, args.salt)
     build_s = time.perf_counter() - t0
     overhead = PolicyTimer.measure_overhead()
-    passes = in_rounds(args.policies, requests, capacity, args.repeats, args.pause_ms / 1e3)
+    passes = in_rounds(args.policies, requests, capacity, args.repeats)
     rows = [
         measure(p, requests, capacity, args.repeats, overhead["recorded_s"], passes[p])
         for p in args.policies
@@ -265,7 +259,6 @@ def run(args) -> tuple[dict, dict]:
     parameters["images"] = args.images
     parameters["repeats"] = args.repeats
     parameters["salt"] = args.salt
-    parameters["pause_ms"] = args.pause_ms
     results = {
         "call_pattern": "vLLM 0.26 (whole-prompt touch at lookup and after every store)",
         "workload": workload_summary(workload),
@@ -321,12 +314,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--pause-ms",
-        type=float,
-        default=0.0,
-        help="idle before each store step, as while the engine computes it (0: back to back)",
-    )
-    parser.add_argument(
         "--salt",
         type=int,
         default=0,
@@ -341,8 +328,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--salt {args.salt}: expected a whole number from 0 to 2**64 - 1")
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: expected a whole number of 1 or more")
-    if not 0 <= args.pause_ms <= 10_000:
-        parser.error(f"--pause-ms {args.pause_ms}: expected milliseconds from 0 to 10000")
     for name in [*args.policies, *([args.profile] if args.profile else [])]:
         try:  # a policy it cannot build: said before the workload is built, not as a traceback
             make_cache_policy(name, 1)

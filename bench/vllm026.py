@@ -13,13 +13,11 @@ The call order (`Manager026`), per request:
    the previous step's store completes (`get`, ready, `mark_evictable`: one store is in flight),
    `get` drops resident keys, `evict(n, set(step_keys))` makes room (a store is refused when too
    few chunks are evictable or evict says None), `insert(key, chunk)` without context, then
-   `touch(prompt_keys, ctx)` again; with `pause_s`, each step first waits that long, the
-   scheduler's thread idle as while the engine computes the step (0: calls back to back).
+   `touch(prompt_keys, ctx)` again.
 """
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +69,7 @@ class Manager026:
     every evicted key in order, so two implementations can be shown to decide alike.
     """
 
-    def __init__(self, policy, capacity: int, store_blocks: int = STORE_BLOCKS, pause_s=0.0):
+    def __init__(self, policy, capacity: int, store_blocks: int = STORE_BLOCKS):
         from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
         self.policy, self.capacity, self.store_blocks = policy, capacity, store_blocks
@@ -81,7 +79,6 @@ class Manager026:
         self.in_flight: list[bytes] = []
         self.evictions: list[bytes] = []
         self.loaded = self.stored = self.refused = 0
-        self.pause_s = pause_s
 
     def request(self, prompt: Prompt) -> None:
         p, keys, ctx = self.policy, prompt.keys, prompt.ctx
@@ -94,8 +91,6 @@ class Manager026:
             hits += 1
         self._load(keys[:hits])
         for start in range(hits, len(keys), self.store_blocks):
-            if self.pause_s:
-                time.sleep(self.pause_s)
             self._complete_store()
             self._store(keys[start : start + self.store_blocks])
             p.touch(keys, ctx)

@@ -125,9 +125,9 @@ def test_doctor_reports_this_machine():
     }
     text = hkv("doctor").stdout
     if native.built():
-        assert "shadows in C replay each request end on a background thread" in text
+        assert "sampled shadows replay each request on a background thread" in text
         off = hkv("doctor", env={"HKV_SHADOW_THREAD": "0"}).stdout
-        assert "shadows in C replay each request end on the caller" in off
+        assert "sampled shadows replay each request on the caller" in off
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
     assert ("auto's leaders in C inside vLLM: cost_aware" in text) == native.built()
     assert ("hkv policies in C inside vLLM: lru" in text) == native.built()

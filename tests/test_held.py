@@ -231,13 +231,6 @@ def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():
     assert twin.switches == policy.switches > 1 and twin._owed.keys == policy._owed.keys
 
 
-def owed_now(policy) -> list:
-    """What `policy`'s last switch owes once its last request end is scored (C shadows score it
-    at the next decision: `AutoPolicy._settle`), sorted."""
-    policy._settle()
-    return sorted(policy._owed.keys)
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
     """What each switch owes, request by request, and every hit, with `predictive` among the
@@ -249,24 +242,5 @@ def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
     for fast in (True, False):
         policy = make_policy("auto", 60, experts=["lip", "predictive", "lru"], native=fast)
         tier = VllmTier(policy, refuses=False)
-        runs.append([(tier.store(r), owed_now(policy)) for r in requests])
+        runs.append([(tier.store(r), sorted(policy._owed.keys)) for r in requests])
     assert runs[0] == runs[1] and any(owed for _, owed in runs[0])
-
-
-def test_an_exact_tier_scores_each_request_end_before_its_next_decision():
-    """An exact tier's C shadows store a request end on their thread, and `auto` scores it before
-    its leader decides anything next (`_settle`): read at any point, its scores, leader and
-    switches are those of Python shadows, which score each request at its end."""
-    from hkv.policies.tier import VllmTier
-
-    requests = sessions(3, 300)
-    fast, slow = (make_policy("auto", 60, native=n) for n in (True, False))
-    tiers = [VllmTier(policy, refuses=False) for policy in (fast, slow)]
-    assert fast._shadows.fused and not slow._shadows.native
-    unscored = 0
-    for request in requests:
-        assert tiers[0].store(request) == tiers[1].store(request)
-        unscored += fast._unscored  # the request end still storing, or stored and unread
-        assert fast.scores() == slow.scores() and fast.leader == slow.leader
-        assert not fast._unscored
-    assert unscored == len(requests) and fast.switches == slow.switches > 0

@@ -211,7 +211,7 @@ def render_doctor(r: dict[str, Any]) -> str:
         lines.append(f"auto's leaders in C inside vLLM: {', '.join(native['leaders'])}")
         lines.append(f"hkv policies in C inside vLLM: {', '.join(native['vllm_policies'])}")
         where = "a background thread" if native["threaded"] else "the caller (HKV_SHADOW_THREAD=0)"
-        lines.append(f"auto's shadows in C replay each request end on {where}")
+        lines.append(f"a large tier's sampled shadows replay each request on {where}")
     else:
         lines.append(
             "auto's shadows: in Python (hkv's C extension is not built here; "

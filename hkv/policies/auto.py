@@ -67,13 +67,12 @@ class AutoPolicy(EvictionPolicy):
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
     replayed once per expert (eight by default), in C where hkv's extension is built (one C call a
-    request end, `ShadowSet.replay_columns`, on a background thread while the engine goes on: its
-    hits are scored before the leader decides anything next, `_settle`, so the decisions are
-    those of scoring at the end). A tier larger than `sample_above` blocks has its shadows
-    sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and Optimization
-    using Miniature Simulations", USENIX ATC 2017): each holds `sample_blocks` blocks and sees only
-    the keys whose hash falls in that fraction of the hash space, its hits counted at the next
-    request's end (`deferred`) up to its first sampled miss; `predictive`, which counts its labels
+    request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
+    shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
+    Optimization using Miniature Simulations", USENIX ATC 2017): each holds `sample_blocks` blocks
+    and sees only the keys whose hash falls in that fraction of the hash space, stored on a
+    background thread in C while the engine goes on, its hits counted at the next request's end
+    (`deferred`, in Python too) up to its first sampled miss; `predictive`, which counts its labels
     in absolute numbers, has no sampled shadow (docs/policies.md gives what sampling cost and
     saved). Sampled shadows hold too few keys to run the tier: a switch there rebuilds the new
     leader from the last requests (`retired.Retired`), which stalls the engine, so it waits for a
@@ -156,25 +155,16 @@ class AutoPolicy(EvictionPolicy):
         self._noted = False  # misses come from `note_misses` (vLLM), not from `admit`
         self._ended = False  # a request's end was reported (`after_request`)
         self._last_admitted: int | None = -1  # the last miss's position; None: caller known
-        self._switches = 0
-        self._unscored = False  # an exact tier's request end replaying in C, scored at `_settle`
+        self.switches = 0
         self._lead = (-1, 0, 0, 0)  # who leads: requests, refs ahead by margin; by margin_rebuild
 
     @property
     def leader(self) -> str:
         """The expert running the tier now."""
-        self._settle()
         return self.experts[self._leader]
-
-    @property
-    def switches(self) -> int:
-        """How often the leader changed."""
-        self._settle()
-        return self._switches
 
     def scores(self) -> dict[str, float]:
         """Each expert's recent prefix hit rate in its shadow tier (decayed)."""
-        self._settle()
         refs = self._refs or 1.0
         pairs = zip(self.experts, self._scores, self._shadows.present, strict=True)
         return {label: score / refs for label, score, present in pairs if present}
@@ -191,7 +181,6 @@ class AutoPolicy(EvictionPolicy):
     def admit(self, key: Key, meta: BlockMeta) -> bool:
         """The leader decides; the miss is kept for the shadows unless `note_misses` names
         misses (then it already has)."""
-        self._settle()
         if not self._noted:
             if not self._ended and self._last_admitted is not None:
                 self._per_block_caller(meta.position)
@@ -203,7 +192,6 @@ class AutoPolicy(EvictionPolicy):
 
     def admit_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> list[bool]:
         """`admit` of each; where misses are noted, the leader's verdicts in one call."""
-        self._settle()
         if not self._noted:
             return super().admit_each(keys, metas)
         verdicts = self._live.admit_each(keys, metas)
@@ -214,7 +202,6 @@ class AutoPolicy(EvictionPolicy):
     @property
     def admits_now(self) -> bool:
         """Where misses are noted (then `admit` keeps none), as the leader admits."""
-        self._settle()
         return self._noted and self._live.admits_everything
 
     def _per_block_caller(self, position: int) -> None:
@@ -234,7 +221,6 @@ class AutoPolicy(EvictionPolicy):
         self._live, self._leader = live, self.experts.index(PER_BLOCK_FIRST)
 
     def note_misses(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
-        self._settle()
         if not self._noted and self._shadows.native:  # vLLM pins nothing: lead from C
             self._live = native_first(self._live, self.leader, self.capacity_blocks)
             self._held.fit(self._live, self._held.of(self._live), self._aside, True)
@@ -248,7 +234,6 @@ class AutoPolicy(EvictionPolicy):
         self._pending[1].extend(metas)
 
     def insert(self, key: Key, meta: BlockMeta) -> None:
-        self._settle()
         live, aside = self._live, self._aside
         # with nothing aside, the leader's own checks (room, a new key) are the tier's
         if aside and (key in aside or key in live or len(self) >= self.capacity_blocks):
@@ -261,7 +246,6 @@ class AutoPolicy(EvictionPolicy):
             self._owed.settle((key,), live)
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
-        self._settle()
         aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
         if aside and (len(self) + len(keys) > self.capacity_blocks
                       or not aside.keys().isdisjoint(keys)):  # fmt: skip
@@ -274,26 +258,21 @@ class AutoPolicy(EvictionPolicy):
             self._owed.settle(keys, self._live)
 
     def touch(self, key: Key) -> None:
-        self._settle()
         self._live.touch(key)
 
     def touch_all(self, keys) -> None:
-        self._settle()
         self._live.touch_all(keys)
 
     def refresh_all(self, keys) -> None:
-        self._settle()
         self._live.refresh_all(keys)
 
     def remove(self, key: Key) -> None:
-        self._settle()
         if self._aside.pop(key, None) is None:
             self._live.remove(key)
         self._held.drop((key,), self._live, self._aside)
 
     def evict(self, n: int, protected: Collection[Key] = EMPTY) -> list[Key] | None:
         """The keys set aside first (oldest first), then the leader's own victims."""
-        self._settle()
         if n <= 0:
             return []
         first = []
@@ -311,7 +290,6 @@ class AutoPolicy(EvictionPolicy):
     def after_request(self, stored: Sequence[Key], reused: Sequence[Key], metas=None) -> None:
         """The leader hears of the request; every shadow replays it; the lead may change (the
         reused blocks' `metas`: the caller's, vLLM 0.26's text by position, else those kept)."""
-        self._settle()
         self._ended = True
         aside, live = self._aside, self._live
         if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again: the
@@ -330,9 +308,8 @@ class AutoPolicy(EvictionPolicy):
         if threshold is not None and (pending[0] or found[0]):  # kept whole (merged at a rebuild)
             self._history.remember(pending, found)
         shadows, deferred = self._shadows, self._sampled
-        if shadows.fused:  # merged, sampled and replayed in one C call; an exact tier's scored
-            out = shadows.replay_columns(pending, found, threshold, deferred=True)  # at `_settle`
-            self._unscored = not deferred
+        if shadows.fused:  # merged, sampled and replayed in one C call
+            out = shadows.replay_columns(pending, found, threshold, deferred=deferred)
         else:
             if threshold is not None:
                 pending, found = sampled(pending, threshold), sampled(found, threshold)
@@ -341,14 +318,6 @@ class AutoPolicy(EvictionPolicy):
             out = shadows.defer(out) if deferred else out
         if out is not None:
             self._score(*out)
-
-    def _settle(self) -> None:
-        """Score the request end an exact tier's C shadows are storing (`ShadowSet.collect`)."""
-        if self._unscored:
-            self._unscored = False
-            out = self._shadows.collect()
-            if out is not None:
-                self._score(*out)
 
     def _score(self, hits_of: list[int], refs: int) -> None:
         """Each expert's score decays by `refs` block references and adds its hits."""
@@ -397,4 +366,4 @@ class AutoPolicy(EvictionPolicy):
             self._held.fit(live, held, self._aside, not resumed)
             self._owed.owe(None if self._sampled else self._shadows, best, held)
         self._live, self._leader = live, best
-        self._switches += 1
+        self.switches += 1

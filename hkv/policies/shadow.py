@@ -188,17 +188,11 @@ class ShadowSet:
         native, modal = self._native, MODALITY_INDEX if self._modal else None
         out = native.replay_request(misses, hits, threshold, self._keys, self._value,
                                     self._worths, modal, deferred)  # fmt: skip
+        if out is None:
+            return None
         if self._keys and native.registry_size() > self._prune_at:
-            self._prune(set())  # (this request is stored first: every read of C shadows waits)
+            self._prune(set())  # (this request is stored already)
         return self._all_hits(out)
-
-    def collect(self) -> tuple[list[int], int] | None:
-        """What the request `replay_columns(..., deferred=True)` left storing returns, once
-        stored (`defer`'s for Python shadows); None where none waits."""
-        if self._native is None:
-            out, self._deferred = self._deferred, None
-            return out
-        return self._all_hits(self._native.collect())
 
     def _all_hits(self, out: tuple[list[int], int] | None) -> tuple[list[int], int] | None:
         """The native shadows' `(hits, refs)` with a count for each expert (0: no C shadow)."""

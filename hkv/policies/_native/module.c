@@ -533,11 +533,6 @@ static PyObject *Shadows_deferred(Shadows *self, PyObject *unused) {
     return take_deferred(self, 0);
 }
 
-static PyObject *Shadows_collect(Shadows *self, PyObject *unused) {
-    (void)unused;
-    return take_deferred(self, 1);
-}
-
 static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
     (void)unused;
     if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
@@ -1218,10 +1213,9 @@ static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
     return out;
 }
 
-/* (no wait: the registry is the caller's, written by replay_request before the replay starts,
- * and never read by the worker) */
 static PyObject *Shadows_registry_size(Shadows *self, PyObject *unused) {
     (void)unused;
+    shadows_wait(self);
     return PyLong_FromLongLong(self->reg_len);
 }
 
@@ -1306,9 +1300,6 @@ static PyMethodDef Shadows_methods[] = {
      "register(ids, keys, metas): each id, with its key and meta, into the registry"},
     {"deferred", (PyCFunction)Shadows_deferred, METH_NOARGS,
      "the result the next deferred replay_request will return, not taken"},
-    {"collect", (PyCFunction)Shadows_collect, METH_NOARGS,
-     "the deferred replay's result, taken once its replay is done: what the next deferred "
-     "replay_request would return (None where none waits)"},
     {"threaded", (PyCFunction)Shadows_threaded, METH_NOARGS,
      "whether deferred replays run on a background thread (else in the caller, at once)"},
     {"predictive_state", (PyCFunction)Shadows_predictive_state, METH_VARARGS,
