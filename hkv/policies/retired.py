@@ -1,13 +1,5 @@
-"""The leaders a sampled `auto` left, and how a switch there builds its new leader.
-
-Sampled shadows hold too few keys to run the tier, so at a switch the new leader is built by
-replaying the last requests (`auto.HISTORY_TIERS` tier-sizes of block references, kept whole)
-through a full tier of its own, which gives it the recency, frequencies, ghosts and admission
-counts that window teaches, then fitted to the tier as a copied shadow is, paid at the switch
-only; an expert that led within that window resumes its last live instance, caught up since.
-A sampled shadow of `predictive` would learn more slowly than the full tier (it counts its labels
-in absolute numbers): it never leads a sampled tier unless it is `first`.
-"""
+"""The leaders a sampled `auto` left, and how a switch there builds its new leader (the
+`AutoPolicy` docstring says why a sampled tier's leader is rebuilt from the requests kept)."""
 
 from __future__ import annotations
 
@@ -36,13 +28,12 @@ class Retired(dict):
                 shadows: ShadowSet, capacity: int, held: dict,
                 context: dict[str, Any]) -> EvictionPolicy:  # fmt: skip
         """Expert `best` ((index, label); the leader `leaving`, (index, instance), retires) as
-        it would run the tier
-        now: its last live instance, if it led within the history kept, caught up on the
-        requests since (a flip back after a few requests then costs those requests, not a replay
-        of the whole history), otherwise a new one replayed over the history (in C for the
-        experts of `shadow.HANDED_OVER` where the shadows run: `shadow.rebuilt_in_c`, where a
-        prefix-value one stays as the live leader, `leader.NativeLeader`; the same decisions as
-        the Python replay's)."""
+        it would run the tier now: its last live instance, if it led within the history kept,
+        caught up on the requests since (a flip back after a few requests then costs those
+        requests, not a replay of the whole history), otherwise a new one replayed over the
+        history (in C for the experts of `shadow.HANDED_OVER` where the shadows run:
+        `shadow.rebuilt_in_c`, where a prefix-value one stays as the live leader,
+        `leader.NativeLeader`; the same decisions as the Python replay's)."""
         history = self.history
         (index, label), retired = best, self.resumable(best[0])
         self[leaving[0]] = (leaving[1], history.remembered)
