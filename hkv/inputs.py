@@ -125,6 +125,18 @@ def read_lines(
             yield lineno, text
 
 
+def json_or_text(text: str, where: str) -> Any:
+    """A NAME=VALUE option's VALUE: a JSON value where it is one (a number, true, a list, a
+    quoted string), else the text itself (`first=lru`); `where` names it in the error when it is
+    nested too deep to read."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise HkvError(f"{where}: the value is nested too deep; give a simpler one") from None
+    except ValueError:  # not JSON, or an integer longer than int() converts
+        return text
+
+
 def parse_json(text: str, where: str) -> Any:
     """`text` as JSON; `where` names it in the error (a file, or a file and line)."""
     try:

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from hkv.cli import sim as cli_sim
 from hkv.cli.sim_disk import add_plan_disk_arguments, plan_disk
 from hkv.errors import FlagConflict, HkvError, one_line, shown
+from hkv.inputs import json_or_text
 from hkv.planning.sizes import GIB
 
 
@@ -142,10 +143,7 @@ def policy_params(items: list[str]) -> dict[str, Any]:
             raise HkvError(f"--policy-param: got {item!r}; expected NAME=VALUE, e.g. first=lru")
         if name in params:
             raise HkvError(f"--policy-param {name}: given twice; keep one")
-        try:
-            params[name] = json.loads(text)
-        except ValueError:
-            params[name] = text
+        params[name] = json_or_text(text, f"--policy-param {name}")
     return params
 
 

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from hkv.blocks import Tier
 from hkv.cli.sim_disk import add_disk_arguments, check_disk_arguments, run_disk, uses_disk
 from hkv.errors import HkvError, shown
+from hkv.inputs import json_or_text
 from hkv.outputs import check_output, write_atomic_bytes
 from hkv.policies import policy_names
 
@@ -278,7 +279,7 @@ def run_workload(args: argparse.Namespace, out: TextIO | None = None) -> int:
             raise HkvError(
                 f"--set: unknown field {shown(name)}; {hint}see `hkv workload -h` for the fields"
             )
-        overrides[name] = _parse_value(value, name)
+        overrides[name] = json_or_text(value, f"--set {name}")
     spec = WorkloadSpec.preset(args.preset, **overrides)
     trace = generate(spec)
     path = write_trace(trace.requests, Path(args.out))
@@ -304,16 +305,6 @@ def _spec_fields() -> list[str]:
     from hkv.sim import WorkloadSpec
 
     return list(WorkloadSpec.__dataclass_fields__)
-
-
-def _parse_value(text: str, name: str) -> Any:
-    """A `--set` value: JSON (numbers, true, NaN, ...) or else the text itself."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise HkvError(f"--set {name}: the value is nested too deep; give a number") from None
-    except ValueError:  # not JSON, or an integer longer than int() converts
-        return text
 
 
 def add_suite_parser(subparsers: Any) -> argparse.ArgumentParser:
