@@ -168,7 +168,7 @@ def native_report() -> dict[str, Any]:
     leaders = sorted(LIVE_IN_C) if native.built() else []
     return {"built": native.built(), "experts": sorted(native.LABELS), "leaders": leaders,
             "vllm_policies": ["lru"] if native.built() else [],  # `leader.vllms_lru`
-            "threaded": native.threaded()}  # fmt: skip
+            "threaded": native.threaded(), "parallel": native.parallel()}  # fmt: skip
 
 
 def disk_io_report() -> dict[str, Any]:

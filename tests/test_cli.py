@@ -122,12 +122,14 @@ def test_doctor_reports_this_machine():
         "leaders": leaders,
         "vllm_policies": ["lru"] if native.built() else [],
         "threaded": native.threaded(),
+        "parallel": native.parallel(),
     }
     text = hkv("doctor").stdout
     if native.built():
         assert "sampled shadows replay each request on a background thread" in text
         off = hkv("doctor", env={"HKV_SHADOW_THREAD": "0"}).stdout
         assert "sampled shadows replay each request on the caller" in off
+        assert "exact shadows read each request's hits at once and store it on the caller" in off
     assert ("auto's shadows: in C" if native.built() else "auto's shadows: in Python") in text
     assert ("auto's leaders in C inside vLLM: cost_aware" in text) == native.built()
     assert ("hkv policies in C inside vLLM: lru" in text) == native.built()

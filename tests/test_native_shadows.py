@@ -702,6 +702,44 @@ def test_a_sampled_auto_decides_alike_with_its_shadows_on_a_thread_or_inline(mon
     assert threaded[-1][2] >= 1  # it switched
 
 
+@pytest.mark.parametrize("where", ["beside", "inline", "one_cpu"])
+def test_an_exact_tier_stores_each_request_beside_the_caller_and_decides_alike(monkeypatch, where):
+    """An exact tier's C shadows read a request's hits at once and store it on the background
+    thread while the caller goes on, where they run on a thread and this process may use more
+    than one CPU (`parallel`), else in the caller (HKV_SHADOW_THREAD=0, or pinned to one CPU):
+    each request's hits and every tier's size (read after the store) are those of shadows that
+    store at once, and `auto` gets each request's hits, leader, switches and scores as with
+    Python shadows."""
+    import os
+
+    from hkv.policies.shadow import ShadowSet
+
+    if not native.built():
+        pytest.skip("hkv's C extension is not built here")
+    monkeypatch.setenv("HKV_SHADOW_THREAD", "0" if where == "inline" else "1")
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if where == "one_cpu" and cpus:
+        os.sched_setaffinity(0, {min(cpus)})
+    try:
+        shadows = ShadowSet(sorted(native.LABELS), 40, {}, native=True, keys=True)
+        beside = where == "beside" and len(cpus) > 1
+        assert shadows._native.parallel() is beside
+        monkeypatch.setenv("HKV_SHADOW_THREAD", "0")
+        at_once = ShadowSet(sorted(native.LABELS), 40, {}, native=True, keys=True)
+        for request in sessions(12, 300, sessions=40):
+            half = len(request) // 2
+            misses, hits = columns(request[half:]), columns(request[:half])
+            assert shadows.replay_columns(misses, hits) == at_once.replay_columns(misses, hits)
+            assert shadows._native.sizes() == at_once._native.sizes()  # waits for the store
+        monkeypatch.setenv("HKV_SHADOW_THREAD", "0" if where == "inline" else "1")
+        requests = sessions(13, 400, sessions=50)
+        log = auto_log(True, requests, 120, sampled=False)
+        assert log == auto_log(False, requests, 120, sampled=False) and log[-1][2] >= 1
+    finally:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+
 def test_a_sampled_auto_with_native_shadows_refuses_a_copy_with_what_to_do():
     """Its C shadows keep no key registry: a deep copy is refused with a clear error, and the
     same policy made with `native=False` copies and decides as the original."""

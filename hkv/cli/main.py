@@ -210,6 +210,14 @@ def render_doctor(r: dict[str, Any]) -> str:
         lines.append(f"hkv policies in C inside vLLM: {', '.join(native['vllm_policies'])}")
         where = "a background thread" if native["threaded"] else "the caller (HKV_SHADOW_THREAD=0)"
         lines.append(f"a large tier's sampled shadows replay each request on {where}")
+        where = (
+            "a background thread beside the caller"
+            if native["parallel"]
+            else ("the caller (one CPU here)" if native["threaded"] else where)
+        )
+        lines.append(
+            f"a small tier's exact shadows read each request's hits at once and store it on {where}"
+        )
     else:
         lines.append(
             "auto's shadows: in Python (hkv's C extension is not built here; "

@@ -68,7 +68,8 @@ class AutoPolicy(EvictionPolicy):
 
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
     replayed once per expert (eight by default), in C where hkv's extension is built (one C call a
-    request end: `ShadowSet.replay_columns`). A tier larger than `sample_above` blocks has its
+    request end: `ShadowSet.replay_columns`; an exact tier's hits read there, its store left to a
+    background thread while the caller goes on, where more than one CPU may run it). A tier larger than `sample_above` blocks has its
     shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
     Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks`
     blocks and sees only the keys whose hash falls in the same fraction (`sample_blocks /

@@ -42,6 +42,13 @@ def threaded() -> bool:
     return _shadows is not None and _shadows.Shadows(("lru",), 1).threaded()
 
 
+def parallel() -> bool:
+    """Whether native shadows that replay a request at once (an exact tier's) read its hits in
+    the caller and store it on the background thread beside it: where they run `threaded` and
+    this process may use more than one CPU (else all in the caller; the same results)."""
+    return _shadows is not None and _shadows.Shadows(("lru",), 1).parallel()
+
+
 def key_bits(key: Key) -> int:
     """64 well-spread bits of a block key, the same in every process for ints and bytes (a
     vLLM block hash is a digest already: its first 8 bytes). vLLM 0.32's offload key is the

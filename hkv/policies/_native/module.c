@@ -49,6 +49,11 @@ typedef struct {
     hkv_worker *worker;
     int64_t *job_hits;
     Py_ssize_t job_refs; /* its blocks; 0: no result waiting */
+    /* a request whose hits are read already, stored by `worker` (`store_job`) where it runs
+     * beside the caller: each tier's hits in `known`; `store_failed`: its store ran out of
+     * memory, raised at the next replay */
+    int64_t *known;
+    int store_failed;
     /* the registry of ids (`replay_request`'s `register`; `ShadowSet` reads it at a switch): each
      * id's key and last meta, held in `reg_objs[2 slot]` and `[2 slot + 1]`, the id in
      * `reg_ids[slot]`, the slot in `reg_at`; a block whose meta object is the one registered is
@@ -83,6 +88,7 @@ static hkv_expert *make_expert(const char *label, int64_t capacity) {
 static void Shadows_dealloc(Shadows *self) {
     hkv_worker_free(self->worker); /* the job in flight, if any, ends first */
     PyMem_Free(self->job_hits);
+    PyMem_Free(self->known);
     for (Py_ssize_t i = 0; i < self->n; i++) hkv_tier_free(&self->tiers[i]);
     PyMem_Free(self->tiers);
     PyMem_Free(self->blocks);
@@ -172,19 +178,46 @@ static int fill(Shadows *self, PyObject *keys, PyObject *positions, PyObject *to
     return 0;
 }
 
-/* Each expert's hits for the blocks in self->blocks[0:n] (the request), stored in every tier */
+/* the store of the request whose hits `replay_filled` read, each tier's in self->known (on the
+ * worker thread where it runs beside the caller: no Python object touched) */
+static void store_job(void *arg) {
+    Shadows *self = arg;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        if (hkv_tier_store(&self->tiers[i], &self->request, self->known[i]) < 0)
+            self->store_failed = 1;
+}
+
+/* a store `store_job` left unfinished for want of memory: raised once (-1), else 0 */
+static int stored(Shadows *self) {
+    shadows_wait(self);
+    if (!self->store_failed) return 0;
+    self->store_failed = 0;
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* Each expert's hits for the blocks in self->blocks[0:n] (the request), stored in every tier:
+ * the hits read here, the store handed to the worker where it runs beside the caller (every
+ * method that reads the tiers waits for it, `shadows_wait`), else done here. */
 static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
     if (hkv_request_set(&self->request, self->blocks, n) < 0) return PyErr_NoMemory();
+    if (!self->known && !(self->known = PyMem_Calloc((size_t)self->n + 1, sizeof(int64_t))))
+        return PyErr_NoMemory();
+    if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
     PyObject *hits = PyList_New(self->n);
-    if (!hits) return NULL;
-    for (Py_ssize_t i = 0; i < self->n; i++) {
-        int64_t h = hkv_tier_replay(&self->tiers[i], &self->request);
-        if (h < 0) {
-            Py_DECREF(hits);
-            return PyErr_NoMemory();
-        }
-        PyList_SET_ITEM(hits, i, PyLong_FromLongLong(h));
+    for (Py_ssize_t i = 0; hits && i < self->n; i++) {
+        self->known[i] = hkv_tier_hits(&self->tiers[i], &self->request);
+        PyObject *h = PyLong_FromLongLong(self->known[i]);
+        if (!h) Py_CLEAR(hits);
+        else PyList_SET_ITEM(hits, i, h);
     }
+    if (!hits) return NULL; /* nothing stored: the tiers as they were */
+    if (hkv_worker_parallel(self->worker)) {
+        hkv_worker_submit(self->worker, store_job, self);
+        return hits;
+    }
+    store_job(self);
+    if (stored(self) < 0) Py_CLEAR(hits);
     return hits;
 }
 
@@ -539,6 +572,12 @@ static PyObject *Shadows_threaded(Shadows *self, PyObject *unused) {
     return PyBool_FromLong(hkv_worker_threaded(self->worker));
 }
 
+static PyObject *Shadows_parallel(Shadows *self, PyObject *unused) {
+    (void)unused;
+    if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
+    return PyBool_FromLong(hkv_worker_parallel(self->worker));
+}
+
 /* the worth cache, made at the first call that reads worths: 0, or -1 with an exception */
 static int worths_ready(Shadows *self) {
     if (self->worths) return 0;
@@ -680,7 +719,10 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
                           &reader.modality_index, &deferred))
         return NULL;
     if (deferred && !(before = take_deferred(self, 1))) return NULL;
-    shadows_wait(self);
+    if (stored(self) < 0) {
+        Py_XDECREF(before);
+        return NULL;
+    }
     if (worths_ready(self) < 0) return NULL;
     int filter = threshold_obj != Py_None;
     uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
@@ -740,7 +782,7 @@ done:
 }
 
 static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
-    shadows_wait(self);
+    if (stored(self) < 0) return NULL;
     PyObject *keys, *positions, *tokens, *worths, *modalities = Py_None;
     if (!PyArg_ParseTuple(args, "O!O!O!O|O", &PyList_Type, &keys, &PyList_Type, &positions,
                           &PyList_Type, &tokens, &worths, &modalities))
@@ -1213,9 +1255,10 @@ static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
     return out;
 }
 
+/* (no wait: the registry is the caller's, written by replay_request before its replay starts,
+ * and never read by the worker) */
 static PyObject *Shadows_registry_size(Shadows *self, PyObject *unused) {
     (void)unused;
-    shadows_wait(self);
     return PyLong_FromLongLong(self->reg_len);
 }
 
@@ -1302,6 +1345,9 @@ static PyMethodDef Shadows_methods[] = {
      "the result the next deferred replay_request will return, not taken"},
     {"threaded", (PyCFunction)Shadows_threaded, METH_NOARGS,
      "whether deferred replays run on a background thread (else in the caller, at once)"},
+    {"parallel", (PyCFunction)Shadows_parallel, METH_NOARGS,
+     "whether a replay's store runs on the background thread beside the caller, its hits read "
+     "first (else in the caller: one CPU here, or no thread)"},
     {"predictive_state", (PyCFunction)Shadows_predictive_state, METH_VARARGS,
      "predictive_state(i): the learned expert i's whole state (None for another expert)"},
     {"held_keys", (PyCFunction)Shadows_held_keys, METH_VARARGS,

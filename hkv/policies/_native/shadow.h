@@ -271,5 +271,9 @@ void hkv_request_free(hkv_request *r);
 int hkv_request_set(hkv_request *r, const hkv_block *blocks, int64_t n);
 /* `replay_request`: the request's prefix hits, then its store; -1 on error */
 int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r);
+/* its two halves: the prefix hits (nothing changes), then the store of the request whose first
+ * `known` blocks were hits: 0, or -1 on error */
+int64_t hkv_tier_hits(hkv_tier *t, const hkv_request *r);
+int hkv_tier_store(hkv_tier *t, const hkv_request *r, int64_t known);
 
 #endif

@@ -81,7 +81,7 @@ int hkv_request_set(hkv_request *r, const hkv_block *blocks, int64_t n) {
 }
 
 /* `VllmTier.store` (its first `known` blocks held, as found): 0, or -1 on error */
-static int store(hkv_tier *t, const hkv_request *r, int64_t known) {
+int hkv_tier_store(hkv_tier *t, const hkv_request *r, int64_t known) {
     hkv_expert *e = t->expert;
     const hkv_ops *ops = e->ops;
     hkv_block *reused = r->scratch, *taken = reused + r->cap, *declined = taken + r->cap;
@@ -112,8 +112,13 @@ static int store(hkv_tier *t, const hkv_request *r, int64_t known) {
     return ops->after_request(e, taken, n_taken, reused, n_reused);
 }
 
-int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r) {
+int64_t hkv_tier_hits(hkv_tier *t, const hkv_request *r) {
     int64_t hits = 0;
     while (hits < r->n && held(t, r->blocks[hits].key)) hits++;
-    return store(t, r, hits) < 0 ? -1 : hits;
+    return hits;
+}
+
+int64_t hkv_tier_replay(hkv_tier *t, const hkv_request *r) {
+    int64_t hits = hkv_tier_hits(t, r);
+    return hkv_tier_store(t, r, hits) < 0 ? -1 : hits;
 }

@@ -1,6 +1,7 @@
 /* One background thread that runs a job at a time, without the GIL: a sampled `auto` replays
  * a request in its shadow tiers there while vLLM's scheduler goes on (`Shadows.replay_request`
- * with `deferred`, whose hits are read at the next request's end).
+ * with `deferred`, whose hits are read at the next request's end), and an exact one stores
+ * there a request whose hits it has just read (`replay_filled`, where `hkv_worker_parallel`).
  *
  * The thread is started at the first job. Where no thread can run (pthread_create fails, the
  * environment sets HKV_SHADOW_THREAD=0, or this is a process forked from the one that started
@@ -8,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -70,6 +72,12 @@ static int threaded(hkv_worker *w) {
 }
 
 int hkv_worker_threaded(hkv_worker *w) { return threaded(w); }
+
+int hkv_worker_parallel(hkv_worker *w) {
+    if (!threaded(w)) return 0;
+    cpu_set_t cpus;
+    return sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) > 1;
+}
 
 void hkv_worker_wait(hkv_worker *w) {
     if (!threaded(w) || !w->started) return;
