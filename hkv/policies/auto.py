@@ -69,26 +69,26 @@ class AutoPolicy(EvictionPolicy):
     Causal: the shadows see each request after it ends and nothing later. Cost: each request is
     replayed once per expert (eight by default), in C where hkv's extension is built (one C call a
     request end: `ShadowSet.replay_columns`; an exact tier's hits read there, its store left to a
-    background thread while the caller goes on, where more than one CPU may run it). A tier larger than `sample_above` blocks has its
-    shadows sampled, as miniature simulations do (Waldspurger et al., "Cache Modeling and
-    Optimization using Miniature Simulations", USENIX ATC 2017): each shadow holds `sample_blocks`
-    blocks and sees only the keys whose hash falls in the same fraction (`sample_blocks /
-    capacity_blocks`) of the hash space, so its hits estimate the full tier's at that fraction of
-    the cost (stored on a background thread in C while the engine goes on, their hits count at the
-    next request's end, in Python too: `ShadowSet.replay_columns`'s `deferred`). That holds for a
-    policy whose behaviour scales with the tier; `predictive` counts its labels in absolute numbers,
-    so a sampled shadow of it would learn more slowly than the full tier: it has no sampled shadow
-    (it never leads a sampled tier unless it is `first`; docs/policies.md gives what sampling cost
-    and saved). A prefix cache's blocks come and go in chains, and a sampled request's hits are
-    counted up to its first sampled miss. Sampled shadows hold too few keys to run the tier, so at a
-    switch the new leader is built by replaying the last requests (`HISTORY_TIERS` tier-sizes of
-    block references, kept whole) through a full tier of its own, which gives it the recency,
-    frequencies, ghosts and admission counts that window teaches, then fitted to the tier as a
-    copied shadow is, paid at the switch only; an expert that led within that window resumes its
-    last live instance, caught up since (`retired.Retired`). A rebuild stalls the engine, so it
-    waits for a lead held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points,
-    against `margin`'s 0.5), over `evidence_rebuild` x `sample_blocks` sampled references
-    (docs/policies.md).
+    background thread while the caller goes on, where more than one CPU may run it). A tier larger
+    than `sample_above` blocks has its shadows sampled, as miniature simulations do (Waldspurger et
+    al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017): each
+    shadow holds `sample_blocks` blocks and sees only the keys whose hash falls in the same fraction
+    (`sample_blocks / capacity_blocks`) of the hash space, so its hits estimate the full tier's at
+    that fraction of the cost (stored on a background thread in C while the engine goes on, their
+    hits count at the next request's end, in Python too: `ShadowSet.replay_columns`'s `deferred`).
+    That holds for a policy whose behaviour scales with the tier; `predictive` counts its labels in
+    absolute numbers, so a sampled shadow of it would learn more slowly than the full tier: it has
+    no sampled shadow (it never leads a sampled tier unless it is `first`; docs/policies.md gives
+    what sampling cost and saved). A prefix cache's blocks come and go in chains, and a sampled
+    request's hits are counted up to its first sampled miss. Sampled shadows hold too few keys to
+    run the tier, so at a switch the new leader is built by replaying the last requests
+    (`HISTORY_TIERS` tier-sizes of block references, kept whole) through a full tier of its own,
+    which gives it the recency, frequencies, ghosts and admission counts that window teaches, then
+    fitted to the tier as a copied shadow is, paid at the switch only; an expert that led within
+    that window resumes its last live instance, caught up since (`retired.Retired`). A rebuild
+    stalls the engine, so it waits for a lead held `confirm_rebuild` requests in a row, by
+    `margin_rebuild` (2 points, against `margin`'s 0.5), over `evidence_rebuild` x `sample_blocks`
+    sampled references (docs/policies.md).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
     are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
