@@ -197,14 +197,27 @@ static int stored(Shadows *self) {
 }
 
 /* Each expert's hits for the blocks in self->blocks[0:n] (the request), stored in every tier:
- * the hits read here, the store handed to the worker where it runs beside the caller (every
- * method that reads the tiers waits for it, `shadows_wait`), else done here. */
+ * where the worker runs beside the caller, the hits read here and the store handed to it
+ * (every method that reads the tiers waits for it, `shadows_wait`), else each tier's hits and
+ * store here, one tier after another. */
 static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
     if (hkv_request_set(&self->request, self->blocks, n) < 0) return PyErr_NoMemory();
     if (!self->known && !(self->known = PyMem_Calloc((size_t)self->n + 1, sizeof(int64_t))))
         return PyErr_NoMemory();
     if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
     PyObject *hits = PyList_New(self->n);
+    if (hits && !hkv_worker_parallel(self->worker)) { /* each tier's hits and store together */
+        for (Py_ssize_t i = 0; i < self->n; i++) {
+            int64_t h = hkv_tier_replay(&self->tiers[i], &self->request);
+            PyObject *o = h < 0 ? PyErr_NoMemory() : PyLong_FromLongLong(h);
+            if (!o) {
+                Py_DECREF(hits);
+                return NULL;
+            }
+            PyList_SET_ITEM(hits, i, o);
+        }
+        return hits;
+    }
     for (Py_ssize_t i = 0; hits && i < self->n; i++) {
         self->known[i] = hkv_tier_hits(&self->tiers[i], &self->request);
         PyObject *h = PyLong_FromLongLong(self->known[i]);
@@ -212,12 +225,7 @@ static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
         else PyList_SET_ITEM(hits, i, h);
     }
     if (!hits) return NULL; /* nothing stored: the tiers as they were */
-    if (hkv_worker_parallel(self->worker)) {
-        hkv_worker_submit(self->worker, store_job, self);
-        return hits;
-    }
-    store_job(self);
-    if (stored(self) < 0) Py_CLEAR(hits);
+    hkv_worker_submit(self->worker, store_job, self);
     return hits;
 }
 

@@ -27,6 +27,8 @@ struct hkv_worker {
     int started; /* the thread runs (in process `pid`) */
     int inline_only;
     pid_t pid;
+    int cpus;        /* this process's CPUs, as last asked (`hkv_worker_parallel`) */
+    unsigned checks; /* calls of `hkv_worker_parallel` */
 };
 
 static void *work(void *arg) {
@@ -73,10 +75,17 @@ static int threaded(hkv_worker *w) {
 
 int hkv_worker_threaded(hkv_worker *w) { return threaded(w); }
 
+/* (the CPUs this process may use, asked again every PARALLEL_CHECK calls: a system call each
+ * request would cost a one-CPU caller what the thread saves a larger one) */
+#define PARALLEL_CHECK 1024
+
 int hkv_worker_parallel(hkv_worker *w) {
     if (!threaded(w)) return 0;
-    cpu_set_t cpus;
-    return sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) > 1;
+    if (w->checks++ % PARALLEL_CHECK == 0) {
+        cpu_set_t cpus;
+        w->cpus = sched_getaffinity(0, sizeof cpus, &cpus) != 0 ? 2 : CPU_COUNT(&cpus);
+    }
+    return w->cpus > 1;
 }
 
 void hkv_worker_wait(hkv_worker *w) {
