@@ -173,8 +173,8 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
         def unheld(self, i: int, held: dict) -> list:
             return [key for key in shadow if key not in held]
 
-        def holds(self, i: int, key) -> bool:
-            return key in shadow
+        def holding(self, i: int, keys) -> list:
+            return [key for key in keys if key in shadow]
 
     owed = Owed()
     owed.owe(Shadows(), 0, {10: meta(10), 11: meta(11)})
@@ -193,8 +193,9 @@ def test_a_switch_owes_what_the_shadow_held_and_settles_it_only_while_the_shadow
     "label", ["lip", "lru+st2", "s3fifo", "arc", "cost_aware", "depth_lfu_static", "predictive"]
 )
 def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
-    """`ShadowSet.unheld` and `holds`: a native shadow tier's keys not in `held`
-    (`Shadows.held_keys`, by the registry) and whether it holds a key, as the Python one's."""
+    """`ShadowSet.unheld`, `holds` and `holding`: a native shadow tier's keys not in `held`
+    (`Shadows.held_keys`, by the registry), whether it holds a key and which of many keys it
+    holds, as the Python one's."""
     from hkv.policies.shadow import ShadowSet
 
     requests = sessions(3, 160)
@@ -205,9 +206,10 @@ def test_a_native_shadow_tier_lists_and_holds_what_the_python_one_does(label):
     held = {key: None for request in requests[-3:] for key, _ in request}
     native_set, python_set = sets
     assert sorted(native_set.unheld(0, held)) == sorted(python_set.unheld(0, held)) != []
-    every = {key for request in requests for key, _ in request}
-    assert {k for k in every if native_set.holds(0, k)} == {k for k in every
-                                                           if python_set.holds(0, k)}  # fmt: skip
+    every = sorted({key for request in requests for key, _ in request})
+    holding = native_set.holding(0, every)  # one C call, the keys in the order given
+    assert holding == python_set.holding(0, every) == [k for k in every if native_set.holds(0, k)]
+    assert holding != [] and len(holding) < len(every)
 
 
 def test_an_auto_copied_while_a_switch_is_owed_decides_as_the_original():

@@ -116,7 +116,6 @@ class Owed:
             back = [key for key in keys if key in self.keys]
             if back:
                 self.keys.difference_update(back)
-                holds, i = self.shadows.holds, self.i  # (a copy's: its own shadow set's)
-                kept = [key for key in back if holds(i, key)]
+                kept = self.shadows.holding(self.i, back)  # (a copy's: its own shadow set's)
                 if kept:
                     live.touch_all(kept[::-1])

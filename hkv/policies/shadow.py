@@ -8,6 +8,7 @@ expert's shadow hits exactly what the expert alone would hit on the same request
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -112,10 +113,14 @@ class ShadowSet:
 
     def holds(self, i: int, key: Key) -> bool:
         """Whether expert `i`'s shadow tier holds `key` now."""
+        return bool(self.holding(i, (key,)))
+
+    def holding(self, i: int, keys: Sequence[Key]) -> list[Key]:
+        """The keys of `keys` that expert `i`'s shadow tier holds now, in order (one C call)."""
         tier = self.tiers[i]
         if tier is not None:
-            return key in tier
-        return i in self._fast and self._native.holds(self._fast.index(i), ext.key_bits(key))
+            return [key for key in keys if key in tier]
+        return self._native.holding(self._fast.index(i), keys) if i in self._fast else []
 
     def copied(self, i: int, memo: dict, *, live=False, held=None, registry=None) -> EvictionPolicy:
         """A copy of expert `i`'s shadow policy, with its whole learned state: a Python shadow

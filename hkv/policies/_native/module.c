@@ -836,6 +836,32 @@ static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
     return PyBool_FromLong(held);
 }
 
+/* holding(i, keys): the keys of `keys` that tier i holds now, in order (one call for many:
+ * `held.Owed.settle` asks for every owed key a request stores) */
+static PyObject *Shadows_holding(Shadows *self, PyObject *args) {
+    shadows_wait(self);
+    Py_ssize_t i;
+    PyObject *keys;
+    if (!PyArg_ParseTuple(args, "nO", &i, &keys)) return NULL;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Shadows.holding: no such expert");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(keys, "Shadows.holding: keys must be a sequence");
+    PyObject *out = seq ? PyList_New(0) : NULL;
+    hkv_tier *t = &self->tiers[i];
+    for (Py_ssize_t j = 0; out && j < PySequence_Fast_GET_SIZE(seq); j++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, j);
+        uint64_t bits;
+        if (hkv_key_bits(key, &bits) < 0) Py_CLEAR(out);
+        else if ((t->expert->ops->contains(t->expert, bits) || hkv_oset_has(&t->aside, bits)) &&
+                 PyList_Append(out, key) < 0)
+            Py_CLEAR(out);
+    }
+    Py_XDECREF(seq);
+    return out;
+}
+
 /* `native.key_bits` of one key: the first 8 bytes of a bytes key (little-endian), an int
  * times the golden ratio, any other key's hash times it; -1 with an exception set on error
  * (`*bits` untouched). */
@@ -1368,6 +1394,8 @@ static PyMethodDef Shadows_methods[] = {
      "each expert's prefix hits before the store"},
     {"sizes", (PyCFunction)Shadows_sizes, METH_NOARGS, "blocks held by each shadow tier"},
     {"holds", (PyCFunction)Shadows_holds, METH_VARARGS, "holds(i, key): shadow i holds key"},
+    {"holding", (PyCFunction)Shadows_holding, METH_VARARGS,
+     "holding(i, keys): the keys (native.key_bits of each) that shadow i holds, in order"},
     {"cloned", (PyCFunction)Shadows_cloned, METH_VARARGS,
      "cloned(i): a Shadows of one tier, a copy of expert i (prefix-value, lru, lip, lru+st2)"},
     {"queues_state", (PyCFunction)Shadows_queues_state, METH_VARARGS,
