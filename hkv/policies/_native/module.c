@@ -202,8 +202,6 @@ static int stored(Shadows *self) {
  * store here, one tier after another. */
 static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
     if (hkv_request_set(&self->request, self->blocks, n) < 0) return PyErr_NoMemory();
-    if (!self->known && !(self->known = PyMem_Calloc((size_t)self->n + 1, sizeof(int64_t))))
-        return PyErr_NoMemory();
     if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
     PyObject *hits = PyList_New(self->n);
     if (hits && !hkv_worker_parallel(self->worker)) { /* each tier's hits and store together */
@@ -217,6 +215,11 @@ static PyObject *replay_filled(Shadows *self, Py_ssize_t n) {
             PyList_SET_ITEM(hits, i, o);
         }
         return hits;
+    }
+    if (hits && !self->known &&
+        !(self->known = PyMem_Calloc((size_t)self->n + 1, sizeof(int64_t)))) {
+        Py_DECREF(hits);
+        return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; hits && i < self->n; i++) {
         self->known[i] = hkv_tier_hits(&self->tiers[i], &self->request);
@@ -831,9 +834,7 @@ static PyObject *Shadows_holds(Shadows *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "Shadows.holds: no such expert");
         return NULL;
     }
-    hkv_tier *t = &self->tiers[i];
-    int held = t->expert->ops->contains(t->expert, key) || hkv_oset_has(&t->aside, key);
-    return PyBool_FromLong(held);
+    return PyBool_FromLong(hkv_tier_holds(&self->tiers[i], key));
 }
 
 /* holding(i, keys): the keys of `keys` that tier i holds now, in order (one call for many:
@@ -854,8 +855,7 @@ static PyObject *Shadows_holding(Shadows *self, PyObject *args) {
         PyObject *key = PySequence_Fast_GET_ITEM(seq, j);
         uint64_t bits;
         if (hkv_key_bits(key, &bits) < 0) Py_CLEAR(out);
-        else if ((t->expert->ops->contains(t->expert, bits) || hkv_oset_has(&t->aside, bits)) &&
-                 PyList_Append(out, key) < 0)
+        else if (hkv_tier_holds(t, bits) && PyList_Append(out, key) < 0)
             Py_CLEAR(out);
     }
     Py_XDECREF(seq);

@@ -253,6 +253,10 @@ typedef struct {
 } hkv_tier;
 
 int hkv_tier_init(hkv_tier *t, hkv_expert *expert);
+/* whether the tier holds `key`: its expert's, or aside */
+static inline int hkv_tier_holds(hkv_tier *t, uint64_t key) {
+    return t->expert->ops->contains(t->expert, key) || hkv_oset_has(&t->aside, key);
+}
 void hkv_tier_free(hkv_tier *t);
 
 /* One request as every tier stores it, worked out once: its keys (the protection of an

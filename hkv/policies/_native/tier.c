@@ -16,10 +16,6 @@ void hkv_tier_free(hkv_tier *t) {
     hkv_oset_free(&t->aside);
 }
 
-static inline int held(hkv_tier *t, uint64_t key) {
-    return t->expert->ops->contains(t->expert, key) || hkv_oset_has(&t->aside, key);
-}
-
 /* Make room for n blocks: the ones aside first (oldest first, unprotected), then the expert's
  * victims. 1 done, 0 not possible (nothing changed), -1 error. */
 static int make_room(hkv_tier *t, int64_t n, const hkv_map *protected) {
@@ -88,7 +84,7 @@ int hkv_tier_store(hkv_tier *t, const hkv_request *r, int64_t known) {
     int64_t n_reused = 0, n_taken = 0, n_declined = 0;
     for (int64_t i = 0; i < r->n; i++) {
         const hkv_block *b = &r->blocks[i];
-        if (i < known || held(t, b->key)) { /* nothing is stored before the loop ends */
+        if (i < known || hkv_tier_holds(t, b->key)) { /* nothing is stored before the loop ends */
             reused[n_reused++] = *b;
             continue;
         }
@@ -114,7 +110,7 @@ int hkv_tier_store(hkv_tier *t, const hkv_request *r, int64_t known) {
 
 int64_t hkv_tier_hits(hkv_tier *t, const hkv_request *r) {
     int64_t hits = 0;
-    while (hits < r->n && held(t, r->blocks[hits].key)) hits++;
+    while (hits < r->n && hkv_tier_holds(t, r->blocks[hits].key)) hits++;
     return hits;
 }
 
