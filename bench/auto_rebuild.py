@@ -7,7 +7,7 @@ takes the history `auto` holds at its first switch in the two-tier model of the 
 request as `auto` keeps it (its misses and the hits found, merged at the rebuild: in Python for
 the Python replay, in C for the others, as `auto` does), and rebuilds every expert from it both
 ways: a Python `VllmTier` replay, and a replay in hkv's C
-extension whose state is handed to the Python policy (`hkv.policies.shadow.rebuilt_in_c`, for
+extension whose state is handed to the Python policy (`hkv.policies.rebuild.rebuilt_in_c`, for
 the experts of `HANDED_OVER`), and for the prefix-value experts a third: the replay in C kept
 there as the live leader (`leader.NativeLeader`, what `auto` does since). All run with the
 garbage collector held off, as `auto` runs them (`paused_gc`); each time is the best of
@@ -61,7 +61,8 @@ def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=Fals
     `live`, kept in C where it is a prefix-value expert."""
     from hkv.policies.base import paused_gc
     from hkv.policies.native import merged
-    from hkv.policies.shadow import make_expert, rebuilt_in_c
+    from hkv.policies.rebuild import rebuilt_in_c
+    from hkv.policies.shadow import make_expert
     from hkv.policies.tier import VllmTier
 
     with paused_gc():

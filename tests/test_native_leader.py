@@ -9,6 +9,7 @@ import random
 import pytest
 
 from hkv.blocks import BlockMeta, Modality
+from hkv.errors import HkvError
 from hkv.policies import make_policy, native
 from hkv.policies.leader import LIVE_IN_C, PREFIX_EXPERTS, QUEUE_EXPERTS, NativeLeader
 from hkv.policies.native import NO_BLOCKS
@@ -276,7 +277,7 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     merged requests leaves, with a copy of every meta (one shape, many objects: cost_aware's
     worths cached by shape), keys noted twice and hits listed out of order."""
     from hkv.policies.native import merged
-    from hkv.policies.shadow import rebuilt_in_c
+    from hkv.policies.rebuild import rebuilt_in_c
     from hkv.policies.tier import VllmTier, replay_request
     from tests.test_native_shadows import columns, prefix_fields, queue_fields, sessions
 
@@ -302,6 +303,43 @@ def test_a_rebuild_from_the_history_as_kept_is_one_from_the_merged_requests(labe
     for i, request in enumerate(requests[160:]):
         assert replay_request(ours, request) == replay_request(theirs, request), i
         assert set(ours) == set(theirs), i
+
+
+@pytest.mark.parametrize("thread", ["1", "0"])
+@pytest.mark.parametrize("label", ["cost_aware", "depth_lfu_static", "lru", "s3fifo"])
+def test_a_rebuild_begun_in_the_background_and_finished_later_is_the_one_made_at_once(
+    monkeypatch, thread, label
+):
+    """A sampled `auto`'s switch begins its new leader's replay on the shadows' background
+    thread (`rebuilt_in_c(background=True)`) while the engine goes on, and finishes it at the
+    next score with the requests kept since: the policy, live in C (held to the tier's keys) or
+    handed to Python, decides as the one replayed over all of them at once, whether the replay
+    ran on a thread or in the caller (HKV_SHADOW_THREAD=0)."""
+    from hkv.policies.rebuild import Rebuild, rebuilt_in_c
+    from hkv.policies.tier import VllmTier, replay_request
+    from tests.test_native_shadows import prefix_fields, queue_fields, sessions
+
+    monkeypatch.setenv("HKV_SHADOW_THREAD", thread)
+    requests, capacity = sessions(9, 260), 96
+    begun = rebuilt_in_c(label, capacity, requests[:200], {}, background=True)
+    assert isinstance(begun, Rebuild)
+    later = begun.finished(requests[200:220])
+    at_once = rebuilt_in_c(label, capacity, requests[:220], {})
+    fields = prefix_fields if label in PREFIX_EXPERTS else queue_fields
+    assert fields(later) == fields(at_once)
+    held = {key: meta for request in requests[210:220] for key, meta in request}
+    live = rebuilt_in_c(label, capacity, requests[:200], {}, live=True, background=True)
+    live = live.finished(requests[200:220], held)
+    made = rebuilt_in_c(label, capacity, requests[:220], {}, live=True, held=held)
+    assert isinstance(live, NativeLeader) == isinstance(made, NativeLeader) == (label in LIVE_IN_C)
+    ours, theirs = VllmTier(live, refuses=False), VllmTier(made, refuses=False)
+    for i, request in enumerate(requests[220:]):
+        assert replay_request(ours, request) == replay_request(theirs, request), i
+        assert set(ours) == set(theirs), i
+    with pytest.raises(HkvError, match="needs the held keys as a dict"):
+        rebuilt_in_c(
+            "cost_aware", capacity, requests[:20], {}, live=True, background=True
+        ).finished()
 
 
 @pytest.mark.parametrize("label", sorted(LIVE_IN_C))

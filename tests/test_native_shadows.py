@@ -12,7 +12,8 @@ import pytest
 from hkv.blocks import BlockMeta, Modality
 from hkv.policies import native
 from hkv.policies.predictive import MODALITY_INDEX
-from hkv.policies.shadow import HANDED_OVER, make_expert
+from hkv.policies.rebuild import HANDED_OVER
+from hkv.policies.shadow import make_expert
 from hkv.policies.tier import VllmTier, replay_request
 
 pytestmark = pytest.mark.skipif(not native.built(), reason="hkv's native shadows are not built")
@@ -365,7 +366,7 @@ def test_an_expert_rebuilt_in_c_is_the_python_one(label, seed, n, capacity):
     """`auto`'s switch to a prefix-value, recency or queue expert replays its history in C
     (`rebuilt_in_c`) and hands the state to the Python policy: every field a decision reads is
     what the Python replay leaves, and the two go on deciding alike."""
-    from hkv.policies.shadow import rebuilt_in_c
+    from hkv.policies.rebuild import rebuilt_in_c
 
     requests = sessions(seed, n)
     cut = 2 * n // 3
@@ -412,7 +413,7 @@ def test_the_rebuild_bench_times_both_ways_where_c_hands_over():
     experts handed over from C, in C; the results file has a row per sampled expert."""
     from bench import auto_rebuild
     from hkv.policies.auto import UNSAMPLED_ONLY
-    from hkv.policies.shadow import HANDED_OVER
+    from hkv.policies.rebuild import HANDED_OVER
 
     history = sessions(3, 120)
     for label in ("lip", "lru", "arc", "cost_aware"):
@@ -470,7 +471,7 @@ def test_note_split_refuses_too_few_metas_with_what_it_expects():
 def test_a_rebuild_that_keeps_only_the_held_blocks_is_one_that_removes_the_others(label):
     """`rebuilt_in_c(held=...)` (a switch of a sampled `auto`) makes no entry for a block the
     tier does not hold: the same policy as the Python replay with those blocks removed after."""
-    from hkv.policies.shadow import rebuilt_in_c
+    from hkv.policies.rebuild import rebuilt_in_c
 
     requests = sessions(4, 240)
     capacity = 96

@@ -582,10 +582,20 @@ def test_auto_admits_now_as_its_leader_once_misses_are_noted():
     assert make_policy("lru", 8).admits_now and not make_policy("cost_aware", 8).admits_now
 
 
+def _switched(policy, best: int | None = None) -> None:
+    """A sampled `auto`'s switch to `best` (if given) begun, then finished as the next score
+    finishes it first."""
+    if best is not None:
+        policy._switch(best)
+    if policy._coming is not None:
+        policy._switch(*policy._coming)
+
+
 def test_a_sampled_switch_builds_the_new_leader_from_the_last_requests():
     """A sampled shadow cannot become the tier: the new leader is the expert replayed over the
-    last requests, then fitted to what the tier holds. Led by `lru` it then gives up the
-    blocks used longest ago, each chain from its tail, as `lru` alone would have."""
+    last requests, then fitted to what the tier holds; begun at one request's end, it leads
+    from the next. Led by `lru` it then gives up the blocks used longest ago, each chain from
+    its tail, as `lru` alone would have."""
     trace = trace_of([1, 2, 3], [4, 5], [1, 2, 3, 6])
     sampling = {"sample_blocks": 64, "sample_above": 64}
     policy = make_policy("auto", 4096, experts=["cost_aware", "lru"], **sampling)
@@ -594,7 +604,10 @@ def test_a_sampled_switch_builds_the_new_leader_from_the_last_requests():
     replay(trace, alone, store="per_request")
     held = set(policy)
     policy._switch(policy.experts.index("lru"))
-    assert policy.leader == "lru" and set(policy) == held and not policy._aside
+    assert policy.leader == "cost_aware" and policy.switches == 0  # begun, not leading yet
+    _switched(policy)
+    assert policy.leader == "lru" and policy.switches == 1
+    assert set(policy) == held and not policy._aside
     assert policy.evict(3) == alone.evict(3) == [5, 4, 6]
 
 
@@ -623,13 +636,13 @@ def test_a_leader_retired_beyond_the_history_is_rebuilt_and_forgotten():
     index = policy.experts.index
     replay(trace_of([1, 2, 3], [4, 5]), policy, store="per_request")
     first = policy._live
-    policy._switch(index("lru"))
+    _switched(policy, index("lru"))
     assert policy._retired[index("cost_aware")][0] is first
     many = [[1000 + 10 * i + j for j in range(10)] for i in range(40)]  # 400 refs > 2 x 128
     replay(trace_of(*many), policy, store="per_request")
-    policy._switch(index("arc"))
+    _switched(policy, index("arc"))
     assert list(policy._retired) == [index("lru")]  # cost_aware's, beyond the history: freed
-    policy._switch(index("cost_aware"))
+    _switched(policy, index("cost_aware"))
     assert policy._live is not first and policy.leader == "cost_aware"
     assert set(policy._live) | set(policy._aside) == set(policy)
 
@@ -638,20 +651,20 @@ def test_a_leader_retired_beyond_the_history_is_rebuilt_and_forgotten():
 def test_a_sampled_tier_rebuilds_a_leader_only_for_a_lead_that_holds(wait):
     """A switch that must rebuild its leader (a sampled tier, an expert not retired within
     the history) waits until the lead has held `confirm_rebuild` requests in a row; a lead of
-    one request that is gone at the next sets none off. A switch back to a retired leader
-    resumes it and happens at once."""
+    one request that is gone at the next sets none off, and is begun, leading from the next
+    request. A switch back to a retired leader resumes it and happens at once."""
     sampling = {"sample_blocks": 64, "sample_above": 64}
     policy = make_policy("auto", 4096, experts=["lru", "cost_aware"], first="lru",
                          confirm_rebuild=wait, evidence_rebuild=0.0, **sampling)  # fmt: skip
-    hits = iter([[0, 10], [20, 0], [0, 30], [0, 10], [100, 0]])  # each expert's, per request
+    hits = iter([[0, 10], [20, 0], [0, 30], [0, 10], [0, 10], [100, 0]])  # each expert's
     leaders = []
-    for _ in range(5):
+    for _ in range(6):
         policy._score(next(hits), 10)  # a request of 10 blocks
         leaders.append(policy.leader)
-    if wait == 1:  # every lead switches at once, back and forth
-        assert leaders == ["cost_aware", "lru", "cost_aware", "cost_aware", "lru"]
+    if wait == 1:  # every lead switches: the rebuild a request later, back and forth at once
+        assert leaders == ["lru", "lru", "cost_aware", "cost_aware", "cost_aware", "lru"]
     else:  # the one-request lead is ignored; the held one rebuilds; the way back resumes
-        assert leaders == ["lru", "lru", "lru", "cost_aware", "lru"]
+        assert leaders == ["lru", "lru", "lru", "lru", "cost_aware", "lru"]
     assert policy.switches == (4 if wait == 1 else 2)
 
 
@@ -660,19 +673,20 @@ def test_a_sampled_tier_rebuilds_only_for_a_lead_seen_over_enough_references(evi
     """With `evidence_rebuild` x `sample_blocks` (64 here) sampled block references, a rebuild
     waits until the challenger has led by `margin` over that many references since its lead
     began: two requests of 10 do not suffice, a lapse starts the count afresh, seven requests
-    after it do. Without it (0), two requests rebuild, and the way back resumes at once."""
+    after it do. Without it (0), two requests rebuild, and the way back resumes at once. A
+    rebuild leads from the request after the one that began it."""
     sampling = {"sample_blocks": 64, "sample_above": 64}
     policy = make_policy("auto", 4096, experts=["lru", "cost_aware"], first="lru",
                          evidence_rebuild=evidence, **sampling)  # fmt: skip
     leaders = []
-    for hits in [[0, 10]] * 3 + [[40, 0]] + [[0, 10]] * 9:  # each expert's, per request of 10
+    for hits in [[0, 10]] * 3 + [[40, 0]] + [[0, 10]] * 10:  # each expert's, per request of 10
         policy._score(hits, 10)
         leaders.append(policy.leader)
     if evidence:  # 30 references, lapsed; then a tie, then 7 x 10 >= 64 after it
-        assert leaders == ["lru"] * 11 + ["cost_aware"] * 2 and policy.switches == 1
+        assert leaders == ["lru"] * 12 + ["cost_aware"] * 2 and policy.switches == 1
     else:
-        assert leaders[:5] == ["lru", "cost_aware", "cost_aware", "lru", "lru"]
-        assert leaders[5:] == ["cost_aware"] * 8 and policy.switches == 3
+        assert leaders[:5] == ["lru", "lru", "cost_aware", "lru", "lru"]
+        assert leaders[5:] == ["cost_aware"] * 9 and policy.switches == 3
 
 
 @pytest.mark.parametrize("key", [7, 2**70, b"\x01" * 32, ("h", 3)])

@@ -622,9 +622,9 @@ def test_vllm_026_decisions_match_the_recorded_reference(policy):
 RECORDED_026_AUTO = {
     "default": ["5dd5bcaa5344c2334460ae4e05ed7e14a377b589abcf599e78fd9e39dbe97ad4",
                 "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
-    "sampled_no_wait": ["78b2ba74659a7322e7a6d291f0bcb44f54b558a59f9d31cc7a9b2a600b238716",
+    "sampled_no_wait": ["49c5113d9735bbcefeb0ce8f88cccfbc64263b701f33790a79a6c6ba49a3ad7c",
                         "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
-    "sampled_wait": ["9646df3e3b426360db7af592cbf3698dff4d03b7de406d88909a919555a1e53c",
+    "sampled_wait": ["851798377dfd6af1970103db067b864ba33da90d4910a885e3658d34bd8bcbd2",
                      "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
     "sampled": ["3fe05e37e17beddfd76a52988c31618ff73c3e44568392cdf7beac9820c360b5",
                 "f465eb873083a1ec5f8ef645af2c996d114a155aff4573958ae2143f2f5f8d55"],
@@ -644,7 +644,10 @@ also with no `evidence_rebuild` (which came later: `sampled` is alike with it). 
 a full tier switches when a switch began to settle what it owes (`held.Owed`: a block the new
 leader's shadow held and the tier did not is referenced as the shadow's hit when stored again,
 while the shadow still holds it): the full tiers' digests (`default` at 150 blocks, every case at
-60), alike in C and Python; the sampled ones owe nothing and stay as they were."""
+60), alike in C and Python; the sampled ones owe nothing and stay as they were. `sampled_no_wait`
+and `sampled_wait` at 150 blocks re-recorded when a sampled tier's rebuild began to be replayed on
+a background thread, leading from the next score: the same switch counts (6 and 3), alike in C
+(threaded or not) and Python."""
 MIN_SWITCHES = {"default": 4, "sampled_no_wait": 4, "sampled_wait": 3, "sampled": 0}
 
 
@@ -1140,7 +1143,8 @@ def test_the_model_defaults_to_the_rig_folder_that_holds_it(tmp_path):
 
 def test_the_engine_logs_autos_leaders_and_times_each_switch():
     """`time_inner_parts` on `auto`: its first leader, then each switch as [request, new
-    leader, seconds], the switches' seconds those of `_switch`."""
+    leader, seconds], the switches' seconds those of `_switch` (a rebuild's: at its start and
+    where it leads)."""
     from hkv.policies import make_policy
     from hkv.sim.replay import replay
     from hkv.sim.trace import Request, Trace
@@ -1153,10 +1157,14 @@ def test_the_engine_logs_autos_leaders_and_times_each_switch():
         keys = tuple(k for k, _ in request)
         replay(Trace((Request(0.0, len(keys) * 512, 1, keys),), 512), policy, store="per_request")
     log = cells["leaders"]
-    assert log[0] == "lip" and len(log) - 1 == policy.switches == cells["_switch"][1] >= 2
+    assert log[0] == "lip" and len(log) - 1 == policy.switches >= 2
+    # a rebuild is begun by one `_switch` call and leads from the next: two calls, one switch
+    assert policy.switches < cells["_switch"][1] <= 2 * policy.switches + 1
     assert [row[1] for row in log[1:]][-1] == policy.leader
-    assert all(0 < a[0] < b[0] <= cells["_score"][1] for a, b in pairwise(log[1:]))
-    assert sum(row[2] for row in log[1:]) == pytest.approx(cells["_switch"][0], abs=1e-3)
+    # (a rebuild that leads and a resume back at once fall at one score)
+    assert all(0 < a[0] <= b[0] <= cells["_score"][1] for a, b in pairwise(log[1:]))
+    if policy._coming is None:  # (else the last rebuild's start is not logged yet)
+        assert sum(row[2] for row in log[1:]) == pytest.approx(cells["_switch"][0], abs=1e-3)
 
 
 def test_rounds_rotate_the_policies_so_each_runs_once_in_every_place():

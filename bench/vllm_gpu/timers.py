@@ -174,7 +174,7 @@ replay of a request, `_switch` a change of leader)."""
 def time_inner_parts(policy) -> dict[str, list]:
     """Wrap the hkv policy's own `INNER_PARTS` it has; returns name -> [seconds, calls], and
     for `auto` "leaders": its first leader, then each switch as [request (its `_score` calls
-    so far), new leader, seconds]."""
+    so far), new leader, seconds: a sampled rebuild's at its start and at its finish]."""
     if policy is None:
         return {}
     cells = {}
@@ -187,11 +187,15 @@ def time_inner_parts(policy) -> dict[str, list]:
         timed, log = policy._switch, [policy.leader]
         cells["leaders"] = log
 
-        def switch(best: int) -> None:
-            before = cells["_switch"][0]
-            timed(best)
-            seconds = round(cells["_switch"][0] - before, 4)
-            log.append([cells["_score"][1], policy.leader, seconds])
+        begun = [0.0]  # the caller's seconds at the start of a rebuild not leading yet
+
+        def switch(best: int, *coming) -> None:
+            before, switches = cells["_switch"][0], policy.switches
+            timed(best, *coming)
+            begun[0] += cells["_switch"][0] - before
+            if policy.switches != switches:  # (not a sampled rebuild begun: it leads later)
+                log.append([cells["_score"][1], policy.leader, round(begun[0], 4)])
+                begun[0] = 0.0
 
         policy._switch = switch
     return cells

@@ -86,9 +86,12 @@ class AutoPolicy(EvictionPolicy):
     which gives it the recency, frequencies, ghosts and admission counts that window teaches, then
     fitted to the tier as a copied shadow is, paid at the switch only; an expert that led within
     that window resumes its last live instance, caught up since (`retired.Retired`). A rebuild
-    stalls the engine, so it waits for a lead held `confirm_rebuild` requests in a row, by
-    `margin_rebuild` (2 points, against `margin`'s 0.5), over `evidence_rebuild` x `sample_blocks`
-    sampled references (docs/policies.md).
+    is replayed in C on the shadows' background thread from the request end that decides it, and
+    leads from the next score, caught up on the requests between (`rebuild.Rebuild`; the same
+    decisions in Python); what is left of it on the caller's thread still stalls the engine, so
+    it waits for a lead held `confirm_rebuild` requests in a row, by `margin_rebuild` (2 points,
+    against `margin`'s 0.5), over `evidence_rebuild` x `sample_blocks` sampled references
+    (docs/policies.md).
 
     The shadows replay a request when `after_request(stored, reused)` reports it: its absent blocks
     are those named by `note_misses` (vLLM's adapter: every store miss, also when the store then
@@ -168,6 +171,7 @@ class AutoPolicy(EvictionPolicy):
         self._last_admitted: int | None = -1  # the last miss's position; None: caller known
         self.switches = 0
         self._lead = (-1, 0, 0, 0)  # who leads: requests, refs ahead by margin; by margin_rebuild
+        self._coming: tuple | None = None  # a rebuild begun: it leads from the next score
 
     @property
     def leader(self) -> str:
@@ -331,7 +335,10 @@ class AutoPolicy(EvictionPolicy):
             self._score(*out)
 
     def _score(self, hits_of: list[int], refs: int) -> None:
-        """Each expert's score decays by `refs` block references and adds its hits."""
+        """Each expert's score decays by `refs` block references and adds its hits (a rebuild
+        the last score began leads first)."""
+        if self._coming is not None:
+            self._switch(*self._coming)
         decay = 0.5 ** (refs / (self.half_life * self._shadow_blocks))
         pairs = zip(self._scores, hits_of, self._shadows.present, strict=True)
         self._scores = scores = [s * decay + hits if p else s for s, hits, p in pairs]
@@ -353,13 +360,19 @@ class AutoPolicy(EvictionPolicy):
             self._lead = (-1, 0, 0, 0)
             self._switch(best)
 
-    def _switch(self, best: int) -> None:
+    def _switch(self, best: int, coming: tuple | None = None) -> None:
         """The tier is run from now on by a copy of expert `best`'s shadow (sampled shadows: by
-        the expert replayed over the last requests), fitted to the tier; one of `LIVE_IN_C` in C
-        where misses are noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
+        the expert replayed over the last requests, begun now and leading from the next score,
+        `coming`), fitted to the tier; one of `LIVE_IN_C` in C where misses are
+        noted (vLLM, which pins nothing: a `NativeLeader` reads no pin)."""
+        resumed = self._sampled and self._retired.resumable(best) is not None
+        self._coming = None
+        if self._sampled and not resumed and coming is None:
+            self._coming = best, self._retired.coming((best, self.experts[best]), self._shadows,
+                                                      self.capacity_blocks)  # fmt: skip
+            return
         with paused_gc():  # thousands of new objects, no cycle among them
             held = self._held.of(self._live)
-            resumed = self._sampled and self._retired.resumable(best) is not None
             context = {"cost_model": self.cost_model, "config": self.config}
             if self._sampled:  # rebuilt from the requests kept, or resumed
                 live = self._retired.rebuilt(
@@ -369,6 +382,7 @@ class AutoPolicy(EvictionPolicy):
                     self.capacity_blocks,
                     held,
                     context,
+                    coming,
                 )
             else:
                 memo = {id(value): value for value in context.values()}

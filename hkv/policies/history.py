@@ -60,12 +60,22 @@ class History:
     def whole(self, since: int | None = None) -> Iterator[Pairs]:
         """The requests kept from request number `since` on (all of them without), each
         merged into prefix order."""
+        return map(whole, self.entries(since))
+
+    def entries(self, since: int | None = None) -> list[list]:
+        """The requests kept from request number `since` on (all of them without), as kept: a
+        caller may hold them past their stay here and read each with `whole`, or as `kept` does
+        (its first two items)."""
         start = 0 if since is None else max(0, since - self.oldest)
-        for entry in islice(self._entries, start, None):
-            if entry[1] is not NO_BLOCKS:
-                pairs = merged(entry[0], entry[1])
-                entry[0], entry[1] = ([k for k, _ in pairs], [m for _, m in pairs]), NO_BLOCKS
-            yield list(zip(*entry[0], strict=True))
+        return list(islice(self._entries, start, None))
+
+
+def whole(entry: list) -> Pairs:
+    """A request `History` kept (one of `entries`), merged into prefix order (once: kept so)."""
+    if entry[1] is not NO_BLOCKS:
+        pairs = merged(entry[0], entry[1])
+        entry[0], entry[1] = ([k for k, _ in pairs], [m for _, m in pairs]), NO_BLOCKS
+    return list(zip(*entry[0], strict=True))
 
 
 class Recent(OrderedDict):

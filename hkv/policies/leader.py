@@ -1,6 +1,6 @@
 """`NativeLeader`: an expert running `auto`'s tier from C.
 
-A leader `auto` rebuilds in C (`shadow.rebuilt_in_c`) used to be handed to a fresh Python
+A leader `auto` rebuilds in C (`rebuild.rebuilt_in_c`) used to be handed to a fresh Python
 policy: a tier's worth of entries made at the switch, and then a Python heap push for every
 block a request reuses, its priority below all others (a chain's priorities decrease), so each
 push climbs to the root (1.3-1.5 us a block on the H200 host, against 0.07-0.2 us for the queue

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hkv.policies.base import EvictionPolicy
-from hkv.policies.history import History
+from hkv.policies.history import History, whole
 from hkv.policies.shadow import ShadowSet, make_expert
 from hkv.policies.tier import VllmTier
 
@@ -24,21 +24,39 @@ class Retired(dict):
         retired = self.get(best)
         return retired if retired is not None and retired[1] >= self.history.oldest else None
 
+    def coming(self, best: tuple[int, str], shadows: ShadowSet, capacity: int) -> tuple:
+        """Expert `best` ((index, label)) rebuilt from the requests kept, begun now: replayed in
+        C on the shadows' background thread where they run there (`rebuild.Rebuild`), for
+        `rebuilt` to finish at the next request's end, when the engine has gone on meanwhile."""
+        entries = self.history.entries()
+        begun = shadows.rebuilt(best[1], capacity, [(e[0], e[1]) for e in entries], live=True,
+                                background=True)  # fmt: skip
+        return entries, self.history.remembered, begun
+
     def rebuilt(self, best: tuple[int, str], leaving: tuple[int, EvictionPolicy],
-                shadows: ShadowSet, capacity: int, held: dict,
-                context: dict[str, Any]) -> EvictionPolicy:  # fmt: skip
+                shadows: ShadowSet, capacity: int, held: dict, context: dict[str, Any],
+                coming: tuple | None = None) -> EvictionPolicy:  # fmt: skip
         """Expert `best` ((index, label); the leader `leaving`, (index, instance), retires) as
         it would run the tier now: its last live instance, if it led within the history kept,
         caught up on the requests since (a flip back after a few requests then costs those
-        requests, not a replay of the whole history), otherwise a new one replayed over the
-        history (in C for the experts of `shadow.HANDED_OVER` where the shadows run:
-        `shadow.rebuilt_in_c`, where a prefix-value one stays as the live leader,
+        requests, not a replay of the whole history), otherwise the rebuild `coming` began
+        (the requests kept then, and those kept since), else a new one replayed over the
+        history (in C for the experts of `rebuild.HANDED_OVER` where the shadows run:
+        `rebuild.rebuilt_in_c`, where a prefix-value one stays as the live leader,
         `leader.NativeLeader`; the same decisions as the Python replay's)."""
         history = self.history
         (index, label), retired = best, self.resumable(best[0])
         self[leaving[0]] = (leaving[1], history.remembered)
         self.pop(index, None)
-        if retired is not None:
+        if coming is not None:
+            entries, since, begun = coming
+            more = history.entries(since)
+            if begun is not None:
+                policy, requests = begun.finished([(e[0], e[1]) for e in more], held), ()
+            else:
+                policy, requests = make_expert(label, capacity, **context), entries + more
+            requests = map(whole, requests)
+        elif retired is not None:
             policy, since = retired
             requests = history.whole(since)
         else:  # replayed in C where the shadows run there and the expert can be handed over

@@ -19,7 +19,7 @@ from hkv.policies import native as ext
 from hkv.policies.admission import StoreThreshold
 from hkv.policies.base import EvictionPolicy, Key
 from hkv.policies.leader import LIVE_IN_C, NativeLeader
-from hkv.policies.native import NO_BLOCKS, Columns
+from hkv.policies.native import Columns
 from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
@@ -63,9 +63,8 @@ class ShadowSet:
     extension has, where `native` and it is built; a Python `VllmTier` for the others. Both
     make the same decisions (tests/test_native_shadows.py). Labels in `skip` get no shadow."""
 
-    def __init__(
-        self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset(), keys=False
-    ):
+    def __init__(self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset(),
+                 keys=False, value=None):  # fmt: skip
         native = native and blocks >= 1  # (a tier too small for a block: no native shadow)
         fast = [i for i, label in enumerate(labels) if native and label in ext.LABELS]
         fast = [i for i in fast if labels[i] not in skip]
@@ -82,7 +81,9 @@ class ShadowSet:
         self._own: dict[tuple, BlockMeta] = {}  # the Python shadows' metas, by shape
         self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
         cost = "cost_aware" in [labels[i] for i in fast]
-        self._value = make_expert("cost_aware", 1, **context).value if cost else None
+        if cost and value is None:  # (`value`: cost_aware's, made already for `context`)
+            value = make_expert("cost_aware", 1, **context).value
+        self._value = value if cost else None
         self._modal = "predictive" in [labels[i] for i in fast]  # it reads each block's modality
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
         # with `keys`: each id the native shadows may name -> its key and meta, in C (`copied`)
@@ -145,13 +146,15 @@ class ShadowSet:
         handed_over(policy, self._native, j, keys, _UnpinnedMetas(metas))  # as Python holds them
         return policy
 
-    def rebuilt(self, label: str, capacity_blocks: int, requests, *, held=None, live=False):
-        """`rebuilt_in_c` with this set's context and memo of worths; None where the shadows do
-        not run in C."""
+    def rebuilt(self, label: str, capacity_blocks: int, requests, **how):
+        """`rebuild.rebuilt_in_c` with this set's context and memo of worths (`how`: its
+        keywords); None where the shadows do not run in C."""
+        from hkv.policies.rebuild import rebuilt_in_c  # (it builds on this module)
+
         if self._native is None:
             return None
         return rebuilt_in_c(label, capacity_blocks, requests, self._context, worths=self._worths,
-                            held=held, live=live)  # fmt: skip
+                            value=self._value, **how)  # fmt: skip
 
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
@@ -301,52 +304,6 @@ PRUNE_FLOOR = 1 << 16
 """Ids a full tier's native shadows may keep unpruned, however small the tier (`_keep`): a
 prune reads every shadow's state, so a small tier that pruned at a few tier-sizes spent an
 eighth of `auto`'s shadow time there (Mooncake's trace at 439 blocks, through vLLM's manager)."""
-
-
-HANDED_OVER = frozenset(
-    {"arc", "cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru", "lru+st2", "s3fifo"}
-)
-"""The experts a switch rebuilds in C and hands to Python (`rebuilt_in_c`), faster than their
-Python replay (`python -m bench.auto_rebuild`, data/results/auto_rebuild_cpu.json): every
-native one but `predictive`, which a sampled tier never shadows (`lru` and `s3fifo` since the C
-map's slots hold their key, bfd8e41). A full tier's switch hands over every C shadow (`copied`)."""
-
-
-def rebuilt_in_c(label: str, capacity_blocks: int, requests, context: dict, *, worths=None,
-                 held=None, live=False):  # fmt: skip
-    """Expert `label` after storing `requests` in a tier of its own, as `VllmTier(expert,
-    refuses=False)` would leave it, replayed in C and handed to its Python policy; None where
-    the extension is not built or the expert is not one of `HANDED_OVER`. Each request is its
-    `(key, meta)` pairs in prefix order (a list), or its misses and the hits found (a tuple of
-    two `(keys, metas)`, as `History.kept` gives them), merged as `merged` does, in C (one
-    `replay_request` a request: the merge, the columns and the ids with no Python loop).
-    `worths`: a memo of cost_aware's values by shape to share (a `ShadowSet`'s); `held`: the
-    keys the tier holds, where only those may stay resident (the prefix-value experts' other
-    entries are not made, as if made and removed); `live`: one of `leader.LIVE_IN_C` stays in C,
-    as a `leader.NativeLeader` (the same decisions)."""
-    if label not in ext.LABELS or label not in HANDED_OVER:
-        return None
-    tier = ShadowSet([label], capacity_blocks, context, native=True)
-    if worths is not None:
-        tier._worths = worths
-    live = live and label in LIVE_IN_C
-    # each id's key and (last) meta, kept in C; a NativeLeader held to `held` (a dict) takes
-    # the keys from it, and needs none kept
-    registers = not (live and isinstance(held, dict))
-    native, value, memo = tier._native, tier._value, tier._worths
-    for request in requests:
-        if isinstance(request, tuple):
-            misses, found = request
-        else:
-            misses, found = (list(map(_KEY, request)), list(map(_META, request))), NO_BLOCKS
-        native.replay_request(misses, found, None, registers, value, memo, None)
-    keys, metas = native.registry() if registers else (None, None)
-    if live:
-        return NativeLeader(label, capacity_blocks, ext.leader(native, keys, held),
-                            tier._value, tier._worths, native)  # fmt: skip
-    policy = make_expert(label, capacity_blocks, **context)
-    handed_over(policy, native, 0, keys, metas, held=held)
-    return policy
 
 
 def handed_over(

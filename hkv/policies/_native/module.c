@@ -62,6 +62,8 @@ typedef struct {
     PyObject **reg_objs;
     uint64_t *reg_ids;
     int64_t reg_len, reg_cap;
+    /* `replay_batch`'s requests, filled in `blocks`: where each ends, and how many */
+    Py_ssize_t *batch_ends, batch_len;
 } Shadows;
 static void registry_clear(Shadows *self);
 
@@ -89,6 +91,7 @@ static void Shadows_dealloc(Shadows *self) {
     hkv_worker_free(self->worker); /* the job in flight, if any, ends first */
     PyMem_Free(self->job_hits);
     PyMem_Free(self->known);
+    PyMem_Free(self->batch_ends);
     for (Py_ssize_t i = 0; i < self->n; i++) hkv_tier_free(&self->tiers[i]);
     PyMem_Free(self->tiers);
     PyMem_Free(self->blocks);
@@ -721,24 +724,13 @@ static Py_ssize_t merge_dict(PyObject *misses, PyObject *found, int filter, uint
 /* replay_request(misses, hits, threshold, register, value, worths, modality_index,
  * deferred=False): `auto`'s request end in one call (`ShadowSet.replay_columns`), its misses and
  * hits each `(keys, metas)`; `register`: each block's id, key and meta into the registry */
-static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
-    PyObject *misses, *found, *threshold_obj, *before = NULL;
-    block_reader reader = {.self = self, .last_meta = NULL};
-    int deferred = 0;
-    int registers = 0;
-    if (!PyArg_ParseTuple(args, "OOOpOOO|p", &misses, &found, &threshold_obj, &registers, &reader.value, &reader.memo,
-                          &reader.modality_index, &deferred))
-        return NULL;
-    if (deferred && !(before = take_deferred(self, 1))) return NULL;
-    if (stored(self) < 0) {
-        Py_XDECREF(before);
-        return NULL;
-    }
-    if (worths_ready(self) < 0) return NULL;
-    int filter = threshold_obj != Py_None;
-    uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
-    if (PyErr_Occurred()) return NULL;
-    PyObject *merged = NULL, *result = NULL, *hold[4] = {NULL};
+/* One request's misses and hits (`replay_request`'s), merged, sampled below `threshold` (all:
+ * `filter` 0) and put in order of position into self->blocks[at:at + n] (grown), each block
+ * registered where `registers`: n (0: none kept), or -1 with an exception. */
+static Py_ssize_t fill_merged(Shadows *self, PyObject *misses, PyObject *found, int filter,
+                              uint64_t threshold, int registers, block_reader *reader,
+                              Py_ssize_t at) {
+    PyObject *merged = NULL, *hold[4] = {NULL};
     Py_ssize_t *order = NULL;
     int64_t *positions = NULL;
     PyObject **keys = NULL, **metas = NULL;
@@ -746,42 +738,38 @@ static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
     Py_ssize_t n = merge_ids(misses, found, filter, threshold, hold, &keys, &metas, &ids);
     if (n == -2) /* two keys share an id: through a dict, which tells them apart */
         n = merge_dict(misses, found, filter, threshold, &merged, &keys, &metas, &ids);
-    if (n < 0) goto done;
-    if (!n) {
-        result = Py_NewRef(before ? before : Py_None);
-        goto done;
-    }
+    if (n <= 0) goto done;
     order = PyMem_Malloc(2 * (size_t)n * sizeof *order);
     positions = PyMem_Malloc((size_t)n * sizeof *positions);
-    if (!order || !positions || grow_blocks(self, n) < 0) {
+    if (!order || !positions || grow_blocks(self, at + n) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
+        n = -1;
         goto done;
     }
     Py_ssize_t j;
     int sorted = 1;
     for (j = 0; j < n; j++) {
         order[j] = j;
-        if (int_attr(metas[j], F_POSITION, &positions[j]) < 0) goto done;
+        if (int_attr(metas[j], F_POSITION, &positions[j]) < 0) break;
         if (j && positions[j] < positions[j - 1]) sorted = 0;
+    }
+    if (j < n) {
+        n = -1;
+        goto done;
     }
     if (!sorted) hkv_sort_by_position(order, order + n, positions, n);
     for (j = 0; j < n; j++) {
         PyObject *key = keys[order[j]], *meta = metas[order[j]];
-        hkv_block *b = &self->blocks[j];
+        hkv_block *b = &self->blocks[at + j];
         b->position = positions[order[j]];
         b->key = ids[order[j]];
-        if (read_fields(&reader, meta, b) < 0) goto done;
-        if (registers && register_block(self, b->key, key, meta) < 0)
-            goto done;
-    }
-    if (deferred) {
-        if (defer_filled(self, n) == 0) result = Py_NewRef(before);
-    } else {
-        PyObject *hits = replay_filled(self, n);
-        if (hits) result = Py_BuildValue("(Nn)", hits, n);
+        if (read_fields(reader, meta, b) < 0 ||
+            (registers && register_block(self, b->key, key, meta) < 0)) {
+            n = -1;
+            break;
+        }
     }
 done:
-    Py_XDECREF(before);
     Py_XDECREF(merged);
     columns_release(hold);
     columns_release(hold + 2);
@@ -789,7 +777,97 @@ done:
     PyMem_Free(positions);
     PyMem_Free(keys);
     PyMem_Free(ids);
+    return n;
+}
+
+static PyObject *Shadows_replay_request(Shadows *self, PyObject *args) {
+    PyObject *misses, *found, *threshold_obj, *before = NULL, *result = NULL;
+    block_reader reader = {.self = self, .last_meta = NULL};
+    int deferred = 0;
+    int registers = 0;
+    if (!PyArg_ParseTuple(args, "OOOpOOO|p", &misses, &found, &threshold_obj, &registers, &reader.value, &reader.memo,
+                          &reader.modality_index, &deferred))
+        return NULL;
+    if (deferred && !(before = take_deferred(self, 1))) return NULL;
+    if (stored(self) < 0 || worths_ready(self) < 0) {
+        Py_XDECREF(before);
+        return NULL;
+    }
+    int filter = threshold_obj != Py_None;
+    uint64_t threshold = filter ? PyLong_AsUnsignedLongLong(threshold_obj) : 0;
+    Py_ssize_t n = PyErr_Occurred()
+                       ? -1
+                       : fill_merged(self, misses, found, filter, threshold, registers, &reader, 0);
+    if (n == 0) {
+        result = Py_NewRef(before ? before : Py_None);
+    } else if (n > 0 && deferred) {
+        if (defer_filled(self, n) == 0) result = Py_NewRef(before);
+    } else if (n > 0) {
+        PyObject *hits = replay_filled(self, n);
+        if (hits) result = Py_BuildValue("(Nn)", hits, n);
+    }
+    Py_XDECREF(before);
     return result;
+}
+
+/* the requests `replay_batch` filled, one after another, in every tier (on the worker thread
+ * where it runs: no Python object touched); a store out of memory stops it, raised next */
+static void batch_job(void *arg) {
+    Shadows *self = arg;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t r = 0; r < self->batch_len && !self->store_failed; r++) {
+        Py_ssize_t end = self->batch_ends[r];
+        if (hkv_request_set(&self->request, self->blocks + start, end - start) < 0) {
+            self->store_failed = 1;
+            break;
+        }
+        for (Py_ssize_t i = 0; i < self->n; i++)
+            if (hkv_tier_replay(&self->tiers[i], &self->request) < 0) self->store_failed = 1;
+        start = end;
+    }
+    self->batch_len = 0;
+}
+
+/* replay_batch(requests, register, value, worths, modality_index): each request (misses,
+ * hits), as `replay_request` takes one, read here, then stored in every tier one after
+ * another by the worker thread while the caller goes on (here, at once, where none runs);
+ * every later call waits for it. None. */
+static PyObject *Shadows_replay_batch(Shadows *self, PyObject *args) {
+    PyObject *requests, *seq = NULL;
+    block_reader reader = {.self = self, .last_meta = NULL};
+    int registers = 0;
+    if (!PyArg_ParseTuple(args, "OpOOO", &requests, &registers, &reader.value, &reader.memo,
+                          &reader.modality_index))
+        return NULL;
+    if (stored(self) < 0 || worths_ready(self) < 0) return NULL;
+    if (!self->worker && !(self->worker = hkv_worker_new())) return PyErr_NoMemory();
+    if (!(seq = PySequence_Fast(requests, "Shadows.replay_batch: requests must be a list")))
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), at = 0, kept = 0;
+    Py_ssize_t *ends = PyMem_Realloc(self->batch_ends, (size_t)(count + 1) * sizeof *ends);
+    if (!ends) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    self->batch_ends = ends;
+    for (Py_ssize_t r = 0; r < count; r++) {
+        PyObject *misses, *found, *request = PySequence_Fast_GET_ITEM(seq, r);
+        if (!PyArg_ParseTuple(request, "OO;Shadows.replay_batch: a request is (misses, hits)",
+                              &misses, &found)) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        Py_ssize_t n = fill_merged(self, misses, found, 0, 0, registers, &reader, at);
+        if (n < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (n) ends[kept++] = at += n;
+    }
+    Py_DECREF(seq);
+    self->batch_len = kept;
+    if (kept) hkv_worker_submit(self->worker, batch_job, self);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Shadows_replay(Shadows *self, PyObject *args) {
@@ -1368,6 +1446,11 @@ static PyMethodDef Shadows_methods[] = {
      "register: each block's id, key and meta kept in the registry (`registry`); "
      "deferred: stored by a background thread, and the result returned is the previous "
      "deferred call's (read once)"},
+    {"replay_batch", (PyCFunction)Shadows_replay_batch, METH_VARARGS,
+     "replay_batch(requests, register, value, worths, modality_index): each request (misses, "
+     "hits) as replay_request takes one, unsampled, read now and stored in every tier by the "
+     "background thread while the caller goes on (at once where none runs); every later call "
+     "waits for it; None"},
     {"registry", (PyCFunction)Shadows_registry, METH_NOARGS,
      "the registry of ids as two dicts: id -> key, id -> meta"},
     {"registry_size", (PyCFunction)Shadows_registry_size, METH_NOARGS, "ids in the registry"},
