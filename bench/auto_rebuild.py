@@ -9,8 +9,12 @@ the Python replay, in C for the others, as `auto` does), and rebuilds every expe
 ways: a Python `VllmTier` replay, and a replay in hkv's C
 extension whose state is handed to the Python policy (`hkv.policies.rebuild.rebuilt_in_c`, for
 the experts of `HANDED_OVER`), and for the prefix-value experts a third: the replay in C kept
-there as the live leader (`leader.NativeLeader`, what `auto` does since). All run with the
-garbage collector held off, as `auto` runs them (`paused_gc`); each time is the best of
+there as the live leader (`leader.NativeLeader`, what `auto` does since). For the experts
+rebuilt in C, what the switch costs the caller as `auto` makes it (live in C where it can be,
+held to a tier's worth of the history's latest blocks): the rebuild at once, against one begun on
+the shadows' background thread and finished at the next score (`rebuild.Rebuild`: the caller's
+start and finish, the replay between left out, as the engine's next step overlaps it). All run
+with the garbage collector held off, as `auto` runs them (`paused_gc`); each time is the best of
 `--repeats`, the ways alternating.
 
     python -m bench.auto_rebuild        # data/results/auto_rebuild_cpu.json
@@ -39,10 +43,10 @@ def history_at_first_switch(popularity: float, cpu_gib: float) -> tuple[list, in
     kept: list[tuple[list, int]] = []
     switch = auto.AutoPolicy._switch
 
-    def spy(self, best):
+    def spy(self, best, *coming):
         if not kept:
             kept.append((list(self._history.kept()), self.capacity_blocks))
-        switch(self, best)
+        switch(self, best, *coming)
 
     auto.AutoPolicy._switch = spy
     try:
@@ -77,6 +81,27 @@ def rebuild_ms(label: str, history: list, capacity: int, native: bool, live=Fals
         return 1e3 * (time.perf_counter() - start)
 
 
+def caller_ms(label: str, history: list, capacity: int, held: dict) -> tuple[float, float]:
+    """What a switch's rebuild of `label` (live in C, held to `held`, as `auto` makes it) costs
+    the caller: at once (`rebuilt_in_c`), and begun on the background thread and finished once
+    its replay is done (`background=True`: the caller's start plus its finish, the replay's own
+    time, which the engine's next step overlaps, left out): milliseconds, each way."""
+    from hkv.policies.base import paused_gc
+    from hkv.policies.rebuild import rebuilt_in_c
+
+    with paused_gc():
+        start = time.perf_counter()
+        rebuilt_in_c(label, capacity, history, {}, live=True, held=held)
+        at_once = time.perf_counter() - start
+        start = time.perf_counter()
+        begun = rebuilt_in_c(label, capacity, history, {}, live=True, background=True)
+        begin = time.perf_counter() - start
+        begun.wait()  # (the replay: not the caller's)
+        start = time.perf_counter()
+        begun.finished((), held)
+        return 1e3 * at_once, 1e3 * (begin + time.perf_counter() - start)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.auto_rebuild", description=__doc__.splitlines()[0]
@@ -107,10 +132,23 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"expert": label, "python_ms": min(times["python"])}
         for way in ("c", "c_live"):
             row[f"{way}_ms"] = min(times[way]) if times[way] else None
+        if row["c_ms"] is not None:  # the caller's share, held to what the tier would hold
+            held = dict(merged(*history[-1]) if isinstance(history[-1], tuple) else history[-1])
+            for request in reversed(history[:-1]):
+                if len(held) >= capacity:
+                    break
+                pairs = merged(*request) if isinstance(request, tuple) else request
+                held.update(pairs[: capacity - len(held)])
+            ways = [caller_ms(label, history, capacity, held) for _ in range(args.repeats)]
+            row["caller_at_once_ms"] = min(w[0] for w in ways)
+            row["caller_begun_ms"] = min(w[1] for w in ways)
         rows.append(row)
         shown = {k: v if v is not None else float("nan") for k, v in row.items()}
         print(f"{label:>18}: Python {shown['python_ms']:6.1f} ms, C {shown['c_ms']:6.1f} ms, "
-              f"kept in C {shown['c_live_ms']:6.1f} ms")  # fmt: skip
+              f"kept in C {shown['c_live_ms']:6.1f} ms; the caller's as auto switches: "
+              f"{shown.get('caller_at_once_ms', float('nan')):5.1f} ms at once, "
+              f"{shown.get('caller_begun_ms', float('nan')):5.1f} ms begun on the thread"
+              )  # fmt: skip
     results = {
         "capacity_blocks": capacity,
         "history_requests": len(history),

@@ -55,6 +55,10 @@ class Rebuild:
                                   tier._worths, None)  # fmt: skip
         return self
 
+    def wait(self) -> None:
+        """Until the replay begun is done (`finished` waits for it too)."""
+        self.tier._native.sizes()  # (every call on the shadows waits for their thread first)
+
     def finished(self, more=(), held=None) -> EvictionPolicy:
         """The policy, once `more` requests are stored after those begun; `held` as in
         `rebuilt_in_c` (a dict where the rebuild kept no keys)."""

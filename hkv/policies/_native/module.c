@@ -643,7 +643,9 @@ static Py_ssize_t merge_ids(PyObject *misses, PyObject *found, int filter, uint6
     PyObject **keys = PyMem_Malloc(2 * (size_t)(len[0] + len[1] + 1) * sizeof *keys);
     uint64_t *ids = PyMem_Malloc((size_t)(len[0] + len[1] + 1) * sizeof *ids);
     hkv_map at;
-    if (!keys || !ids || hkv_map_init(&at, (size_t)(len[0] + len[1])) < 0) {
+    /* sampled, few keys stay: a small map grows as they come (a clear of one sized for every
+     * key would cost more than the merge) */
+    if (!keys || !ids || hkv_map_init(&at, filter ? 64 : (size_t)(len[0] + len[1])) < 0) {
         PyMem_Free(keys);
         PyMem_Free(ids);
         PyErr_NoMemory();
