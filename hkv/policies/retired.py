@@ -7,6 +7,7 @@ from typing import Any
 
 from hkv.policies.base import EvictionPolicy
 from hkv.policies.history import History, whole
+from hkv.policies.rebuild import rebuilt_in_c
 from hkv.policies.shadow import ShadowSet, make_expert
 from hkv.policies.tier import VllmTier
 
@@ -29,8 +30,8 @@ class Retired(dict):
         C on the shadows' background thread where they run there (`rebuild.Rebuild`), for
         `rebuilt` to finish at the next request's end, when the engine has gone on meanwhile."""
         entries = self.history.entries()
-        begun = shadows.rebuilt(best[1], capacity, [(e[0], e[1]) for e in entries], live=True,
-                                background=True)  # fmt: skip
+        begun = _rebuilt(shadows, best[1], capacity, [(e[0], e[1]) for e in entries],
+                         background=True)  # fmt: skip
         return entries, self.history.remembered, begun
 
     def rebuilt(self, best: tuple[int, str], leaving: tuple[int, EvictionPolicy],
@@ -60,7 +61,7 @@ class Retired(dict):
             policy, since = retired
             requests = history.whole(since)
         else:  # replayed in C where the shadows run there and the expert can be handed over
-            policy = shadows.rebuilt(label, capacity, history.kept(), held=held, live=True)
+            policy = _rebuilt(shadows, label, capacity, history.kept(), held=held)
             requests = iter(()) if policy is not None else history.whole()
             if policy is None:  # (a policy holding nothing is falsy: `is None`, not `or`)
                 policy = make_expert(label, capacity, **context)
@@ -70,3 +71,12 @@ class Retired(dict):
         for index in [i for i, (_, left) in self.items() if left < history.oldest]:
             del self[index]
         return tier.policy
+
+
+def _rebuilt(shadows: ShadowSet, label: str, capacity: int, requests, **how):
+    """`rebuilt_in_c(live=True)` with what the shadows share (`how`: its other keywords); None
+    where they do not run in C."""
+    shared = shadows.rebuild_context()
+    if shared is None:
+        return None
+    return rebuilt_in_c(label, capacity, requests, live=True, **shared, **how)

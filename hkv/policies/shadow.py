@@ -146,15 +146,12 @@ class ShadowSet:
         handed_over(policy, self._native, j, keys, _UnpinnedMetas(metas))  # as Python holds them
         return policy
 
-    def rebuilt(self, label: str, capacity_blocks: int, requests, **how):
-        """`rebuild.rebuilt_in_c` with this set's context and memo of worths (`how`: its
-        keywords); None where the shadows do not run in C."""
-        from hkv.policies.rebuild import rebuilt_in_c  # (it builds on this module)
-
+    def rebuild_context(self) -> dict[str, Any] | None:
+        """What `rebuild.rebuilt_in_c` shares with this set (its context, its memo of worths and
+        cost_aware's `value`), as keywords; None where the shadows do not run in C."""
         if self._native is None:
             return None
-        return rebuilt_in_c(label, capacity_blocks, requests, self._context, worths=self._worths,
-                            value=self._value, **how)  # fmt: skip
+        return {"context": self._context, "worths": self._worths, "value": self._value}
 
     def __deepcopy__(self, memo: dict) -> ShadowSet:
         """A copy that decides alike: Python shadows copied, native ones handed to Python
