@@ -11,7 +11,7 @@ from hkv.policies import native as ext
 from hkv.policies.base import EvictionPolicy
 from hkv.policies.leader import LIVE_IN_C, NativeLeader
 from hkv.policies.native import NO_BLOCKS
-from hkv.policies.shadow import ShadowSet, handed_over, make_expert
+from hkv.policies.shadow import handed_over, make_expert
 
 _KEY, _META = itemgetter(0), itemgetter(1)
 
@@ -37,9 +37,11 @@ class Rebuild:
         self.live = live and label in LIVE_IN_C
         self.registers = registers or not self.live  # a NativeLeader held to a dict needs none
         self.context = context
-        self.tier = ShadowSet([label], capacity_blocks, context, native=True, value=value)
-        if worths is not None:
-            self.tier._worths = worths
+        self.native = ext.shadows([label], capacity_blocks)
+        if value is None and label == "cost_aware":  # (its value reads the model's config)
+            value = make_expert(label, 1, **context).value
+        self.value = value if label == "cost_aware" else None
+        self.worths = {} if worths is None else worths  # cost_aware's values by shape
 
     def _kept(self, requests) -> list:
         out = []
@@ -50,29 +52,28 @@ class Rebuild:
         return out
 
     def begin(self, requests) -> Rebuild:
-        tier = self.tier
-        tier._native.replay_batch(self._kept(requests), self.registers, tier._value,
-                                  tier._worths, None)  # fmt: skip
+        self.native.replay_batch(self._kept(requests), self.registers, self.value, self.worths,
+                                 None)  # fmt: skip
         return self
 
     def wait(self) -> None:
         """Until the replay begun is done (`finished` waits for it too)."""
-        self.tier._native.sizes()  # (every call on the shadows waits for their thread first)
+        self.native.sizes()  # (every call on the shadows waits for their thread first)
 
     def finished(self, more=(), held=None) -> EvictionPolicy:
         """The policy, once `more` requests are stored after those begun; `held` as in
         `rebuilt_in_c` (a dict where the rebuild kept no keys)."""
-        tier, native = self.tier, self.tier._native
+        native = self.native
         if not self.registers and not isinstance(held, dict):
             raise HkvError("Rebuild.finished: a live leader rebuilt without its keys needs "
                            "the held keys as a dict")  # fmt: skip
         for misses, found in self._kept(more):
-            native.replay_request(misses, found, None, self.registers, tier._value,
-                                  tier._worths, None)  # fmt: skip
+            native.replay_request(misses, found, None, self.registers, self.value, self.worths,
+                                  None)  # fmt: skip
         keys, metas = native.registry() if self.registers else (None, None)
         if self.live:
             return NativeLeader(self.label, self.capacity, ext.leader(native, keys, held),
-                                tier._value, tier._worths, native)  # fmt: skip
+                                self.value, self.worths, native)  # fmt: skip
         policy = make_expert(self.label, self.capacity, **self.context)
         handed_over(policy, native, 0, keys, metas, held=held)
         return policy

@@ -63,8 +63,9 @@ class ShadowSet:
     extension has, where `native` and it is built; a Python `VllmTier` for the others. Both
     make the same decisions (tests/test_native_shadows.py). Labels in `skip` get no shadow."""
 
-    def __init__(self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset(),
-                 keys=False, value=None):  # fmt: skip
+    def __init__(
+        self, labels, blocks: int, context: dict, *, native: bool, skip=frozenset(), keys=False
+    ):
         native = native and blocks >= 1  # (a tier too small for a block: no native shadow)
         fast = [i for i, label in enumerate(labels) if native and label in ext.LABELS]
         fast = [i for i in fast if labels[i] not in skip]
@@ -81,9 +82,7 @@ class ShadowSet:
         self._own: dict[tuple, BlockMeta] = {}  # the Python shadows' metas, by shape
         self._native = ext.shadows([labels[i] for i in fast], blocks) if fast else None
         cost = "cost_aware" in [labels[i] for i in fast]
-        if cost and value is None:  # (`value`: cost_aware's, made already for `context`)
-            value = make_expert("cost_aware", 1, **context).value
-        self._value = value if cost else None
+        self._value = make_expert("cost_aware", 1, **context).value if cost else None
         self._modal = "predictive" in [labels[i] for i in fast]  # it reads each block's modality
         self._worths: dict[tuple, float] = {}  # value() by (tokens, position, modality, tier)
         # with `keys`: each id the native shadows may name -> its key and meta, in C (`copied`)
