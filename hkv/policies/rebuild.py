@@ -27,8 +27,8 @@ map's slots hold their key, bfd8e41). A full tier's switch hands over every C sh
 class Rebuild:
     """Expert `label` storing requests in a C tier of its own, as `VllmTier(expert,
     refuses=False)` would (`rebuilt_in_c` says what a request may be): `begin` reads the
-    requests and leaves their replay to the shadows' background thread (at once where none
-    runs: `HKV_SHADOW_THREAD=0`, or no second thread); `finished` stores more requests after
+    requests and leaves their replay to the shadows' background thread (in the caller, at once,
+    where the shadows run no thread: `HKV_SHADOW_THREAD=0`); `finished` stores more requests after
     them and gives the policy. The same decisions either way, and as `rebuilt_in_c`'s."""
 
     def __init__(self, label: str, capacity_blocks: int, context: dict, *, worths=None,
@@ -66,7 +66,8 @@ class Rebuild:
         native = self.native
         if not self.registers and not isinstance(held, dict):
             raise HkvError("Rebuild.finished: a live leader rebuilt without its keys needs "
-                           "the held keys as a dict")  # fmt: skip
+                           "the held keys as a dict: pass held={key: meta, ...}, the blocks the "
+                           "tier holds")  # fmt: skip
         for misses, found in self._kept(more):
             native.replay_request(misses, found, None, self.registers, self.value, self.worths,
                                   None)  # fmt: skip
