@@ -54,8 +54,7 @@ class History:
         """Every request kept, as it is kept: its misses and hits found, each `(keys, metas)`
         (a merged one: its blocks in prefix order and no hits), the merge left to the reader
         (`rebuilt_in_c`)."""
-        for misses, found, _ in self._entries:
-            yield misses, found
+        return iter(kept(self._entries))
 
     def whole(self, since: int | None = None) -> Iterator[Pairs]:
         """The requests kept from request number `since` on (all of them without), each
@@ -68,6 +67,11 @@ class History:
         (its first two items)."""
         start = 0 if since is None else max(0, since - self.oldest)
         return list(islice(self._entries, start, None))
+
+
+def kept(entries: list[list]) -> list[tuple[Columns, Columns]]:
+    """Requests `History` kept (`entries`), each as its misses and hits found (`History.kept`)."""
+    return [(entry[0], entry[1]) for entry in entries]
 
 
 def whole(entry: list) -> Pairs:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hkv.policies.base import EvictionPolicy
-from hkv.policies.history import History, whole
+from hkv.policies.history import History, kept, whole
 from hkv.policies.rebuild import rebuilt_in_c
 from hkv.policies.shadow import ShadowSet, make_expert
 from hkv.policies.tier import VllmTier
@@ -30,8 +30,7 @@ class Retired(dict):
         C on the shadows' background thread where they run there (`rebuild.Rebuild`), for
         `rebuilt` to finish at the next request's end, when the engine has gone on meanwhile."""
         entries = self.history.entries()
-        begun = _rebuilt(shadows, best[1], capacity, [(e[0], e[1]) for e in entries],
-                         background=True)  # fmt: skip
+        begun = _rebuilt(shadows, best[1], capacity, kept(entries), background=True)
         return entries, self.history.remembered, begun
 
     def rebuilt(self, best: tuple[int, str], leaving: tuple[int, EvictionPolicy],
@@ -53,7 +52,7 @@ class Retired(dict):
             entries, since, begun = coming
             more = history.entries(since)
             if begun is not None:
-                policy, requests = begun.finished([(e[0], e[1]) for e in more], held), ()
+                policy, requests = begun.finished(kept(more), held), ()
             else:
                 policy, requests = make_expert(label, capacity, **context), entries + more
             requests = map(whole, requests)
