@@ -180,6 +180,13 @@ def test_a_fresh_policy_replaces_the_managers_between_two_resets(monkeypatch):
         "hkv_auto",
         {"first": "lru", "margin_rebuild": 0.005, "native": True},
     )
+    experts = 'hkv_auto+experts=["lru","lru+st2"]+first=lru'  # a JSON value's + and , are its own
+    assert engine.split_policy(experts) == (
+        "hkv_auto",
+        {"experts": ["lru", "lru+st2"], "first": "lru"},
+    )
+    assert engine.policy_list(f"lru,{experts},hkv_bip") == ["lru", experts, "hkv_bip"]
+    assert engine.split_policy('hkv_auto+first="a+b"') == ("hkv_auto", {"first": "a+b"})
     with pytest.raises(SystemExit, match=r"expected \+NAME or \+NAME=VALUE"):
         engine.split_policy("hkv_auto+=lru")
     with pytest.raises(SystemExit, match="takes no hkv hyperparameters"):
