@@ -94,7 +94,7 @@ def make_cache_policy(name: str, capacity: int):
     if name == "hkv_auto_python":  # auto with its shadows in Python: the native ones' yardstick
         params = {"policy_params": {"native": False}}
         return policy_class("hkv_auto")(cache_capacity=capacity, block_tokens=16, **params)
-    from bench.vllm_gpu.engine import split_policy
+    from bench.vllm_gpu.plans import split_policy
 
     name, params = split_policy(name)  # `hkv_auto+first=lru`: with hyperparameters, as the engine
     extra = {"policy_params": params} if params else {}

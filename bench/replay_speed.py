@@ -39,7 +39,7 @@ from typing import Any
 
 from bench.policy_suite import DEFAULT_TRACE, ROOT
 from bench.policy_suite import workloads as suite_workloads
-from bench.vllm_gpu.engine import split_policy
+from bench.vllm_gpu.plans import split_policy
 from hkv.cost import CostModel
 from hkv.policies import make_policy
 from hkv.report import save_results

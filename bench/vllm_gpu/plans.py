@@ -1,9 +1,12 @@
-"""The plans: which engines (policies x CPU tier x variant x GPUs) a `drive` runs, in order."""
+"""The plans: which engines (policies x CPU tier x variant x GPUs) a `drive` runs, in order; and
+the policies a run names (`--policy`), each with its hyperparameters."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+
+from bench.vllm_gpu import VLLM_POLICIES
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,57 @@ def plan(name: str, best_hkv: str, hkv_policies: list[str]) -> list[Config]:
 
 def config_key(config: Config) -> str:
     return json.dumps(asdict(config), sort_keys=True)
+
+
+def policy_list(text: str) -> list[str]:
+    """`--policy`: one name or several, comma-separated (`lru,arc,hkv_bip`), each once (a comma
+    inside a JSON value is the value's: `hkv_auto+experts=["lru","lip"],lru`)."""
+    names = [p.strip() for p in split_outside(text, ",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise SystemExit(f"--policy: got {text!r}; expected names like lru,arc,hkv_bip, each once")
+    return names
+
+
+def split_policy(spec: str) -> tuple[str, dict]:
+    """`hkv_bip+tail_first` -> (`hkv_bip`, {"tail_first": True}); `hkv_auto+first=lru` ->
+    (`hkv_auto`, {"first": "lru"}): a policy and hyperparameters, each `+NAME` switched on or
+    `+NAME=VALUE` (a JSON value, else the text as a string), hkv policies only (they reach it
+    as `hkv_policy_params`). A `+` inside a JSON list, object or string is the value's:
+    `hkv_auto+experts=["lru","lru+st2"]`."""
+    name, *flags = split_outside(spec, "+")
+    if flags and name in VLLM_POLICIES:
+        raise SystemExit(f"--policy: {spec!r}; vLLM's own {name} takes no hkv hyperparameters")
+    params = {}
+    for flag in flags:
+        key, eq, text = flag.partition("=")
+        if not key:
+            raise SystemExit(f"--policy: {spec!r}; expected +NAME or +NAME=VALUE after {name}")
+        params[key] = _value(text) if eq else True
+    return name, params
+
+
+def split_outside(text: str, sep: str) -> list[str]:
+    """`text.split(sep)`, but a `sep` inside brackets, braces or a double-quoted string (a JSON
+    value's) does not split."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, char in enumerate(text):
+        if quoted:
+            quoted = char != '"' or text[i - 1] == "\\"
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        elif char == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
+def _value(text: str):
+    """A hyperparameter's value: JSON where it parses (`0.01`, `true`), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
