@@ -9,7 +9,7 @@ from itertools import islice
 
 from hkv.blocks import BlockMeta
 from hkv.policies.base import Key
-from hkv.policies.native import NO_BLOCKS, Columns, merged
+from hkv.policies.native import NO_BLOCKS, Columns, columns, merged
 
 Pairs = list[tuple[Key, BlockMeta]]
 
@@ -77,8 +77,7 @@ def kept(entries: list[list]) -> list[tuple[Columns, Columns]]:
 def whole(entry: list) -> Pairs:
     """A request `History` kept (one of `entries`), merged into prefix order (once: kept so)."""
     if entry[1] is not NO_BLOCKS:
-        pairs = merged(entry[0], entry[1])
-        entry[0], entry[1] = ([k for k, _ in pairs], [m for _, m in pairs]), NO_BLOCKS
+        entry[0], entry[1] = columns(merged(entry[0], entry[1])), NO_BLOCKS
     return list(zip(*entry[0], strict=True))
 
 

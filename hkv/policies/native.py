@@ -194,5 +194,10 @@ def merged(misses: Columns, hits: Columns) -> list:
     return sorted(pairs.items(), key=_position)
 
 
+def columns(pairs) -> Columns:
+    """A request's `(key, meta)` pairs as its `(keys, metas)` (`merged`'s pairs back to columns)."""
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+
+
 def _position(pair: tuple[Key, BlockMeta]) -> int:
     return pair[1].position

@@ -4,16 +4,12 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
-
 from hkv.errors import HkvError
 from hkv.policies import native as ext
 from hkv.policies.base import EvictionPolicy
 from hkv.policies.leader import LIVE_IN_C, NativeLeader
-from hkv.policies.native import NO_BLOCKS
+from hkv.policies.native import NO_BLOCKS, columns
 from hkv.policies.shadow import handed_over, make_expert
-
-_KEY, _META = itemgetter(0), itemgetter(1)
 
 HANDED_OVER = frozenset(
     {"arc", "cost_aware", "depth_lfu", "depth_lfu_static", "lip", "lru", "lru+st2", "s3fifo"}
@@ -47,7 +43,7 @@ class Rebuild:
         out = []
         for request in requests:
             if not isinstance(request, tuple):
-                request = (list(map(_KEY, request)), list(map(_META, request))), NO_BLOCKS
+                request = columns(request), NO_BLOCKS
             out.append(request)
         return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from hkv.blocks import BlockMeta
@@ -24,7 +24,6 @@ from hkv.policies.predictive import MODALITY_INDEX
 from hkv.policies.registry import make_policy
 from hkv.policies.tier import VllmTier, replay_request
 
-_KEY, _META = itemgetter(0), itemgetter(1)
 _POSITION, _TOKENS = attrgetter("position"), attrgetter("tokens")
 _MODALITY = attrgetter("modality")
 
@@ -223,7 +222,7 @@ class ShadowSet:
         else:
             hits = [0] * len(self.tiers)
         if self._native is not None:
-            request_keys, metas = list(map(_KEY, request)), list(map(_META, request))
+            request_keys, metas = ext.columns(request)
             ids = ext.key_ids(request_keys)
             if self._keys:
                 self._keep(ids, request_keys, metas)
