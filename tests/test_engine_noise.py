@@ -80,6 +80,31 @@ def test_pooled_keeps_engines_that_decided_as_most_did_and_bounds_the_mean():
     assert [e["file"] for e in engine_noise.pooled(pair, (8, 1))["engines"]] == ["e0", "e1"]
 
 
+def test_outcomes_group_the_engines_by_what_auto_decided_and_where_it_switched():
+    def engine(change, stored, switched):
+        mine = _run("hkv_auto", 10.0 * change, stored=stored, policy_s=2.0)
+        mine["policy_leaders"] = ["lip", [73, switched, 0.01]] if switched else ["lip"]
+        return {"runs": [_run("lru", 10.0), mine]}
+
+    files = [("a", engine(1.02, 100, "lru")), ("b", engine(0.96, 90, "cost_aware")),
+             ("c", engine(1.04, 100, "lru")), ("d", engine(0.98, 90, "cost_aware")),
+             ("e", engine(1.10, 80, None))]  # fmt: skip
+    got = engine_noise.outcomes(files, (8, 1))
+    assert [(g["decided"], g["engines"], g["files"]) for g in got] == [
+        ((90, 50), 2, ["b", "d"]),
+        ((100, 50), 2, ["a", "c"]),
+        ((80, 50), 1, ["e"]),
+    ]  # two and two: the later first, as `pooled` keeps it
+    assert got[0]["switched_to"] == {"cost_aware": 2} and got[2]["switched_to"] == {None: 1}
+    assert got[0]["wall"] == pytest.approx(math.sqrt(0.96 * 0.98))
+    assert got[1]["policy_s"] == pytest.approx(2.0) and got[1]["ttft"] == pytest.approx(
+        1.03, abs=0.001
+    )
+    kept = engine_noise.pooled(files, (8, 1))["engines"]
+    assert [e["file"] for e in kept] == got[0]["files"]  # the group `pooled` keeps comes first
+    assert engine_noise.outcomes(files, (12, 1)) == []  # no engine ran that cell
+
+
 def test_each_timed_run_gets_the_idle_rates_around_it(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
@@ -134,6 +159,10 @@ def test_pooled_frames_read_a_folder_of_engine_files(tmp_path):
     table = frames[0].data
     assert list(table.index) == ["skewed, 8 GiB"] and table.loc["skewed, 8 GiB", "engines"] == 2
     assert engine_noise.pooled_frames(tmp_path, ["hkv_bip"]) == []  # never ran: no table
+    split = engine_noise.outcomes_frame(tmp_path, (8, 1))  # one outcome: both engines in it
+    assert "(8, 1)" in split.caption and "files" not in split.data.columns
+    assert split.data["engines"].tolist() == [2]
+    assert split.data.loc[0, "wall"] == pytest.approx(math.sqrt(1.04 * 0.98))
 
 
 def test_another_draw_of_the_workload_stays_out_of_the_engines_cell():

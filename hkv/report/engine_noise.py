@@ -103,6 +103,57 @@ def _median_ratio(mine: list[dict], theirs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in mine) / statistics.median(r[key] for r in theirs)
 
 
+def _engines(
+    results: Iterable[tuple[str, Mapping[str, Any]]], cell: Cell, policy: str, base: str
+) -> list[dict[str, Any]]:
+    """Each engine where `policy` ran with `base` in `cell`: what `policy` decided there (its
+    first run's `stored_blocks` and `loaded_blocks`), the expert its first switch went to (None:
+    none, or no leaders logged), and its ratios of medians to `base`'s."""
+    engines = []
+    for name, data in results:
+        runs = cell_runs(data, cell)
+        mine = [r for r in runs if r["policy"] == policy]
+        theirs = [r for r in runs if r["policy"] == base]
+        if mine and theirs:
+            leaders = mine[0].get("policy_leaders") or []
+            engines.append({
+                "file": name, "rounds": len(mine),
+                "decided": (mine[0]["stored_blocks"], mine[0]["loaded_blocks"]),
+                "switched_to": leaders[1][1] if len(leaders) > 1 else None,
+                "gpu": data.get("machine", {}).get("gpu_name"),
+                "wall": _median_ratio(mine, theirs, "wall_s"),
+                "ttft": _median_ratio(mine, theirs, "ttft_mean_s"),
+                "policy_s": _median_ratio(mine, theirs, "policy_s"),
+            })  # fmt: skip
+    return engines
+
+
+def outcomes(
+    results: Iterable[tuple[str, Mapping[str, Any]]],
+    cell: Cell,
+    policy: str = "hkv_auto",
+    base: str = "lru",
+) -> list[dict[str, Any]]:
+    """What `pooled` leaves out, beside what it keeps: the engines of `cell` grouped by what
+    `policy` decided there (blocks stored and loaded), the most engines first (of as many, the
+    later outcome first, as `pooled` keeps it), each group's engines, files, first switches
+    (expert: engines) and the geometric means of its ratios to `base` (wall, mean TTFT, policy
+    time)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    last: dict[tuple, int] = {}
+    for index, engine in enumerate(_engines(results, cell, policy, base)):
+        groups.setdefault(engine["decided"], []).append(engine)
+        last[engine["decided"]] = index
+    ranked = sorted(groups, key=lambda decided: (len(groups[decided]), last[decided]))
+    return [{
+        "decided": group[0]["decided"], "engines": len(group),
+        "files": [e["file"] for e in group],
+        "switched_to": dict(Counter(e["switched_to"] for e in group)),
+        **{key: math.exp(statistics.fmean(math.log(e[key]) for e in group))
+           for key in ("wall", "ttft", "policy_s")},
+    } for group in (groups[decided] for decided in reversed(ranked))]  # fmt: skip
+
+
 def pooled(
     results: Iterable[tuple[str, Mapping[str, Any]]],
     cell: Cell,
@@ -118,20 +169,7 @@ def pooled(
     oldest first. None where no engine ran both. Most, not the latest: each engine seeds its own
     block hashes, so a sampled `auto` samples other keys in each and may decide otherwise in one
     engine; the engines that decided alike are the repeats of one comparison."""
-    engines = []
-    for name, data in results:
-        runs = cell_runs(data, cell)
-        mine = [r for r in runs if r["policy"] == policy]
-        theirs = [r for r in runs if r["policy"] == base]
-        if mine and theirs:
-            decided = (mine[0]["stored_blocks"], mine[0]["loaded_blocks"])
-            engines.append({
-                "file": name, "rounds": len(mine), "decided": decided,
-                "gpu": data.get("machine", {}).get("gpu_name"),
-                "wall": _median_ratio(mine, theirs, "wall_s"),
-                "ttft": _median_ratio(mine, theirs, "ttft_mean_s"),
-                "policy_s": _median_ratio(mine, theirs, "policy_s"),
-            })  # fmt: skip
+    engines = _engines(results, cell, policy, base)
     if not engines:
         return None
     counts = Counter(e["decided"] for e in engines)
@@ -226,6 +264,16 @@ def pooled_frames(folder: str | Path, policies: Iterable[str] = ("hkv_auto", "hk
         caption = f"{policy} against vLLM's lru, pooled over {span}"
         frames.append(frame.style.format("{:+.1f}", subset=signed).set_caption(caption))
     return frames
+
+
+def outcomes_frame(folder: str | Path, cell: Cell, policy: str = "hkv_auto") -> Any:
+    """Notebook 08: `outcomes` of `cell` over `engine_files(folder)` as a styled table, one row
+    per outcome (its ratios to lru: geometric means), its caption naming the cell."""
+    import pandas as pd
+
+    frame = pd.DataFrame(outcomes(engine_files(folder), cell, policy)).drop(columns="files")
+    caption = f"{policy} on the cell {cell} (CPU GiB, popularity) by what it decided"
+    return frame.style.format("{:.3f}", subset=["wall", "ttft", "policy_s"]).set_caption(caption)
 
 
 def drawn_against_model(
