@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -279,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                       "trace": args.trace.name, "bar_points": BAR_POINTS,
                       "variants": args.variants, "seeds": args.seeds,
                       "seed_from": args.seed_from}  # fmt: skip
-        save_results(args.out, out, generated_by="python -m bench.auto_candidates",
-                     parameters=parameters)  # fmt: skip
+        command = ["python -m bench.auto_candidates", *(sys.argv[1:] if argv is None else argv)]
+        save_results(args.out, out, generated_by=" ".join(command), parameters=parameters)
     return 0
 
 
