@@ -1349,13 +1349,11 @@ static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
     hkv_prefix_state state;
     if (out && hkv_prefix_state_of(t->expert, &state) && state.size) {
         uint64_t *keys = PyMem_Malloc((size_t)state.size * sizeof *keys);
-        int64_t *seqs = PyMem_Malloc((size_t)state.size * sizeof *seqs);
-        double *priorities = PyMem_Malloc((size_t)state.size * sizeof *priorities);
-        if (!keys || !seqs || !priorities) {
+        if (!keys) {
             Py_CLEAR(out);
             PyErr_NoMemory();
         } else {
-            hkv_prefix_entries(t->expert, keys, seqs, priorities);
+            hkv_prefix_entries(t->expert, keys, NULL, NULL);
             for (int64_t j = 0; j < state.size; j++)
                 if (append_unheld(self, keys[j], held, out) < 0) {
                     Py_CLEAR(out);
@@ -1363,8 +1361,6 @@ static PyObject *Shadows_held_keys(Shadows *self, PyObject *args) {
                 }
         }
         PyMem_Free(keys);
-        PyMem_Free(seqs);
-        PyMem_Free(priorities);
     }
     return out;
 }

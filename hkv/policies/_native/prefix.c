@@ -305,8 +305,9 @@ void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *pr
         const pentry *entry = &p->pool[i];
         if (!entry->seq) continue;
         keys[n] = entry->key;
-        seqs[n] = entry->seq;
-        priorities[n++] = entry->priority;
+        if (seqs) seqs[n] = entry->seq;
+        if (priorities) priorities[n] = entry->priority;
+        n++;
     }
 }
 

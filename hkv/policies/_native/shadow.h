@@ -194,7 +194,7 @@ typedef struct {
 hkv_expert *hkv_prefix_clone(const hkv_expert *e);
 /* 1 with *state filled where `e` is a prefix-value expert (hkv_prefix_new), else 0 */
 int hkv_prefix_state_of(hkv_expert *e, hkv_prefix_state *state);
-/* its resident entries into arrays of state.size: keys, seqs, priorities */
+/* its resident entries into arrays of state.size: keys, seqs, priorities (NULL: not wanted) */
 void hkv_prefix_entries(hkv_expert *e, uint64_t *keys, int64_t *seqs, double *priorities);
 
 /* A queue expert's ordered sets, front (oldest) first, with their payloads: lru "order";
