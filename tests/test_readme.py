@@ -4045,16 +4045,17 @@ CLAIMS += [
 def _skewed8_outcomes() -> tuple[Any, ...]:
     """The skewed cell at 8 GiB by what auto decided (`engine_noise.outcomes`): the pooled
     group's engines and first switch; the second group's engines, first switch, stored and
-    loaded blocks, wall / TTFT / policy change; the first group's stored and loaded; then the
-    engine file at 7128e4e: skewed wall / TTFT change and policy ratio, anchor 8 GiB likewise."""
+    loaded blocks, wall / TTFT / policy change; the first group's stored and loaded; then this
+    session's engines (7128e4e, f39764e): skewed 8 GiB wall, TTFT change and policy ratio in
+    each, the anchor at 8 GiB in the first and the skewed variant at 12 GiB in the second."""
     import statistics
 
     from hkv.report import engine_noise
 
     first, second = engine_noise.outcomes(engine_noise.engine_files(RESULTS), (8.0, 1.0))[:2]
-    data = result("vllm_h100_time_7128e4e.json")
+    one, two = result("vllm_h100_time_7128e4e.json"), result("vllm_h100_time_f39764e.json")
 
-    def ratios(cell):
+    def ratios(data, cell):
         runs = engine_noise.cell_runs(data, cell)
         mine = [r for r in runs if r["policy"] == "hkv_auto"]
         theirs = [r for r in runs if r["policy"] == "lru"]
@@ -4063,9 +4064,10 @@ def _skewed8_outcomes() -> tuple[Any, ...]:
         return 100 * (med[0] - 1), 100 * (med[1] - 1), med[2]
 
     changes = (100 * (second[key] - 1) for key in ("wall", "ttft", "policy_s"))
+    a, b = ratios(one, (8.0, 1.0)), ratios(two, (8.0, 1.0))
     return (first["engines"], *first["switched_to"], second["engines"], *second["switched_to"],
-            *second["decided"], *first["decided"], *changes, *ratios((8.0, 1.0)),
-            *ratios((8.0, 0.0)))  # fmt: skip
+            *second["decided"], *first["decided"], *changes, a[0], b[0], a[1], b[1], a[2], b[2],
+            *ratios(one, (8.0, 0.0)), *ratios(two, (12.0, 1.0)))  # fmt: skip
 
 
 CLAIMS.append(
@@ -4077,14 +4079,27 @@ CLAIMS.append(
         "`{}`; in {} more it went to `{}` and stored {:,} blocks and loaded {:,} (against {:,} and "
         "{:,}): those came out {:+z.1f} % in wall time and {:+z.1f} % in mean TTFT against lru's "
         "(geometric means), within the bar on both, their policy time {:+z.1f} % (older, slower "
-        "builds among them). The latest engine, at hkv 7128e4e on an H100 "
-        "(`data/results/vllm_h100_time_7128e4e.json`, the first engine run since a sampled tier's "
-        "rebuild moved to the shadows' background thread), is one of those: {:+z.1f} % and "
-        "{:+z.1f} %, its policy time {:.2f}x lru's; the same session's anchor at 8 GiB came out "
+        "builds among them). The two latest, at hkv 7128e4e and f39764e on H100s "
+        "(`data/results/vllm_h100_time_7128e4e.json` and `_f39764e.json`, the first engines run "
+        "since a sampled tier's rebuild moved to the shadows' background thread), are two of "
+        "those: {:+z.1f} % and {:+z.1f} % in wall time, {:+z.1f} % and {:+z.1f} % in mean TTFT, "
+        "policy time {:.2f}x and {:.2f}x lru's; beside them the anchor at 8 GiB came out "
+        "{:+z.1f} % and {:+z.1f} %, its policy time {:.2f}x, and the skewed variant at 12 GiB "
         "{:+z.1f} % and {:+z.1f} %, its policy time {:.2f}x. So at that cell the bar is met or "
         "missed by one switch that a few sampled keys decide, and hkv does not steer it toward "
         "either expert.",
         _skewed8_outcomes,
+    )
+)
+
+
+CLAIMS.append(
+    (
+        "Which expert its first switch goes to decides that cell: in the {} engines the table "
+        "counts it went to `{}`; in {} others it went to `{}`, and those came out {:+z.1f} % in "
+        "wall time and {:+z.1f} % in mean TTFT against lru's (docs/policies.md, \"What the pooled "
+        'reading leaves out")',
+        lambda: itemgetter(0, 1, 2, 3, 8, 9)(_skewed8_outcomes()),
     )
 )
 
@@ -4916,11 +4931,11 @@ def _h100_7af390e() -> tuple[Any, ...]:
 
 CLAIMS += [
     (
-        "Two more this session on an H100 whose own lru rounds of the cell took {0:.2f} to "
-        "{1:.2f} s (`data/results/vllm_h100_time_7af390e.json`, {2} rounds, and the eight-expert "
-        "`auto` of `vllm_h100_lean_81eb467.json`) put it at {3:+.1f} % and {6:+.1f} % in wall "
-        "time and {4:+.1f} % and {7:+.1f} % in mean TTFT, its policy time {5:.2f}x lru's in the "
-        "first.",
+        "Two more, at hkv 7af390e and 81eb467 on an H100 whose own lru rounds of the cell took "
+        "{0:.2f} to {1:.2f} s (`data/results/vllm_h100_time_7af390e.json`, {2} rounds, and the "
+        "eight-expert `auto` of `vllm_h100_lean_81eb467.json`) put it at {3:+.1f} % and "
+        "{6:+.1f} % in wall time and {4:+.1f} % and {7:+.1f} % in mean TTFT, its policy time "
+        "{5:.2f}x lru's in the first.",
         _h100_7af390e,
     ),
 ]
