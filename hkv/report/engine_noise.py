@@ -12,7 +12,9 @@ folded engine files (`python -m bench.vllm_gpu fold`):
   standard error, and the fit's elasticity (how much slower a run gets per unit slower host).
 - `pooled`: many engines, one cell, where the policy decided alike in every engine (the same
   blocks stored and loaded: its decisions do not depend on timing). Each engine's ratio of
-  medians to lru's, their geometric mean, and a bootstrap interval over engines.
+  medians to lru's, their geometric mean, and a bootstrap interval over engines; `outcomes`, the
+  same cell's engines grouped by what the policy decided (and where its first switch went), the
+  groups `pooled` leaves out beside the one it keeps.
 
 Standard library and numpy only.
 """
