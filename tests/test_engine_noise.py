@@ -105,6 +105,32 @@ def test_outcomes_group_the_engines_by_what_auto_decided_and_where_it_switched()
     assert engine_noise.outcomes(files, (12, 1)) == []  # no engine ran that cell
 
 
+def test_wave_changes_average_one_outcomes_engines_wave_by_wave():
+    def run(policy, ttft, cached, stored=100):
+        one = _run(policy, 10.0, stored=stored)
+        one["by_wave"] = {"ttft_s": ttft, "cached_tokens": cached}
+        return one
+
+    a = {
+        "runs": [
+            run("lru", [1.0, 2.0], [0, 50]),
+            run("lru", [1.2, 2.2], [0, 50]),
+            run("hkv_auto", [1.0, 2.5], [0, 40]),
+            run("hkv_auto", [1.0, 2.9], [0, 40]),
+        ]
+    }
+    b = {"runs": [run("lru", [1.0, 2.0], [0, 50]), run("hkv_auto", [1.1, 2.1], [0, 40])]}
+    other = {"runs": [run("lru", [1.0, 2.0], [0, 50]), run("hkv_auto", [9, 9], [0, 0], 90)]}
+    old = {"runs": [_run("lru", 10.0), _run("hkv_auto", 10.0)]}  # no waves logged: left out
+    got = engine_noise.wave_changes([("a", a), ("x", other), ("b", b), ("o", old)], (8, 1),
+                                    (100, 50))  # fmt: skip
+    assert got["engines"] == ["a", "b"]
+    # a: medians 1.1 -> 1.0 and 2.1 -> 2.7; b: +0.1 and +0.1; the mean of the two engines
+    assert got["ttft_s"] == pytest.approx([0.0, 0.35])
+    assert got["cached_tokens"] == [0, -10]
+    assert engine_noise.wave_changes([("o", old)], (8, 1), (100, 50)) is None
+
+
 def test_each_timed_run_gets_the_idle_rates_around_it(monkeypatch, tmp_path):
     from types import SimpleNamespace
 

@@ -4104,6 +4104,99 @@ CLAIMS.append(
 )
 
 
+def _skewed8_waves() -> tuple[Any, ...]:
+    """The skewed cell at 8 GiB wave by wave (`engine_noise.wave_changes`), in the order the
+    paragraph below reads them: the engines at hkv 3888202 (how many, their first switch, blocks
+    stored and loaded), the pooled group's stored blocks, the new engines' wall / TTFT change and
+    policy ratio, the session's probe rates; how many pooled engines log waves; cached tokens
+    and summed TTFT changes in waves 13-18, 19-23 and 24-31 (pooled group, new one), lru's
+    summed wave TTFT (mean over the new engines); the cost_aware group's TTFT change in waves
+    19-23, its engines, its cached tokens and TTFT change in waves 24-31; then the two-tier
+    model's prefill change on the anchor at 8 GiB over its draws, `first` lru and as shipped."""
+    from hkv.report import engine_noise
+
+    engines = engine_noise.engine_files(RESULTS)
+    groups = engine_noise.outcomes(engines, (8.0, 1.0))
+    pooled_group = groups[0]
+    new = next(g for g in groups if g["files"][0].startswith("vllm_h100_time_3888202"))
+    other = next(g for g in groups if g["switched_to"] == {"cost_aware": 9})
+    assert new["files"] == [f"vllm_h100_time_3888202{s}.json" for s in ("", "_2", "_3")]
+    old, now, cost = (
+        engine_noise.wave_changes(engines, (8.0, 1.0), g["decided"])
+        for g in (pooled_group, new, other)
+    )
+    lru_sums = []
+    for name in now["engines"]:
+        runs = engine_noise.cell_runs(result(name), (8.0, 1.0))
+        lru = [r for r in runs if r["policy"] == "lru"]
+        auto = next(r for r in runs if r["policy"] == "hkv_auto")
+        assert auto["policy_inner"]["after_request"]["calls"] == 4 * 32  # 32 waves of 4
+        assert auto["policy_leaders"][1][0] // 4 == 18  # it switched in wave 18
+        waves = range(len(lru[0]["by_wave"]["ttft_s"]))
+        lru_sums.append(
+            sum(statistics.median(r["by_wave"]["ttft_s"][w] for r in lru) for w in waves)
+        )
+    for group in (old, now):  # both cache what lru does before wave 13 and from wave 24 on
+        assert len(group["ttft_s"]) == 32 and not any(group["cached_tokens"][:13])
+        assert not any(group["cached_tokens"][24:])
+    model = result("auto_candidates_seeds.json")["candidates"]
+
+    def anchor8(name):
+        rows = model[name]["two_tier_seeds"]
+        (row,) = [r for r in rows if (r["popularity"], r["cpu_gib"], r["policy"]) == (0, 8, "auto")]
+        return row["prefill_frac"]["mean_pct"], row["seeds"]
+
+    (first_lru, draws), (shipped, _) = anchor8("first_lru"), anchor8("default")
+    rates = [r["host_rate"] for name in new["files"] for r in result(name)["runs"]]
+
+    def spans(group, key, cuts=((13, 19), (19, 24))):
+        return [sum(group[key][a:b]) for a, b in cuts]
+
+    (gained, lost), late = spans(now, "cached_tokens"), ((24, 32),)
+    return (
+        new["engines"], *new["switched_to"], *new["decided"], pooled_group["decided"][0],
+        100 * (new["wall"] - 1), 100 * (new["ttft"] - 1), new["policy_s"], min(rates),
+        max(rates), len(old["engines"]), gained, spans(old, "ttft_s")[0], spans(now, "ttft_s")[0],
+        -lost, spans(old, "ttft_s")[1], spans(now, "ttft_s")[1], statistics.fmean(lru_sums),
+        *spans(old, "ttft_s", late), *spans(now, "ttft_s", late), spans(cost, "ttft_s")[1],
+        len(cost["engines"]), *spans(cost, "cached_tokens", late), *spans(cost, "ttft_s", late),
+        draws, first_lru, shipped,
+    )  # fmt: skip
+
+
+CLAIMS.append(
+    (
+        "Where it loses (`hkv.report.engine_noise.wave_changes`). {} more engines of the skewed "
+        "variant at 8 GiB on an H100 at hkv 3888202 (`data/results/vllm_h100_time_3888202.json`, "
+        "`_2` and `_3`, each beside another cell) all switched to `{}` and stored {:,} blocks and "
+        "loaded {:,}, a few stores fewer than the pooled engines' {:,}, which all ran builds from "
+        "before a sampled tier's rebuild moved to the shadows' background thread (hkv 60bf581, "
+        "leading one request later). Against lru's they came out {:+z.1f} % in wall time and "
+        "{:+z.1f} % in mean TTFT (geometric means), their policy time {:.2f}x lru's: the bar "
+        "missed again, on a machine whose speed, as the engines' probe reads it (`host_rate`), "
+        "ranged from {:.0f} to {:.0f} chunks a second over the session. The engines log each "
+        "wave's summed TTFT and cached tokens (`by_wave`, 32 waves of 4 requests), and where the "
+        "`lru` outcome's engines logged them ({} of the pooled ones and the new three) the waves "
+        "tell where the loss lands. Up to wave 12 both cache the same. In waves 13 to 18, while "
+        "`lip` runs the tier, `auto` caches {:,} tokens more than lru (it kept older sessions "
+        "whole, and they come back), its waits summed over those waves {:+z.2f} s (pooled "
+        "engines) and {:+z.2f} s (new). In waves 19 to 23, after its switch to `lru`, it caches "
+        "{:,} tokens fewer: blocks that lru had kept for the sessions returning then and `lip` had "
+        "let go, which no switch can bring back; its waits there are {:+z.2f} s and {:+z.2f} s, "
+        "against lru's {:.1f} s over all 32 waves. From wave 24 on both cache the same again, and "
+        "the waits there came out {:+z.2f} s and {:+z.2f} s: noise of that size is in these sums. "
+        "The `cost_aware` outcome loses the same in waves 19 to 23 ({:+z.2f} s, {} engines) and "
+        "makes part of it up later (caching {:,} tokens more in waves 24 to 31, its waits there "
+        "{:+z.2f} s). So the miss at this cell is the price of `lip`'s first phase, paid after "
+        "the switch, not the switch's own work or `auto`'s time a call; a first expert that caches "
+        "like lru from the start costs the anchor more (over {} draws of the anchor at 8 GiB in "
+        "the two-tier model, `first` = `lru` leaves prefill {:+z.1f} % against lru's where `lip` "
+        "first leaves {:+z.1f} %, `data/results/auto_candidates_seeds.json`).",
+        _skewed8_waves,
+    )
+)
+
+
 def _against_bip() -> tuple[Any, ...]:
     """`engine_noise.pooled` with hkv_bip as the base: engines, wall and TTFT change on the
     anchor at 8 GiB, then on the skewed variant at 8 GiB; hkv_bip against lru on the skewed

@@ -14,7 +14,8 @@ folded engine files (`python -m bench.vllm_gpu fold`):
   blocks stored and loaded: its decisions do not depend on timing). Each engine's ratio of
   medians to lru's, their geometric mean, and a bootstrap interval over engines; `outcomes`, the
   same cell's engines grouped by what the policy decided (and where its first switch went), the
-  groups `pooled` leaves out beside the one it keeps.
+  groups `pooled` leaves out beside the one it keeps; `wave_changes`, where in the run one of
+  those outcomes gains or loses, wave by wave of requests.
 
 Standard library and numpy only.
 """
@@ -101,6 +102,10 @@ def _group_mean(values: np.ndarray, flag: np.ndarray) -> np.ndarray:
     return np.where(ones, values[ones].mean(), values[~ones].mean())
 
 
+def _decided(run: Mapping[str, Any]) -> tuple[int, int]:
+    return run["stored_blocks"], run["loaded_blocks"]
+
+
 def _median_ratio(mine: list[dict], theirs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in mine) / statistics.median(r[key] for r in theirs)
 
@@ -120,7 +125,7 @@ def _engines(
             leaders = mine[0].get("policy_leaders") or []
             engines.append({
                 "file": name, "rounds": len(mine),
-                "decided": (mine[0]["stored_blocks"], mine[0]["loaded_blocks"]),
+                "decided": _decided(mine[0]),
                 "switched_to": leaders[1][1] if len(leaders) > 1 else None,
                 "gpu": data.get("machine", {}).get("gpu_name"),
                 "wall": _median_ratio(mine, theirs, "wall_s"),
@@ -154,6 +159,48 @@ def outcomes(
         **{key: math.exp(statistics.fmean(math.log(e[key]) for e in group))
            for key in ("wall", "ttft", "policy_s")},
     } for group in (groups[decided] for decided in reversed(ranked))]  # fmt: skip
+
+
+def wave_changes(
+    results: Iterable[tuple[str, Mapping[str, Any]]],
+    cell: Cell,
+    decided: tuple[int, int],
+    policy: str = "hkv_auto",
+    base: str = "lru",
+) -> dict[str, Any] | None:
+    """Where in the run one outcome of `cell` (`decided`: blocks stored and loaded, as
+    `outcomes` groups them) gains or loses against `base`: over its engines whose runs log
+    `by_wave`, per wave of requests the mean of each engine's change in its median summed TTFT
+    (seconds, `policy` minus `base`) and the change in cached tokens (each engine's first run;
+    they decide alike). None where no such engine logged its waves."""
+    engines, ttft, cached = [], None, None
+    for name, data in results:
+        runs = cell_runs(data, cell)
+        mine = [r for r in runs if r["policy"] == policy and r.get("by_wave")]
+        theirs = [r for r in runs if r["policy"] == base and r.get("by_wave")]
+        if not mine or not theirs or _decided(mine[0]) != decided:
+            continue
+        waves = range(len(mine[0]["by_wave"]["ttft_s"]))
+        change = [
+            statistics.median(r["by_wave"]["ttft_s"][w] for r in mine)
+            - statistics.median(r["by_wave"]["ttft_s"][w] for r in theirs)
+            for w in waves
+        ]
+        tokens = [
+            a - b
+            for a, b in zip(
+                mine[0]["by_wave"]["cached_tokens"],
+                theirs[0]["by_wave"]["cached_tokens"],
+                strict=True,
+            )
+        ]
+        ttft = change if ttft is None else [a + b for a, b in zip(ttft, change, strict=True)]
+        cached = cached or tokens
+        engines.append(name)
+    if not engines:
+        return None
+    return {"engines": engines, "ttft_s": [t / len(engines) for t in ttft],
+            "cached_tokens": cached}  # fmt: skip
 
 
 def pooled(
