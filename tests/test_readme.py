@@ -4048,7 +4048,6 @@ def _skewed8_outcomes() -> tuple[Any, ...]:
     loaded blocks, wall / TTFT / policy change; the first group's stored and loaded; then this
     session's engines (7128e4e, f39764e): skewed 8 GiB wall, TTFT change and policy ratio in
     each, the anchor at 8 GiB in the first and the skewed variant at 12 GiB in the second."""
-    import statistics
 
     from hkv.report import engine_noise
 
@@ -4056,12 +4055,8 @@ def _skewed8_outcomes() -> tuple[Any, ...]:
     one, two = result("vllm_h100_time_7128e4e.json"), result("vllm_h100_time_f39764e.json")
 
     def ratios(data, cell):
-        runs = engine_noise.cell_runs(data, cell)
-        mine = [r for r in runs if r["policy"] == "hkv_auto"]
-        theirs = [r for r in runs if r["policy"] == "lru"]
-        med = [statistics.median(r[k] for r in mine) / statistics.median(r[k] for r in theirs)
-               for k in ("wall_s", "ttft_mean_s", "policy_s")]  # fmt: skip
-        return 100 * (med[0] - 1), 100 * (med[1] - 1), med[2]
+        ratio = _vs_lru(data, cell)[2]
+        return 100 * (ratio["wall_s"] - 1), 100 * (ratio["ttft_mean_s"] - 1), ratio["policy_s"]
 
     changes = (100 * (second[key] - 1) for key in ("wall", "ttft", "policy_s"))
     a, b = ratios(one, (8.0, 1.0)), ratios(two, (8.0, 1.0))
