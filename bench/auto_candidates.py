@@ -84,7 +84,8 @@ def anchor_cell(job: tuple[list[str], str, dict, float, float, int]) -> dict[str
         policy, blocks_for_gib(gib), blocks_for_gib(4.0), requests, turns,
         CostModel.default(), params,
     )  # fmt: skip
-    keep = ("cached_frac", "turn_gt0_cached_frac", "prefill_frac", "ttft_frac", "store_failed")
+    keep = ("cached_frac", "turn_gt0_cached_frac", "prefill_frac", "ttft_frac", "store_failed",
+            "filled_at", "cached_before_fill")  # fmt: skip
     return {"popularity": popularity, "cpu_gib": gib, "seed": seed, "policy": policy,
             **{k: row[k] for k in keep}}  # fmt: skip
 

@@ -86,6 +86,23 @@ def test_the_same_prefill_saved_first_in_its_wave_saves_more_waiting():
     assert ttft_frac([0, 0], prompt, waves, cost) == 1.0
 
 
+def test_the_model_says_when_the_cpu_tier_first_evicted_and_what_was_cached_before():
+    from bench.sim.two_tier import predict
+    from hkv.sim.anchor import TurnRequest
+    from hkv.sim.trace import Request
+
+    ids = [range(0, 4), range(0, 6), range(10, 14), range(20, 24), range(0, 6)]
+    requests = [Request(0.0, 16 * len(r), 1, tuple(r)) for r in ids]
+    turns = [TurnRequest(i, i, 0, int(i > 0), 16 * len(r), []) for i, r in enumerate(ids)]
+    # a CPU tier of 8 blocks behind a GPU cache of 1: 4, 6, then 10 distinct blocks to store
+    row = predict("lru", 8, 1, requests, turns)
+    assert row["filled_at"] == 2 and row["evictions"] > 0
+    # before it, request 1 found blocks 0-3 in the CPU tier, request 0 nothing
+    assert row["cached_before_fill"] == pytest.approx(4 * 16 / (16 * (4 + 6)))
+    roomy = predict("lru", 64, 1, requests, turns)
+    assert roomy["filled_at"] is None and roomy["evictions"] == 0
+
+
 def test_seeds_are_judged_each_against_lru_at_the_same_seed():
     def two(seed: int, policy: str, prefill: float, ttft: float) -> dict:
         return {"popularity": 1.0, "cpu_gib": 8.0, "seed": seed, "policy": policy,

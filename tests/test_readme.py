@@ -4192,6 +4192,62 @@ CLAIMS.append(
 )
 
 
+def _first_fill() -> tuple[Any, ...]:
+    """The two-tier model with `lip` first and `lru` first (`auto_candidates_first_fill.json`):
+    where the skewed variant at 8 GiB first evicts and what was cached before, the same for the
+    anchor at 8 GiB, then `lip` first's TTFT change against `lru` first at the skewed cell, at
+    Zipf 1.5 10 GiB (with its share cached before the fill), at Zipf 1.5 6 GiB and the anchor at
+    8 GiB; the cells above the skewed cell's share where `lip` first saves waiting (their shares,
+    their changes), none between the skewed cell's share and the lowest of theirs."""
+    model = result("auto_candidates_first_fill.json")["candidates"]
+
+    def auto(name):
+        return {(r["popularity"], r["cpu_gib"]): r for r in model[name]["two_tier"]
+                if r["policy"] == "auto"}  # fmt: skip
+
+    lip, lru = auto("default"), auto("first_lru")
+    assert len(lip) == len(lru) == 17
+
+    def change(cell):
+        return 100 * (lip[cell]["ttft_frac"] / lru[cell]["ttft_frac"] - 1)
+
+    def share(cell):
+        return 100 * lip[cell]["cached_before_fill"]
+
+    skewed, anchor = (1.0, 8.0), (0.0, 8.0)
+    saving_above = sorted(
+        c for c in lip if lip[c]["filled_at"] is not None and share(c) > share(skewed)
+        and change(c) < 0
+    )  # fmt: skip
+    above = sorted(saving_above, key=share)
+    assert above == [(1.5, 6.0), (0.25, 14.0), (0.0, 16.0)]
+    assert not [c for c in lip if share(skewed) < share(c) < share(above[0])]  # none between
+    return (
+        lip[skewed]["filled_at"], share(skewed), lip[anchor]["filled_at"],
+        change(skewed), change((1.5, 10.0)), share((1.5, 10.0)), change((1.5, 6.0)),
+        share((1.5, 6.0)), change(anchor), *map(share, above), *map(change, above),
+        share(skewed), share(above[0]),
+    )  # fmt: skip
+
+
+CLAIMS.append(
+    (
+        "In the model the skewed variant's 8 GiB tier first evicts at request {} of 128, the "
+        "prompt tokens of the requests before it {:.1f} % cached; the anchor's at 8 GiB first "
+        "evicts at request {}, none cached before. Against `lru` first, `lip` first changes the "
+        "modelled wait for the first token by {:+z.1f} % on the skewed variant at 8 GiB, {:+z.1f} "
+        "% at Zipf 1.5 and 10 GiB ({:.1f} % cached before its fill), {:+z.1f} % at Zipf 1.5 and 6 "
+        "GiB ({:.1f} %) and {:+z.1f} % on the anchor at 8 GiB. The one thing known before the "
+        "fill, the share cached so far, puts the skewed cell below three cells where starting "
+        "as `lip` saves waiting ({:.1f}, {:.1f} and {:.1f} % cached before their fills; "
+        "{:+z.1f}, {:+z.1f} and {:+z.1f} %): no rule on it starts that cell as `lru` without "
+        "starting cells as `lru` that `lip` serves better, and a threshold that falls between "
+        "{:.1f} and {:.1f} % would be one fitted to that cell.",
+        _first_fill,
+    )
+)
+
+
 def _against_bip() -> tuple[Any, ...]:
     """`engine_noise.pooled` with hkv_bip as the base: engines, wall and TTFT change on the
     anchor at 8 GiB, then on the skewed variant at 8 GiB; hkv_bip against lru on the skewed

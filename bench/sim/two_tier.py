@@ -101,10 +101,13 @@ def predict(
     policy = make_policy(policy_name, cpu_blocks, cost_model=cost_model, **(params or {}))
     tiers = TwoTierReplay(policy, gpu_blocks, cost_model=cost_model)
     start = time.perf_counter()
-    cached = [
-        tiers.step(req, tr.prompt_len) for req, tr in zip(requests, turn_requests, strict=True)
-    ]
+    cached, filled_at = [], None  # the first request whose store evicted from the CPU tier
+    for i, (req, tr) in enumerate(zip(requests, turn_requests, strict=True)):
+        cached.append(tiers.step(req, tr.prompt_len))
+        if filled_at is None and tiers.evictions:
+            filled_at = i
     prompt = [tr.prompt_len for tr in turn_requests]
+    before = filled_at if filled_at is not None else len(prompt)
     later = [i for i, tr in enumerate(turn_requests) if tr.turn > 0]
     return {
         "policy": policy_name,
@@ -118,6 +121,10 @@ def predict(
         "inserts": tiers.inserts,
         "evictions": tiers.evictions,
         "store_failed": tiers.store_failed,
+        # until the CPU tier first evicts, every policy that admits what it is offered holds the
+        # same blocks: `auto`'s shadows cannot tell `lip` from `lru` before `filled_at`
+        "filled_at": filled_at,
+        "cached_before_fill": sum(cached[:before]) / max(sum(prompt[:before]), 1),
         "elapsed_s": round(time.perf_counter() - start, 2),
     }
 
