@@ -4215,12 +4215,12 @@ def _first_fill() -> tuple[Any, ...]:
         return 100 * lip[cell]["cached_before_fill"]
 
     skewed, anchor = (1.0, 8.0), (0.0, 8.0)
-    saving_above = sorted(
-        c for c in lip if lip[c]["filled_at"] is not None and share(c) > share(skewed)
-        and change(c) < 0
+    above = sorted(
+        (c for c in lip if lip[c]["filled_at"] is not None and share(c) > share(skewed)
+         and change(c) < 0),
+        key=share,
     )  # fmt: skip
-    above = sorted(saving_above, key=share)
-    assert above == [(1.5, 6.0), (0.25, 14.0), (0.0, 16.0)]
+    assert above == [(1.5, 6.0), (0.25, 14.0), (0.0, 16.0)] and share(anchor) == 0.0
     assert not [c for c in lip if share(skewed) < share(c) < share(above[0])]  # none between
     return (
         lip[skewed]["filled_at"], share(skewed), lip[anchor]["filled_at"],
