@@ -63,9 +63,9 @@ def follow(trace: Trace, capacity_blocks: int, cost_model=None) -> dict[str, Any
         raise ValueError(f"{capacity_blocks} blocks: above auto's sample_above "
                          f"({policy.sample_above}), whose sampled shadows score a request late; "
                          "follow a smaller tier")  # fmt: skip
-    tier, metas, tier_hits = VllmTier(policy), {}, []
+    tier, metas, tier_hits, scored_at = VllmTier(policy), {}, [], []
     refs = hits = 0
-    for request in trace.requests:
+    for at, request in enumerate(trace.requests):
         pairs = []
         for index, key in enumerate(request.hash_ids):
             meta = metas.get(key)
@@ -77,8 +77,9 @@ def follow(trace: Trace, capacity_blocks: int, cost_model=None) -> dict[str, Any
         tier.store(pairs)  # (an exact tier's shadows score the request at its end)
         if len(policy.scored) > before:
             tier_hits.append(found)
+            scored_at.append(at)
         refs, hits = refs + len(pairs), hits + found
-    switches = _windows(policy, tier_hits, WINDOW_TIERS * capacity_blocks)
+    switches = _windows(policy, tier_hits, WINDOW_TIERS * capacity_blocks, scored_at)
     gained = sum(s["tier_hits"] - s["left_hits"] for s in switches)
     window_refs = sum(s["refs"] for s in switches)
     return {
@@ -92,14 +93,16 @@ def follow(trace: Trace, capacity_blocks: int, cost_model=None) -> dict[str, Any
     }
 
 
-def _windows(policy: _Followed, tier_hits: list[int], limit: int) -> list[dict[str, Any]]:
+def _windows(policy: _Followed, tier_hits: list[int], limit: int,
+             scored_at: list[int] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Each switch of `policy.scored` and the window after it (`tier_hits`: the tier's hits of
-    each scored request)."""
+    each scored request; `scored_at`: its index in the trace, where not every one is scored)."""
     scored, experts, out = policy.scored, policy.experts, []
     for at, (left, joined, _, _) in enumerate(scored):
         if left == joined:
             continue
-        row = {"request": at, "left": experts[left], "joined": experts[joined], "refs": 0,
+        request = at if scored_at is None else scored_at[at]
+        row = {"request": request, "left": experts[left], "joined": experts[joined], "refs": 0,
                "tier_hits": 0, "left_hits": 0, "joined_hits": 0}  # fmt: skip
         for later in range(at + 1, len(scored)):
             before, after, hits_of, refs = scored[later]

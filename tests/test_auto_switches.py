@@ -51,6 +51,8 @@ def test_a_window_runs_to_the_next_switch_or_its_references_and_sums_each_side()
     assert rows[1]["refs"] == 20 and rows[1]["left_hits"] == 14  # to the end of the requests
     capped = bench._windows(policy, tier, limit=15)  # two tier-sizes of references reached
     assert capped[0]["refs"] == 20 and capped[0]["tier_hits"] == 5
+    at = [0, 2, 3, 5, 6, 8, 9]  # the requests' places in the trace (one unscored: no blocks)
+    assert [r["request"] for r in bench._windows(policy, tier, 100, at)] == [2, 6]
 
 
 def test_a_sampled_tier_is_refused_with_what_to_do_instead(zipf):
