@@ -4281,7 +4281,7 @@ def _switch_payoffs() -> tuple[Any, ...]:
         assert row["block_hit_rate"] == c["block_hit_rate"]  # the same cells, decided alike
     n, switches, gained, lost, cells_gained, cells_lost = counts("drawn")
     return (
-        *counts("suite"), len(missed["switches"]), -missed["gained"],
+        *counts("suite"), counts("suite")[5], len(missed["switches"]), -missed["gained"],
         -100 * missed["gained"] / missed["block_refs"], n, gained, switches, lost, cells_gained,
         cells_lost, drawn[0]["gained"], drawn[1]["gained"], -drawn[2]["gained"],
         drawn[0]["switches"][0]["request"],
@@ -4292,7 +4292,8 @@ CLAIMS.append(
     (
         "In the suite's {} generated cells `auto` switched {} times: {} switches gained hits "
         "against staying and {} lost, and summed per cell they gained in {} cells and lost in {}. "
-        "The one cell the suite's bar misses is among those 8: on the round-robin anchor at 10 % "
+        "The one cell the suite's bar misses is among those {}: on the round-robin anchor at 10 "
+        "% "
         "its {} switches, `lip` to `depth_lfu_static` and back twice, lost {} hits, {:.2f} points "
         "of the cell's hit rate. On the {} traffics drawn from Mooncake's trace "
         "(`bench.trace_variants`, seed 0) {} of the {} switches gained and {} lost, per cell "
