@@ -257,19 +257,20 @@ class AutoPolicy(EvictionPolicy):
         if refused:  # its id is another key's, so it is kept outside the leader
             aside[key] = meta
         self._held.add((key,), (meta,), live, refused)
-        if key in self._owed.keys:
-            self._owed.settle((key,), live)
+        if key in self._owed.keys:  # settled with the request's others, at the next call
+            self._owed.stored.append(key)
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         aside = self._aside  # a key aside, or no room in the tier: its checks, key by key
         if aside and (len(self) + len(keys) > self.capacity_blocks
                       or not aside.keys().isdisjoint(keys)):  # fmt: skip
             super().insert_each(keys, metas)
+            self._owed.settle((), self._live)
             return
         refused = self._live.insert_each(keys, metas)  # NativeLeader's refusals, as `insert`
         self._held.add(keys, metas, self._live, refused)  # (a dict again where one is refused)
         aside.update((key, self._held.metas[key]) for key in refused or ())  # refused: set aside
-        if not self._owed.keys.isdisjoint(keys):  # (what the last switch owes)
+        if self._owed.stored or not self._owed.keys.isdisjoint(keys):  # (the last switch's)
             self._owed.settle(keys, self._live)
 
     def touch(self, key: Key) -> None:
@@ -290,6 +291,7 @@ class AutoPolicy(EvictionPolicy):
         """The keys set aside first (oldest first), then the leader's own victims."""
         if n <= 0:
             return []
+        self._owed.settle((), self._live)  # (blocks stored one at a time: `insert`)
         first = []
         if self._aside:  # the first n that may go, without a scan of every key aside
             aside = self._aside.items()
@@ -307,6 +309,7 @@ class AutoPolicy(EvictionPolicy):
         reused blocks' `metas`: the caller's, vLLM 0.26's text by position, else those kept)."""
         self._ended = True
         aside, live = self._aside, self._live
+        self._owed.settle((), live)  # (blocks stored one at a time: `insert`)
         if aside and not aside.keys().isdisjoint(reused):  # held aside and wanted again: the
             back = list(dict.fromkeys(key for key in reused if key in aside))  # leader takes it
             refused = live.insert_each(back, [aside.pop(key) for key in back])  # (room)

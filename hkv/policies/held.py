@@ -97,21 +97,27 @@ class Owed:
     tier, keeps what it inherited for good and falls far below its own shadow, whose hits chose
     it (docs/policies.md, "What a switch owes")."""
 
-    __slots__ = ("i", "keys", "shadows")
+    __slots__ = ("i", "keys", "shadows", "stored")
 
     def __init__(self) -> None:
         self.keys: set[Key] = set()
         self.shadows, self.i = None, 0  # the shadow set and its expert whose tier is owed
+        self.stored: list[Key] = []  # owed keys stored one at a time, not yet settled
 
     def owe(self, shadows, i: int, held: dict) -> None:
         """A switch to expert `i` of `shadows` (a `ShadowSet`; None: a tier whose shadows list
         nothing, a sampled one's, and nothing is owed); the tier holds `held`."""
-        self.shadows, self.i = shadows, i
+        self.shadows, self.i, self.stored = shadows, i, []
         self.keys = set(shadows.unheld(i, held)) if shadows is not None else set()
 
     def settle(self, keys: Sequence[Key], live: EvictionPolicy) -> None:
-        """`keys` were just stored in `live`: those owed and still in the shadow tier are
-        referenced there, tail first."""
+        """`keys` were just stored in `live` in one call (a request's, or none), after those
+        stored one at a time since the last settle (`stored`): those owed and still in the
+        shadow tier are referenced there, tail first. So a request's owed blocks are referenced
+        alike whether the caller inserts them in one call or one by one (vLLM 0.33 inserts each
+        with its request; `auto` settles those before its next eviction or request end)."""
+        if self.stored:
+            keys, self.stored = [*self.stored, *keys], []
         if self.keys:
             back = [key for key in keys if key in self.keys]
             if back:

@@ -11,6 +11,9 @@ the simulator's `store="per_request"` replay and by `auto`'s shadow tiers:
   `store_threshold` (`StoreThreshold`, `refuses_stores`): what it declines is not stored at all;
 - the room all the new blocks need is evicted in one call, blocks aside first, or none of them is
   stored (vLLM's `prepare_store` fails);
+- the blocks the policy took go in with one `insert_each`, in prefix order, as the adapter hands
+  over what vLLM inserted for a request (`handover.hand_over_noted`): `auto` settles what a switch
+  owes per call, so key by key it would decide otherwise than inside vLLM;
 - then the policy hears of the request (`after_request`): the blocks it took, the ones reused.
 """
 
@@ -74,8 +77,8 @@ class VllmTier:
             if evicted is None:
                 policy.after_request([], reused)
                 return [], len(declined), 0, len(taken) + len(kept_aside)
-        for key, meta in taken.items():
-            policy.insert(key, meta)
+        if taken:  # in one call, as the adapter hands a request's inserts over (`insert_each`)
+            policy.insert_each(list(taken), list(taken.values()))
         aside.update(kept_aside)
         stored = list(taken)
         policy.after_request(stored, reused)
