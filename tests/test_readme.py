@@ -1664,8 +1664,13 @@ def mooncake_auto_rates() -> tuple[float, float]:
 
 CLAIMS += [
     (
-        "and at 1 % and 10 % `auto` hits more ({:.2f} % and {:.2f} % of block references, from",
+        "which changed its hits: at 1 % and 10 % `auto` hits {:.2f} % and {:.2f} % of block "
+        "references",
         mooncake_auto_rates,
+    ),
+    (
+        "cbda11d's run gave {:.2f}x to {:.2f}x, with eight experts",
+        lambda: _minmax(_speed_run("cbda11d", "auto")),
     ),
 ]
 
@@ -6033,6 +6038,97 @@ CLAIMS += [
         _subsets_speed,
     ),
 ]
+
+
+def _variants_at_head() -> tuple[Any, ...]:
+    """`trace_variants_2ee3bb2.json`: the cells behind the bar (the same as
+    `trace_variants_owed.json`'s, asserted), the worst, and the second half at 10 %."""
+
+    def cells(name):
+        return result(name)["candidates"]["default"]["cells"]
+
+    def behind(rows):
+        return [(c["variant"], c["capacity_frac"]) for c in rows if c["points"] < -0.5]
+
+    now = cells("trace_variants_2ee3bb2.json")
+    assert behind(now) == behind(cells("trace_variants_owed.json"))
+    half = next(c for c in now if (c["variant"], c["capacity_frac"]) == ("second_half", 0.1))
+    return len(behind(now)), -min(c["points"] for c in now), half["points"]
+
+
+CLAIMS += [
+    (
+        "(`data/results/trace_variants_2ee3bb2.json`), the same {} cells miss it, by up to {:.2f} "
+        "points, and the second half at 10 % is {:.2f} points over vLLM's lru.",
+        _variants_at_head,
+    ),
+    (
+        "At hkv 2ee3bb2 it ran at {:.2f}x to {:.2f}x (`data/results/replay_speed_vllm_cpu.json`,",
+        lambda: (min(through_vllm_ratios("auto")), max(through_vllm_ratios("auto"))),
+    ),
+]
+
+
+def _experts_engine() -> tuple[Any, ...]:
+    """`vllm_h100_experts_2ee3bb2.json`: per policy (auto as shipped, with lip and lru, with
+    lip and cost_aware) the median wall time's and mean TTFT's change against lru's and the
+    policy time's ratio (medians); the shipped one's switch; the lip-and-lru one's stored and
+    loaded blocks (asserted those of the lru outcome in the 3888202 engines); the speed-adjusted
+    wall-time ratios and their standard errors."""
+    from hkv.report import engine_noise
+
+    data = result("vllm_h100_experts_2ee3bb2.json")
+    runs = engine_noise.cell_runs(data, (8.0, 1.0))
+    by: dict[str, list[dict]] = {}
+    for run in runs:
+        by.setdefault(run["policy"], []).append(run)
+    names = ["hkv_auto", 'hkv_auto+experts=["lip","lru"]', 'hkv_auto+experts=["lip","cost_aware"]']
+    assert sorted(by) == sorted(["lru", *names]) and all(len(r) == 3 for r in by.values())
+
+    def change(name):
+        wall = statistics.median(r["wall_s"] for r in by[name])
+        ttft = statistics.mean(r["ttft_mean_s"] for r in by[name])
+        policy = statistics.median(r["policy_s"] for r in by[name])
+        base = by["lru"]
+        return (
+            100 * (wall / statistics.median(r["wall_s"] for r in base) - 1),
+            100 * (ttft / statistics.mean(r["ttft_mean_s"] for r in base) - 1),
+            policy / statistics.median(r["policy_s"] for r in base),
+        )
+
+    shipped = by["hkv_auto"]
+    switches = {tuple(r["policy_leaders"][1][:2]) for r in shipped}
+    assert len(switches) == 1
+    ((at, went),) = switches
+    two = by[names[1]]
+    stored, loaded = two[0]["stored_blocks"], two[0]["loaded_blocks"]
+    assert all((r["stored_blocks"], r["loaded_blocks"]) == (stored, loaded) for r in two)
+    outcome = [
+        r for _, d in engine_noise.engine_files(RESULTS, "vllm_h100_time_3888202*.json")
+        for r in engine_noise.cell_runs(d, (8.0, 1.0)) if r["policy"] == "hkv_auto"
+    ]  # fmt: skip
+    assert len(outcome) >= 9 and all(
+        (r["stored_blocks"], r["loaded_blocks"]) == (stored, loaded) for r in outcome
+    )
+    adjusted = [engine_noise.speed_adjusted(data, (8.0, 1.0), policy=n) for n in names]
+    return (
+        went, at, *change(names[0]), stored, loaded, *change(names[1]), *change(names[2]),
+        *(a["ratio"] for a in adjusted), *(a["se"] for a in adjusted),
+    )  # fmt: skip
+
+
+CLAIMS.append(
+    (
+        "`auto` as shipped went to `{}` at request {} and came out {:+.1f} % in median wall time "
+        "and {:+.1f} % in mean TTFT against lru's, its policy time {:.2f}x lru's. `auto` with "
+        "`lip` and `lru` as its only experts decides as the `lru` outcome does (it stored {:,} "
+        "blocks and loaded {:,}, as the three 3888202 engines did) and came out {:+.1f} % and "
+        "{:+.1f} %, its policy time {:.2f}x; with `lip` and `cost_aware`, {:+.1f} % and {:+.1f} "
+        "%, {:.2f}x. At equal host speed (`engine_noise.speed_adjusted`) their wall times came to "
+        "{:.3f}, {:.3f} and {:.3f} of lru's (standard errors {:.3f}, {:.3f} and {:.3f}).",
+        _experts_engine,
+    )
+)
 
 
 @pytest.mark.parametrize(("snippet", "values"), CLAIMS, ids=[c[0][:40] for c in CLAIMS])
