@@ -83,6 +83,7 @@ CASES = [
     (2, 400, 1024, 1.0),
     (3, 600, 48, 0.25),
     (4, 400, 17, 1.0),
+    (1, 80, 30, 1.0),  # s3fifo: S's last candidates go to M mid-eviction, M's others protected
 ]
 
 

@@ -106,6 +106,8 @@ class S3FIFOPolicy(EvictionPolicy):
                 victim = self._evict_main(protected, passed_main)
             if victim is None:
                 victim = self._evict_small(protected, passed_small)
+            if victim is None:  # S moved its last candidates to M: they go from there
+                victim = self._evict_main(protected, passed_main)
             if victim is None:
                 raise RuntimeError("s3fifo: eviction found fewer blocks than it counted")
             victims.append(victim)

@@ -153,6 +153,8 @@ int hkv_s3_evict_where(hkv_expert *e, int64_t n, s3_guard guard, void *ctx, uint
             r = evict_small(p, guard, ctx, passed_small, &n_small, &taken[got]);
         if (r == 0) r = evict_main(p, guard, ctx, passed_main, &n_main, &taken[got]);
         if (r == 0) r = evict_small(p, guard, ctx, passed_small, &n_small, &taken[got]);
+        /* S moved its last candidates to M: they go from there */
+        if (r == 0) r = evict_main(p, guard, ctx, passed_main, &n_main, &taken[got]);
         if (r == 0) r = -1; /* Python raises: fewer blocks than `_has_evictable` counted */
     }
     int back = 0; /* the passed keys back in place, then (on an error) the victims */
