@@ -246,3 +246,30 @@ def test_auto_owes_and_decides_alike_with_native_or_python_shadows(seed):
         tier = VllmTier(policy, refuses=False)
         runs.append([(tier.store(r), sorted(policy._owed.keys)) for r in requests])
     assert runs[0] == runs[1] and any(owed for _, owed in runs[0])
+
+
+@pytest.mark.parametrize(
+    ("seed", "capacity", "experts"), [(0, 30, ["lru", "cost_aware"]), (7, 60, None)]
+)
+def test_owed_blocks_settle_alike_inserted_in_one_call_or_one_by_one(seed, capacity, experts):
+    """vLLM 0.26-0.32's adapter hands a request's inserts to `auto` in one `insert_each`; 0.33
+    inserts each block with its request. What a switch owes is settled alike either way (the
+    blocks inserted one at a time before `auto`'s next eviction or request end, tail first with
+    the rest): every request stored and every debt the same. (Settled as each was inserted, the
+    first case stored otherwise.)"""
+    from hkv.policies.tier import VllmTier
+
+    params = {} if experts is None else {"experts": experts}
+    runs = []
+    for one_by_one in (False, True):
+        policy = make_policy("auto", capacity, **params)
+        if one_by_one:  # as the adapter under vLLM 0.33: `insert`, key by key
+
+            def each(keys, metas, policy=policy):
+                for key, meta_ in zip(keys, metas, strict=True):
+                    policy.insert(key, meta_)
+
+            policy.insert_each = each
+        tier = VllmTier(policy, refuses=False)
+        runs.append([(tier.store(r), sorted(policy._owed.keys)) for r in sessions(seed, 400)])
+    assert runs[0] == runs[1] and any(owed for _, owed in runs[0])
