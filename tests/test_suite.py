@@ -285,3 +285,32 @@ def test_replay_benches_freeze_the_heap_while_they_time_and_let_it_go():
     with replay_speed.frozen_heap():
         assert gc.get_freeze_count() > 0 and gc.is_tracked(made)
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("results_file", "seed", "field", "digits"),
+    [("policy_suite", 0, "sim_block_hit_rate", None), ("policy_heldout", 9, "block_hit_rate", 6)],
+)
+def test_the_committed_suite_holds_what_auto_decides_now(
+    results_file, seed, field, digits, cost_model
+):
+    """The committed suite's and held-out seeds' `auto` rows are what this code decides, cell
+    for cell (the simulator's replay, a few seconds): a change to `auto`'s decisions fails here
+    until those files are re-run (`bench.policy_suite`, `bench.policy_heldout`), so the docs'
+    numbers never describe a build that no longer exists (the 2026-12-05 files outlived a change
+    to what a switch owes by a day). The held-out file keeps rates to 6 decimals."""
+    committed = load_result(results_file)
+    rows = {(name, cell["capacity_frac"]): cell for name, cell in report.cells(committed)}
+    suffix = f" seed {seed}" if seed else ""
+    checked = 0
+    for name, trace in generated_workloads("full", seed).items():
+        for fraction in FRACTIONS:
+            cell = rows[(name + suffix, fraction)]
+            result = simulate(
+                trace, ["auto"], capacity_for(trace, fraction), cost_model=cost_model,
+                store="per_request",
+            )[0]  # fmt: skip
+            rate = result.block_hit_rate if digits is None else round(result.block_hit_rate, digits)
+            assert rate == cell["policies"]["hkv:auto"][field], (name, fraction)
+            checked += 1
+    assert checked == 28
