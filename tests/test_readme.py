@@ -6069,6 +6069,22 @@ CLAIMS += [
 ]
 
 
+def _engine_changes(name: str, base: str = "lru") -> dict[str, tuple[float, float, float]]:
+    """Per policy of one engine file (its one cell), `bench_vllm_auto.time_rows`' medians against
+    `base`'s: the change in median wall time and in the median run's mean TTFT (%), and the
+    policy time's ratio."""
+    rows = {r["policy"]: r for r in bench_vllm_auto.time_rows(result(name))}
+    b = rows[base]
+    return {
+        policy: (
+            100 * (r["wall_s"] / b["wall_s"] - 1),
+            100 * (r["ttft_mean_s"] / b["ttft_mean_s"] - 1),
+            r["policy_s"] / b["policy_s"],
+        )
+        for policy, r in rows.items()
+    }
+
+
 def _experts_engine() -> tuple[Any, ...]:
     """`vllm_h100_experts_2ee3bb2.json`: per policy (auto as shipped, with lip and lru, with
     lip and cost_aware) the median wall time's and mean TTFT's change against lru's and the
@@ -6085,16 +6101,10 @@ def _experts_engine() -> tuple[Any, ...]:
     names = ["hkv_auto", 'hkv_auto+experts=["lip","lru"]', 'hkv_auto+experts=["lip","cost_aware"]']
     assert sorted(by) == sorted(["lru", *names]) and all(len(r) == 3 for r in by.values())
 
+    changes = _engine_changes("vllm_h100_experts_2ee3bb2.json")
+
     def change(name):
-        wall = statistics.median(r["wall_s"] for r in by[name])
-        ttft = statistics.mean(r["ttft_mean_s"] for r in by[name])
-        policy = statistics.median(r["policy_s"] for r in by[name])
-        base = by["lru"]
-        return (
-            100 * (wall / statistics.median(r["wall_s"] for r in base) - 1),
-            100 * (ttft / statistics.mean(r["ttft_mean_s"] for r in base) - 1),
-            policy / statistics.median(r["policy_s"] for r in base),
-        )
+        return changes[name]
 
     shipped = by["hkv_auto"]
     switches = {tuple(r["policy_leaders"][1][:2]) for r in shipped}
@@ -6151,13 +6161,10 @@ def _experts_engine_2() -> tuple[Any, ...]:
     def median(name, field):
         return statistics.median(r[field] for r in by[name])
 
+    changes = _engine_changes("vllm_h100_experts_2ee3bb2_2.json")
+
     def change(name):
-        ttft = statistics.mean(r["ttft_mean_s"] for r in by[name])
-        return (
-            100 * (median(name, "wall_s") / median("lru", "wall_s") - 1),
-            100 * (ttft / statistics.mean(r["ttft_mean_s"] for r in by["lru"]) - 1),
-            median(name, "policy_s") / median("lru", "policy_s"),
-        )
+        return changes[name]
 
     adjusted = [engine_noise.speed_adjusted(data, (8.0, 1.0), policy=n) for n in names]
     rates = [r["host_rate"] for r in runs]
@@ -6202,8 +6209,8 @@ CLAIMS.append(
 
 def _anchor_at_head() -> tuple[Any, ...]:
     """`vllm_h100_time_7931a10.json`, the anchor at 8 GiB: auto's change in median wall time and
-    mean TTFT against lru's and against hkv_bip's, its policy time's ratio to lru's (medians),
-    and its speed-adjusted wall-time ratio and standard error."""
+    mean TTFT against lru's and against hkv_bip's and its policy time's ratio to lru's
+    (`_engine_changes`), and its speed-adjusted wall-time ratio and standard error."""
     from hkv.report import engine_noise
 
     data = result("vllm_h100_time_7931a10.json")
@@ -6211,21 +6218,10 @@ def _anchor_at_head() -> tuple[Any, ...]:
     by = {name: [r for r in runs if r["policy"] == name] for name in ("lru", "hkv_auto", "hkv_bip")}
     assert all(len(rs) == 3 for rs in by.values()) and len(runs) == 9
 
-    def wall(name):
-        return statistics.median(r["wall_s"] for r in by[name])
-
-    def ttft(name):
-        return statistics.mean(r["ttft_mean_s"] for r in by[name])
-
-    policy = statistics.median(r["policy_s"] for r in by["hkv_auto"]) / statistics.median(
-        r["policy_s"] for r in by["lru"]
-    )
+    vs_lru = _engine_changes("vllm_h100_time_7931a10.json")["hkv_auto"]
+    vs_bip = _engine_changes("vllm_h100_time_7931a10.json", base="hkv_bip")["hkv_auto"]
     adjusted = engine_noise.speed_adjusted(data, (8.0, 0.0))
-    return (
-        100 * (wall("hkv_auto") / wall("lru") - 1), 100 * (ttft("hkv_auto") / ttft("lru") - 1),
-        100 * (wall("hkv_auto") / wall("hkv_bip") - 1),
-        100 * (ttft("hkv_auto") / ttft("hkv_bip") - 1), policy, adjusted["ratio"], adjusted["se"],
-    )  # fmt: skip
+    return (*vs_lru[:2], *vs_bip[:2], vs_lru[2], adjusted["ratio"], adjusted["se"])
 
 
 CLAIMS.append(
