@@ -266,3 +266,123 @@ def test_sigkill_mid_write_leaves_no_corrupted_slot(tmp_path) -> None:
                     totals[2] += 1
     print(f"SIGKILL mid-write: intact, lost, corrupted = {totals.tolist()}")
     assert totals[2] == 0  # slots caught mid-write read as not valid: lost, not served
+
+
+def test_a_file_the_file_system_cannot_hold_is_refused_in_one_line_and_left_out(
+    tmp_path, monkeypatch
+) -> None:
+    """A bound larger than a file may be (EFBIG), or than an offset can say: one `HkvError`
+    naming the size, and no half-made file that the next start would refuse as damaged."""
+    import errno
+
+    from hkv.storage import disk_file
+
+    path = tmp_path / "tier.bin"
+    real = os.ftruncate
+
+    def too_large(fd: int, size: int) -> None:
+        if size:
+            raise OSError(errno.EFBIG, "File too large")
+        real(fd, size)
+
+    monkeypatch.setattr(disk_file.os, "ftruncate", too_large)
+    with pytest.raises(HkvError, match=r"cannot make a tier file of \d+ bytes .*File too large"):
+        DiskTier(path, SLOTS, SLOT_BYTES)
+    assert not path.exists()
+    monkeypatch.setattr(disk_file.os, "ftruncate", real)
+    with pytest.raises(HkvError, match="cannot make a tier file"):
+        DiskTier(path, 2**62, SLOT_BYTES)  # past what an offset holds (OverflowError)
+    assert not path.exists()
+    with DiskTier(path, SLOTS, SLOT_BYTES) as disk:  # the path is free for a good one
+        assert disk.capacity_blocks == SLOTS
+
+
+def test_a_short_write_goes_on_where_it_stopped(tmp_path, monkeypatch) -> None:
+    """Python's slot I/O (no C extension): `pwritev` may write less than it was given; the
+    rest follows, so a stored slot reads back whole (it read as lost before)."""
+    from hkv.storage import disk_file, slot_io
+
+    monkeypatch.setattr(slot_io, "_slots", None)
+    real, short = os.pwritev, []
+
+    def half(fd: int, buffers: list, offset: int) -> int:
+        data = b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
+        short.append(len(data) // 2)
+        return os.pwrite(fd, data[: len(data) // 2], offset)
+
+    monkeypatch.setattr(disk_file.os, "pwritev", half)
+    disk = filled(tmp_path / "tier.bin", keys=range(4))
+    monkeypatch.setattr(disk_file.os, "pwritev", real)
+    try:
+        assert short and count_reads(disk, keys=range(4)) == (4, 0, 0)
+    finally:
+        disk.close()
+
+
+def test_a_start_stopped_before_its_sidecar_never_reopens_another_geometry(
+    tmp_path, monkeypatch
+) -> None:
+    """`open_store` made anew for another bound and stopped before writing its sidecar: the
+    old sidecar is gone first, and a file whose slots are not the sidecar's is made anew, so
+    the next start keeps to its bound (it reopened the larger file, and its full policy then
+    raised in the engine's poll)."""
+    from hkv.outputs import write_atomic
+    from hkv.policies import make_policy
+    from hkv.storage import disk_store
+    from hkv.storage.disk_store import FILE_NAME, open_store, slots_within
+
+    identity = {"model": "m"}
+    small, large = 4 * (SLOT_BYTES + 8192) + 8192, 40 * (SLOT_BYTES + 8192) + 8192
+
+    def start(bound: int) -> disk_store.DiskStore:
+        return open_store(tmp_path, bound, SLOT_BYTES, identity, lambda n: make_policy("lru", n))
+
+    start(small).close()
+
+    def disk_full(*args, **kwargs):
+        raise HkvError("disk tier path: cannot write hkv_tier.json (No space left on device)")
+
+    monkeypatch.setattr(disk_store, "write_atomic", disk_full)
+    with pytest.raises(HkvError, match="No space left"):
+        start(large)
+    monkeypatch.setattr(disk_store, "write_atomic", write_atomic)
+    again = start(small)
+    try:
+        assert (
+            again.tier.capacity_blocks
+            == again.policy.capacity_blocks
+            == slots_within(small, SLOT_BYTES)
+        )
+        assert os.path.getsize(tmp_path / FILE_NAME) <= small
+    finally:
+        again.close()
+    # and a sidecar naming this geometry over a file of another is not trusted either
+    DiskTier(tmp_path / FILE_NAME, 40, SLOT_BYTES).close()
+    again = start(small)
+    try:
+        assert again.tier.capacity_blocks == slots_within(small, SLOT_BYTES)
+    finally:
+        again.close()
+
+
+def test_a_tier_file_cut_short_while_down_starts_empty_instead_of_refusing(tmp_path) -> None:
+    from hkv.policies import make_policy
+    from hkv.storage.disk_store import FILE_NAME, digest, open_store
+
+    def start():
+        return open_store(tmp_path, 8 * (SLOT_BYTES + 8192), SLOT_BYTES, {"m": 1},
+                          lambda n: make_policy("lru", n))  # fmt: skip
+
+    store = start()
+    reserved = store.reserve([(b"k", None)])
+    store.write(reserved, [payload(1)])
+    store.finish_write(reserved, ok=True)
+    store.close()
+    path = tmp_path / FILE_NAME
+    os.truncate(path, os.path.getsize(path) - 100)
+    store = start()
+    try:
+        assert len(store) == 0 and digest(b"k") not in store
+        assert os.path.getsize(path) == store.file_bytes
+    finally:
+        store.close()

@@ -272,11 +272,20 @@ def test_vllms_fs_tier_grows_past_the_bound_that_hkvs_keeps(tmp_path):
         ({"policy": "belady"}, "policy"),
         ({"colour": "red"}, "unknown setting"),
         ({"disk_bytes": 100}, "holds no chunk"),
+        ({"page_cache": "no"}, "page_cache: got 'no'; expected true or false"),
+        ({"enable_kv_events": "yes"}, "enable_kv_events"),
+        ({"locality": 5}, "locality"),
+        ({"policy_params": ["x"]}, "policy_params"),
     ],
 )
 def test_bad_settings_fail_at_start_with_what_to_do(tmp_path, setting, message):
     with pytest.raises(HkvError, match=message):
         make_manager(tiering_config(hkv_tier(tmp_path / "t", **setting)))
+
+
+def test_a_path_with_a_nul_byte_fails_at_start_with_what_to_do(tmp_path):
+    with pytest.raises(HkvError, match="path: .* NUL byte; give a directory"):
+        make_manager(tiering_config(hkv_tier(tmp_path / "t") | {"path": f"{tmp_path}/a\0b"}))
 
 
 def test_a_hit_that_loads_slower_than_it_recomputes_is_declined(tmp_path):
@@ -415,3 +424,55 @@ def test_a_store_after_its_request_finished_kills_vllms_manager_and_runs_behind_
     assert np.array_equal(fetch(guarded, 1), payload(1))
     major, minor = (int(p) for p in __version__.split(".")[:2])
     assert compat026.needs_late_store_guard() == ((major, minor) < (0, 27))
+
+
+def test_a_read_that_fails_leaves_the_chunks_where_they_are(tmp_path, monkeypatch):
+    """An I/O error while loading (EIO from the drive, once) fails that load, and vLLM
+    recomputes; the chunks stay on disk and the next load serves their bytes. Only a chunk
+    that fails its checks is dropped as lost (both were dropped before)."""
+    import errno
+
+    manager = make_manager(tiering_config(hkv_tier(tmp_path / "t")))
+    try:
+        for r in range(4):  # 24 chunks through a CPU tier of 8: chunk 0 is on disk only
+            store(manager, list(range(6 * r, 6 * r + 6)), f"req{r}")
+        tier, calls = tier_of(manager), []
+        read = tier.store.read
+
+        def flaky(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError(errno.EIO, "Input/output error")
+            return read(*args)
+
+        monkeypatch.setattr(tier.store, "read", flaky)
+        assert fetch(manager, 0) is None  # this load failed: recomputed
+        assert calls and tier.stats()["lost"] == 0
+        assert np.array_equal(fetch(manager, 0), payload(0))
+    finally:
+        manager.shutdown()
+
+
+def test_a_speed_file_that_cannot_be_written_never_reaches_the_engines_poll(tmp_path, monkeypatch):
+    """The measured load speed is saved beside the tier file from inside `get_finished_jobs`;
+    a full disk there is a warning (it raised through vLLM's scheduler, and the jobs finished
+    in the same poll were never reported)."""
+    import errno
+
+    import hkv.integrations.vllm.tier_config as tier_config
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    manager = make_manager(tiering_config(hkv_tier(tmp_path / "t")))
+    try:
+        monkeypatch.setattr(tier_config, "write_atomic", disk_full)
+        tier = tier_of(manager)
+        tier._note_speed(0.001, 64)
+        assert tier.stats()["measured_chunk_s"] == pytest.approx(0.001)
+        assert (
+            tier_config.write_speed(str(tmp_path / "t"), 0.001)
+            == "[Errno 28] No space left on device"
+        )
+    finally:
+        manager.shutdown()

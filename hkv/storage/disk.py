@@ -30,9 +30,12 @@ from hkv.storage.disk_file import (
     _SUPER,
     FILE_VERSION,
     HEADER_BYTES,
+    _lay_out,
     _round_up,
     _superblock,
     _take_ownership,
+    _write_all,
+    _writev_all,
 )
 from hkv.storage.layout import SlotPool, SlotTier, check_count
 
@@ -119,13 +122,10 @@ class DiskTier(SlotTier):
                     f"DiskTier.path: {str(path)!r} exists and is not an hkv disk tier file; "
                     "give a new path (hkv overwrites only its own tier files)"
                 )
-            os.ftruncate(fd, 0)  # we own the file: no other tier maps or reads it
-            os.pwrite(fd, _SUPER.pack(*head), 0)
-            os.ftruncate(fd, data_at + num_slots * stride)
-            os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
+        _lay_out(fd, path, _SUPER.pack(*head), data_at + num_slots * stride)
         self._attach(path, fd, head)
 
     @classmethod
@@ -138,7 +138,7 @@ class DiskTier(SlotTier):
         _take_ownership(fd, path)
         try:
             head = _superblock(fd, path)
-            os.pwrite(fd, struct.pack("<Q", os.getpid()), _SUPER.size - 8)
+            _write_all(fd, struct.pack("<Q", os.getpid()), _SUPER.size - 8)
         except BaseException:
             os.close(fd)
             raise
@@ -165,7 +165,7 @@ class DiskTier(SlotTier):
         for slot in slots:
             self._flags[slot] = VALID if valid else 0
         low, high = min(slots), max(slots) + 1
-        os.pwrite(self._fd, self._flags[low:high], self._table_at + low)
+        _write_all(self._fd, self._flags[low:high], self._table_at + low)
         os.fdatasync(self._fd)
 
     def write_many(self, entries: Sequence[tuple[int, int, str, Any]]) -> int:
@@ -211,7 +211,7 @@ class DiskTier(SlotTier):
             fields = (_SLOT_MAGIC, _VERSION, SLOT_FORMATS.index(fmt), kind, key & _KEY_MASK)
             header = _HEADER.pack(*fields, data.nbytes, CHECKSUMS[kind][1](data))
             if run and (slot != previous + 1 or len(run) >= _MAX_IOV - 3):
-                os.pwritev(self._fd, run, self._offset(run_start))
+                _writev_all(self._fd, run, self._offset(run_start))
                 run = []
             if not run:
                 run_start = slot
@@ -220,7 +220,7 @@ class DiskTier(SlotTier):
             run += [header.ljust(HEADER_BYTES, b"\0"), data]
             previous, last_bytes = slot, data.nbytes
             total += data.nbytes
-        os.pwritev(self._fd, run, self._offset(run_start))
+        _writev_all(self._fd, run, self._offset(run_start))
         return total
 
     def write(self, slot: int, key: int, fmt: str, payload: Any) -> None:

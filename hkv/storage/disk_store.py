@@ -35,6 +35,7 @@ from hkv.errors import HkvError
 from hkv.outputs import write_atomic
 from hkv.policies.base import EvictionPolicy
 from hkv.storage.disk import HEADER_BYTES, DiskTier
+from hkv.storage.disk_file import DamagedTierFile
 
 FILE_NAME = "hkv_tier.bin"
 META_NAME = "hkv_tier.json"
@@ -222,14 +223,17 @@ def open_store(
     path, meta_path = folder / FILE_NAME, folder / META_NAME
     wanted = {"identity": identity, "slots": slots, "slot_bytes": slot_bytes}
     why = _why_not_reopen(path, meta_path, wanted)
-    if why is None:
-        tier = DiskTier.open(path)
+    tier = _reopened(path, slots, slot_bytes) if why is None else why
+    if isinstance(tier, DiskTier):
         restored = {h.key: s for s, h in tier.scan().items() if _usable(h, slot_bytes)}
         tier.claim(restored.values())  # else new chunks would be written over them
         log.info("hkv disk tier: reopened %s with %d blocks", path, len(restored))
     else:
         if path.exists():
-            log.warning("hkv disk tier: starting %s empty: %s", path, why)
+            log.warning("hkv disk tier: starting %s empty: %s", path, tier)
+        # the sidecar goes first: a start stopped before the new one is written leaves none,
+        # so the next start makes the file anew instead of reopening one of another geometry
+        _remove(meta_path)
         tier, restored = DiskTier(path, slots, slot_bytes), {}
     try:
         write_atomic(meta_path, [json.dumps(wanted, indent=1, sort_keys=True)], "disk tier path")
@@ -237,6 +241,27 @@ def open_store(
     except BaseException:
         tier.close()
         raise
+
+
+def _reopened(path: Path, slots: int, slot_bytes: int) -> DiskTier | str:
+    """The tier file at `path` reopened, or why it is made anew instead: damaged (cut short, a
+    broken superblock) or of another geometry than its sidecar says (`HkvError` where another
+    process owns it)."""
+    try:
+        tier = DiskTier.open(path)
+    except DamagedTierFile as exc:
+        return str(exc)
+    if (tier.capacity_blocks, tier.slot_bytes) != (slots, slot_bytes):
+        tier.close()
+        return f"its file holds {tier.capacity_blocks} slots of {tier.slot_bytes} bytes"
+    return tier
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise HkvError(f"hkv disk tier: cannot replace {str(path)!r}: {exc}") from None
 
 
 def _usable(header: Any, slot_bytes: int) -> bool:

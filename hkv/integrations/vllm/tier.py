@@ -142,7 +142,9 @@ class HkvDiskTier(SecondaryTierManager):
         return LookupResult.HIT
 
     def touch(self, keys: Collection[bytes], req_context: Any) -> None:
-        """vLLM 0.26 touches a request's whole prompt: its length is the prompt's."""
+        """The prompt's length (0.26 touches a whole prompt); not a reference: the policy ranks
+        chunks by this tier's own stores and loads (vLLM's `fs` tier ignores touches too), as
+        0.26 touches each prompt twice a request and a key's digest costs a hash."""
         if keys:
             self._note_prompt(req_context, len(keys) * self.chunk_tokens)
 
@@ -206,17 +208,20 @@ class HkvDiskTier(SecondaryTierManager):
 
     def _finish_load(self, job_id: int, futures: list[Future], payload: Any, seconds: float):
         found, asked = payload
-        problems, spans = [], []
+        problems, failed, spans = [], [], []
         for future, part in zip(futures, _parts(found), strict=True):
             error = future.exception()
-            if error is not None:
-                problems += [f"read failed: {error}"] * len(part)
+            if error is not None:  # the read itself failed: the chunks stay, this load fails
+                log.warning("hkv disk tier: a read failed (%s); its chunks are recomputed", error)
+                problems += [None] * len(part)
+                failed += [True] * len(part)
                 continue
             got, start, end = future.result()
             problems += got
+            failed += [problem is not None for problem in got]
             spans.append((start, end))
-        self.store.finish_read([p for p, _, _ in found], problems)
-        ok = [k for (_, _, k), problem in zip(found, problems, strict=True) if problem is None]
+        self.store.finish_read([p for p, _, _ in found], problems)  # drops the lost ones
+        ok = [k for (_, _, k), bad in zip(found, failed, strict=True) if not bad]
         self.counts["loads"] += 1
         self.counts["load_chunks"] += len(ok)
         self.load_s += seconds
@@ -330,7 +335,8 @@ class HkvDiskTier(SecondaryTierManager):
         self._measured = (seconds, count)
         self.per_chunk_s = seconds / count
         self._follow_measured_speed()
-        write_speed(self.settings.path, self.per_chunk_s)
+        if (why := write_speed(self.settings.path, self.per_chunk_s)) is not None:
+            log.warning("hkv disk tier: the measured speed was not saved: %s", why)
 
     def _follow_measured_speed(self) -> None:
         """Admit and serve by the crossover the measured loads imply, once any were timed

@@ -71,6 +71,25 @@ class TierSettings:
         low = self.min_prefix_tokens
         if low is not None and (isinstance(low, bool) or not isinstance(low, int) or low < 0):
             raise HkvError(f"hkv disk tier: min_prefix_tokens: got {low!r}; expected tokens >= 0")
+        if "\0" in self.path:
+            raise HkvError(
+                f"hkv disk tier: path: got {self.path!r}, with a NUL byte; give a directory"
+            )
+        if not isinstance(self.policy_params, Mapping):
+            raise HkvError(
+                f"hkv disk tier: policy_params: got {self.policy_params!r}; expected an object "
+                "of the policy's hyperparameters by name ({} for none)"
+            )
+        for name in ("page_cache", "enable_kv_events"):  # "no" would read as true
+            if not isinstance(getattr(self, name), bool):
+                raise HkvError(
+                    f"hkv disk tier: {name}: got {getattr(self, name)!r}; expected true or false"
+                )
+        if self.locality is not None and not isinstance(self.locality, str):
+            raise HkvError(
+                f"hkv disk tier: locality: got {self.locality!r}; expected a string (as vLLM's "
+                'fs tier takes it, e.g. "REMOTE")'
+            )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TierSettings:
@@ -155,5 +174,13 @@ def read_speed(directory: str) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def write_speed(directory: str, per_chunk_s: float) -> None:
-    write_atomic(Path(directory) / SPEED_FILE, [json.dumps({"per_chunk_s": per_chunk_s})], "path")
+def write_speed(directory: str, per_chunk_s: float) -> str | None:
+    """Record `per_chunk_s` beside the tier file for the next start; None, or why it could not
+    be (a full or read-only disk: a hint lost, never an error in the engine's poll)."""
+    try:
+        write_atomic(
+            Path(directory) / SPEED_FILE, [json.dumps({"per_chunk_s": per_chunk_s})], "path"
+        )
+    except (HkvError, OSError) as exc:
+        return str(exc)
+    return None
