@@ -469,3 +469,30 @@ def test_ready_slots_cover_blocks_still_arriving(tmp_path) -> None:
     assert m.ready_slots([0, 1]) == m.gpu_slots_of([0, 1]) == slots[1:]
     m.demote([5])
     assert m.ready_slots([5]) is None  # gone to host: no longer on the GPU
+
+
+def test_a_disk_read_the_drive_fails_refuses_the_access_and_moves_nothing(tmp_path) -> None:
+    """An I/O error reading the disk tier (EIO, once): `access` says so (`ok=False`, the
+    reason naming the error) and every block stays where it was, readable by the next access
+    (it raised, and left the blocks 'being moved' for good: out of every policy, never
+    readable again)."""
+    import errno
+
+    m = manager(tmp_path)
+    fill(m, range(12))  # 0-3 on disk
+    read, calls = m.mover.disk.read_many, []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return read(*args)
+
+    m.mover.disk.read_many = flaky
+    result = m.access([0, 1, 8])
+    assert not result.ok and "Input/output error" in result.reason and result.hits == {}
+    assert [m.where(k) for k in (0, 1, 8)] == [Tier.DISK, Tier.DISK, Tier.GPU]
+    assert m.stats.refused == 1 and m.stats.lost == 0
+    result = m.access([0, 1, 8])
+    assert result.ok and result.hits == {"disk": 2, "gpu": 1}
+    assert all(torch.equal(m.gpu_view(k), kv(k)) for k in (0, 1, 8))

@@ -22,7 +22,8 @@ drops blocks (they are recomputed when next needed). A block lives in exactly on
   recomputing it is dropped and reported in `recompute`; a block the model says is not worth a
   disk slot is dropped instead of written. Without one every held block is loaded.
 - Lost blocks: a disk slot that fails its checks (torn, corrupted, truncated file) is reported
-  in `lost`, never returned.
+  in `lost`, never returned; a read the drive fails (EIO) refuses the access (`ok=False`, the
+  reason names the error) and leaves every block where it was.
 - Overlap: `prepare_access` launches the host -> GPU copies and returns; `complete_access` waits.
   Demotions needed to make room are finished inside `prepare_access`. One access may be pending.
   `ready_slots` lets a reader use blocks still arriving: the current stream waits on the device
@@ -119,17 +120,10 @@ class HybridKVCacheManager:
         )
         self.stats = ManagerStats()
         self.table = BlockTable()
-        self.mover = Mover(
-            self.table,
-            layout,
-            (self.gpu, self.host, self.disk),
-            self.engine,
-            self.policies,
-            config=self.config,
-            cost_model=cost_model,
-            stats=self.stats,
-            keep_copies=retain_host_copies,
-        )
+        tiers = (self.gpu, self.host, self.disk)
+        self.mover = Mover(self.table, layout, tiers, self.engine, self.policies,
+                           config=self.config, cost_model=cost_model, stats=self.stats,
+                           keep_copies=retain_host_copies)  # fmt: skip
         self._pending: PendingAccess | None = None
         self._completed: tuple[PendingAccess, AccessResult] | None = None  # the last one
 
@@ -208,7 +202,8 @@ class HybridKVCacheManager:
     def prepare_access(
         self, block_ids: Iterable[int], *, pin: bool = False, starts: Iterable[int] = ()
     ) -> PendingAccess | AccessResult:
-        """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room.
+        """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room
+        (or the drive failed a read).
         `starts`: keys that each begin a reader's unit (a copy chunk each: `ready_slots`)."""
         if self._pending is not None:
             raise HkvError("prepare_access: an access is pending; complete_access() it first")
@@ -222,6 +217,13 @@ class HybridKVCacheManager:
         if reason is not None:
             self.stats.refused += 1
             return AccessResult(False, {}, {}, reason=reason)
+        try:  # before anything changes: a read that fails leaves every block where it was
+            lost, scratch = mover.read_disk([b for b in loads if b.meta.tier is Tier.DISK])
+        except OSError as exc:
+            self.stats.refused += 1
+            return AccessResult(False, {}, {}, reason=f"reading the disk failed ({exc}); try again")
+        lost_set = set(lost)
+        loads = [b for b in loads if b not in lost_set]
         for block in hot:
             self.policies[Tier.GPU].touch(block.key)
         for block in recompute:
@@ -230,9 +232,6 @@ class HybridKVCacheManager:
         for block in loads:  # out of their cold policies: no cascade below may pick them
             self.policies[block.meta.tier].remove(block.key)
             block.inflight = True
-        lost, scratch = mover.read_disk([b for b in loads if b.meta.tier is Tier.DISK])
-        lost_set = set(lost)
-        loads = [b for b in loads if b not in lost_set]
         hits = {t.name.lower(): n for t, n in Counter(b.meta.tier for b in hot + loads).items()}
         slots = mover.gpu_slots(len(loads), set(ids))
         assert not isinstance(slots, str), slots  # room was checked above

@@ -294,9 +294,13 @@ class Mover:
             offsets.update(zip((b.key for b in group), places, strict=True))
         entries = [(b.disk_slot, b.key, b.fmt) for b in blocks]
         start = time.perf_counter()
-        problems = self.disk.read_many(
-            entries, self.scratch.buf.numpy(), [offsets[b.key] for b in blocks]
-        )
+        try:
+            problems = self.disk.read_many(
+                entries, self.scratch.buf.numpy(), [offsets[b.key] for b in blocks]
+            )
+        except OSError:  # the drive failed the read: the staging goes back, the blocks stay
+            self.scratch.free(list(offsets.values()))
+            raise
         read_s = time.perf_counter() - start
         lost = [b for b, problem in zip(blocks, problems, strict=True) if problem is not None]
         self.stats.moved(Link.DISK_TO_GPU, 0, read_s)

@@ -27,7 +27,7 @@ class AccessResult:
     `hits` counts the requested blocks served from each tier ("gpu", "host", "disk");
     `recompute` were held but cheaper to recompute (dropped), `lost` failed their disk checks
     (dropped), `missing` were not held. With `ok=False` (no room: the GPU is full of pinned
-    blocks) nothing changed and `reason` says why.
+    blocks; or the drive failed a read) nothing changed and `reason` says why.
     """
 
     ok: bool
