@@ -496,3 +496,30 @@ def test_a_disk_read_the_drive_fails_refuses_the_access_and_moves_nothing(tmp_pa
     result = m.access([0, 1, 8])
     assert result.ok and result.hits == {"disk": 2, "gpu": 1}
     assert all(torch.equal(m.gpu_view(k), kv(k)) for k in (0, 1, 8))
+
+
+def test_a_disk_write_the_drive_fails_drops_the_blocks_and_leaks_nothing(tmp_path) -> None:
+    """A demotion to disk that the drive refuses (ENOSPC, once): those blocks are dropped, as
+    from a full disk, and the admission goes on (it raised, with the blocks out of the host
+    policy but still in host RAM, and their disk slots taken: both leaked for good)."""
+    import errno
+
+    m = manager(tmp_path)
+    fill(m, range(8))  # 0-3 in host RAM, 4-7 on the GPU
+    write, calls = m.mover.disk.write_many, []
+
+    def flaky(entries):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(entries)
+
+    m.mover.disk.write_many = flaky
+    fill(m, range(8, 24))
+    assert calls and m.stats.dropped >= 1 and m.stats.lost == 0
+    held = [k for k in range(24) if m.where(k) is not None]
+    assert len(held) == 4 + 4 + 8  # every tier full again: nothing leaked
+    assert m.mover.disk.num_free == 0 and len(m.policies[Tier.HOST]) == 4
+    for key in held:  # (each access demotes others down a full cascade: some are dropped)
+        if m.where(key) is not None:
+            assert m.access([key]).ok and torch.equal(m.gpu_view(key), kv(key)), key

@@ -11,7 +11,8 @@ Each tier has its own instance of the configured policy (`config.offload_strateg
 `policy=`), driven by the protocol in `hkv.policies.base`: when the GPU needs a slot, its policy
 names victims, which are demoted to host (quantized to their modality's cold format on the GPU
 first); when the host arena is full its policy demotes to disk; when the disk is full its policy
-drops blocks (they are recomputed when next needed). A block lives in exactly one tier.
+drops blocks, as a disk write the drive fails does (dropped blocks are recomputed when next
+needed). A block lives in exactly one tier.
 
 - Pinned blocks (`pin`, `access(..., pin=True)`: a running request uses them) are never evicted;
   a GPU full of pinned blocks refuses `admit` / `access` with `ok=False` and a reason, and

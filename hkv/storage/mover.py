@@ -52,18 +52,11 @@ class Mover:
     """The manager's moves between tiers (see the manager's docstring for the rules)."""
 
     def __init__(
-        self,
-        table: BlockTable,
-        layout: BlockLayout,
-        tiers: tuple[GpuTier, HostTier | None, DiskTier | None],
-        engine: TransferEngine,
-        policies: dict[Tier, Any],
-        *,
-        config: HybridKVCacheConfig,
-        cost_model: Any,
-        stats: ManagerStats,
-        keep_copies: bool,
-    ):
+        self, table: BlockTable, layout: BlockLayout,
+        tiers: tuple[GpuTier, HostTier | None, DiskTier | None], engine: TransferEngine,
+        policies: dict[Tier, Any], *, config: HybridKVCacheConfig, cost_model: Any,
+        stats: ManagerStats, keep_copies: bool,
+    ):  # fmt: skip
         self.table, self.layout, self.engine, self.policies = table, layout, engine, policies
         self.gpu, self.host, self.disk = tiers
         self.config, self.cost_model, self.stats = config, cost_model, stats
@@ -229,7 +222,12 @@ class Mover:
             payload = self.host.view(block.host_offset, codec(self.layout, block.fmt).payload_bytes)
             entries.append((slot, block.key, block.fmt, payload.numpy()))
         start = time.perf_counter()
-        nbytes = self.disk.write_many(entries)
+        try:
+            nbytes = self.disk.write_many(entries)
+        except OSError:  # the drive refused the write (full, EIO): dropped, as if no room
+            self.disk.free(slots)
+            self.drop(kept)
+            return
         self.stats.moved(Link.HOST_TO_DISK, nbytes, time.perf_counter() - start)
         for block, slot in zip(kept, slots, strict=True):
             self.host.free([block.host_offset])
