@@ -931,3 +931,35 @@ def test_positions_are_read_from_the_contexts_dictionary_and_agree_with_its_meth
     assert in_prefix_order(keys, ctx) == in_prefix_order(keys, method_only) == ordered
     assert in_prefix_order([*keys, key(99)], ctx) == [*keys, key(99)]
     assert in_prefix_order(keys, SimpleNamespace()) == keys
+
+
+@pytest.mark.skipif(not __import__("hkv.policies.native").policies.native.built(),
+                    reason="hkv's C extension is not built")  # fmt: skip
+def test_a_key_the_native_lru_refuses_is_set_aside_and_evicted_first():
+    """hkv's `lru` runs from C inside vLLM (`leader.vllms_lru`) on 64-bit ids; a key whose id
+    another resident key holds (alike in their first 8 bytes after the group's mix) is refused
+    there. The adapter sets it aside, to be evicted first, as vLLM's own lru would evict it
+    (it was lost: stored by vLLM, known to no policy, never evictable, and a full tier refused
+    every later store)."""
+    from hkv.policies.native import GOLDEN, MASK, key_bits
+
+    a = make_offload_key((1).to_bytes(8, "big"), 0)
+    b = make_offload_key((key_bits(a) ^ (GOLDEN & MASK)).to_bytes(8, "little"), 1)
+    assert a != b and key_bits(a) == key_bits(b)
+    new = [make_offload_key(i.to_bytes(8, "big"), 0) for i in (10, 11)]
+    evicted = {}
+    for name, module in (("hkv_lru", "hkv.integrations.vllm"), ("lru", None)):
+        manager = CPUOffloadingManager(
+            num_chunks=2, cache_policy=name, cache_policy_module_path=module
+        )
+        for req, keys in (("r0", [a, b]), ("r1", new)):
+            ctx = ReqContext(req_id=req)
+            for i, key in enumerate(keys, 1):
+                ctx.set_offload_key_position(key, 16 * i)
+            manager.on_new_request(ctx)
+            out = manager.prepare_store(keys, ctx)
+            assert out is not None, name  # the full tier makes room for the second request
+            manager.complete_store(out.keys_to_store, ctx)
+            manager.on_request_finished(ctx)
+        evicted[name] = set(out.evicted_keys)
+    assert evicted["hkv_lru"] == evicted["lru"] == {a, b}

@@ -131,10 +131,11 @@ class EvictionPolicy(ABC):
         for key in keys:
             touch(key)
 
-    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> None:
+    def insert_all(self, keys: Sequence[Key], meta: BlockMeta) -> Any:
         """`insert` each key in order, all with `meta`: vLLM's adapter hands a policy the
-        chunks stored since its last decision in one call."""
-        self.insert_each(keys, [meta] * len(keys))
+        chunks stored since its last decision in one call. What `insert_each` returns (a
+        `NativeLeader`: the keys it refused)."""
+        return self.insert_each(keys, [meta] * len(keys))
 
     def insert_each(self, keys: Sequence[Key], metas: Sequence[BlockMeta]) -> None:
         """`insert` each key in order with its meta (`insert_all` with one meta each).

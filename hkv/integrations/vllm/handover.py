@@ -20,7 +20,7 @@ def hand_over(adapter: Any, keys: list[Any], req_context) -> None:
     shared, policy = adapter.shared_meta, adapter.policy
     adapter.settle()
     if shared is not None and adapter.admits_all:
-        policy.insert_all(keys, shared)
+        _aside(adapter, policy.insert_all(keys, shared))
         return
     if shared is None and req_context is None:
         hand_over_noted(adapter, keys)
@@ -43,10 +43,10 @@ def hand_over(adapter: Any, keys: list[Any], req_context) -> None:
         elif bulk:
             taken.append(key)
             metas.append(meta)
-        else:
-            insert(key, meta)
+        elif insert(key, meta):
+            adapter.bypassed[key] = None  # refused (`_aside`)
     if taken:
-        policy.insert_each(taken, metas)
+        _aside(adapter, policy.insert_each(taken, metas))
 
 
 def hand_over_noted(adapter: Any, keys: list[Any]) -> None:
@@ -71,7 +71,7 @@ def hand_over_noted(adapter: Any, keys: list[Any]) -> None:
         kept = [not d for d in declined]
         keys, metas = list(compress(keys, kept)), list(compress(metas, kept))
     if keys:
-        policy.insert_each(keys, metas)
+        _aside(adapter, policy.insert_each(keys, metas))
 
 
 def _one_by_one(adapter: Any, keys: list, metas: list, verdicts) -> None:
@@ -80,7 +80,13 @@ def _one_by_one(adapter: Any, keys: list, metas: list, verdicts) -> None:
     for key, meta, admitted in zip(keys, metas, verdicts, strict=True):
         if admitted is None:
             admitted = policy.admit(key, meta)
-        if admitted:
-            policy.insert(key, meta)
-        else:
+        if not admitted or policy.insert(key, meta):
             adapter.bypassed[key] = None
+
+
+def _aside(adapter: Any, refused: Any) -> None:
+    """Keys the policy refused at insert, set aside and evicted first: hkv's `lru` run from C
+    (`NativeLeader`) refuses a key whose 64-bit id another resident key holds (two keys alike in
+    their first 8 bytes, after the group's mix); a Python policy refuses none (None)."""
+    if refused:
+        adapter.bypassed.update(dict.fromkeys(refused))
