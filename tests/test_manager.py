@@ -523,3 +523,84 @@ def test_a_disk_write_the_drive_fails_drops_the_blocks_and_leaks_nothing(tmp_pat
     for key in held:  # (each access demotes others down a full cascade: some are dropped)
         if m.where(key) is not None:
             assert m.access([key]).ok and torch.equal(m.gpu_view(key), kv(key)), key
+
+
+def test_a_pending_access_holds_its_blocks_until_it_completes(tmp_path) -> None:
+    """Between `prepare_access` and `complete_access` (the overlap the docstring allows) the
+    access's blocks stay: a block already on the GPU is pinned as the loads are, so admits
+    demote others (a hot block demoted then was in neither `gpu_slots` nor `to_compute`), and
+    the caller cannot unpin the access's own pin (an unpinned block in flight was then taken
+    as a victim: a KeyError, a block on the GPU in no policy, pins below zero)."""
+    m = manager(tmp_path, gpu=3, host=4, disk=0)
+    fill(m, range(4))  # 0 in host RAM; 1, 2, 3 on the GPU
+    pending = m.prepare_access([0, 1])  # 0 loads, 1 is hot
+    with pytest.raises(HkvError, match="pending access holds it until complete_access"):
+        m.unpin([0])
+    with pytest.raises(HkvError, match="pending access holds it"):
+        m.unpin([1])
+    assert m.admit(10, kv(10)).ok and m.admit(11, kv(11)).ok  # 1 stays; others go
+    result = m.complete_access(pending)
+    assert set(result.gpu_slots) == {0, 1} and not result.to_compute
+    assert all(m.table.records[k].pins == 0 for k in (0, 1)) and m.table.num_pinned == 0
+    assert all(torch.equal(m.gpu_view(k), kv(k)) for k in (0, 1))
+    pending = m.prepare_access([0, 1], pin=True)  # pinned for the caller once it completes
+    m.complete_access(pending)
+    m.unpin([0, 1])
+    assert m.table.num_pinned == 0
+
+
+def test_a_refused_call_changes_nothing(tmp_path) -> None:
+    """`pin`, `unpin` and `free` check every id before acting on any (they pinned, unpinned or
+    freed the ids before a bad one, then raised); `admit` checks `kv`, `position` and `tokens`
+    before it places the block (a numpy kv left block 7 held, with block 0's bytes)."""
+
+    m = manager(tmp_path, gpu=2, host=4, disk=0)
+    fill(m, range(3))  # 0 in host RAM; 1, 2 on the GPU
+    before = {k: (m.where(k), m.table.records[k].pins) for k in range(3)}
+    for call, ids in ((m.pin, [1, 0]), (m.pin, [2, 99]), (m.unpin, [1, 1]), (m.free, [1, 99])):
+        with pytest.raises(HkvError):
+            call(ids)
+        assert {k: (m.where(k), m.table.records[k].pins) for k in range(3)} == before
+    bad = [
+        ({"kv": kv(7).float().numpy()}, "kv is a ndarray; expected a torch.Tensor"),
+        ({"kv": kv(7).float()}, "kv dtype torch.float32; expected torch.bfloat16"),
+        ({"position": -16}, "position -16; expected >= 0"),
+        ({"position": "x"}, "position 'x'; expected an integer"),
+        ({"tokens": 17}, "tokens 17; expected from 1 to 16"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(HkvError, match=message):
+            m.admit(7, **kwargs)
+        assert 7 not in m and {k: m.where(k) for k in range(3)} == {
+            k: w for k, (w, _) in before.items()
+        }
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.access(["a"]), "access: block id 'a'; expected an integer"),
+        (lambda m: m.access([1.9]), "access: block id 1.9"),  # it read block 1
+        (lambda m: m.access(2), "access: got 2; expected a list of block ids"),
+        (lambda m: m.where(2.5), "where: block id 2.5"),  # it answered for block 2
+        (lambda m: m.gpu_view(None), "gpu_view: block id None"),
+        (lambda m: m.unpin(2), "unpin: got 2"),
+        (lambda m: m.complete_access(None), "not the pending access"),
+    ],
+)
+def test_bad_ids_are_one_line_never_a_raw_error_or_another_block(tmp_path, call, message):
+    m = manager(tmp_path, disk=0)
+    fill(m, range(3))
+    with pytest.raises(HkvError, match=message):
+        call(m)
+
+
+def test_a_closed_manager_refuses_in_one_line_and_changes_nothing(tmp_path) -> None:
+    m = manager(tmp_path)
+    fill(m, range(8))
+    before = {k: m.where(k) for k in range(8)}
+    m.close()
+    for call in (lambda: m.admit(20, kv(20)), lambda: m.access([0]), lambda: m.demote([7])):
+        with pytest.raises(HkvError, match="this manager is closed"):
+            call()
+    assert {k: m.where(k) for k in range(8)} == before

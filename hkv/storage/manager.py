@@ -26,9 +26,10 @@ needed). A block lives in exactly one tier.
   in `lost`, never returned; a read the drive fails (EIO) refuses the access (`ok=False`, the
   reason names the error) and leaves every block where it was.
 - Overlap: `prepare_access` launches the host -> GPU copies and returns; `complete_access` waits.
-  Demotions needed to make room are finished inside `prepare_access`. One access may be pending.
-  `ready_slots` lets a reader use blocks still arriving: the current stream waits on the device
-  for the copy chunks that bring them (`starts` cuts a chunk per reader's unit), the CPU not.
+  Demotions needed to make room are finished inside `prepare_access`. One access may be pending;
+  its blocks (those on the GPU already too) stay pinned by it until it completes. `ready_slots`
+  lets a reader use blocks still arriving: the current stream waits on the device for the copy
+  chunks that bring them (`starts` cuts a chunk per reader's unit), the CPU not.
 - Encoded once: a block loaded from a cold tier keeps the bytes it came from (host extent or
   disk slot; `retain_host_copies`, default on, covers both), and demoting it while its values are
   unchanged reuses them: no copy, and a quantized block is never encoded again from its decoded
@@ -53,6 +54,7 @@ import torch
 from hkv.blocks import BlockId, BlockMeta, Modality, Tier
 from hkv.errors import HkvError
 from hkv.planning.config import HybridKVCacheConfig
+from hkv.storage import checks
 from hkv.storage.disk import DiskTier
 from hkv.storage.layout import BlockLayout
 from hkv.storage.mover import Mover, tier_policies
@@ -126,6 +128,7 @@ class HybridKVCacheManager:
                            config=self.config, cost_model=cost_model, stats=self.stats,
                            keep_copies=retain_host_copies)  # fmt: skip
         self._pending: PendingAccess | None = None
+        self._closed = False
         self._completed: tuple[PendingAccess, AccessResult] | None = None  # the last one
 
     def _host_stride(self, fmt: str) -> int:
@@ -153,14 +156,12 @@ class HybridKVCacheManager:
         `kv` is `[num_layers, 2, block_tokens, kv_heads, head_dim]`. Refused (`ok=False`,
         nothing changed) when every GPU block is pinned.
         """
+        self._open("admit")
         key = self.table.new_key(block_id)
-        meta = BlockMeta(
-            tokens=self.layout.block_tokens if tokens is None else tokens,
-            position=position,
-            modality=Modality.parse(modality),
-            tier=Tier.GPU,
-        )
-        self._check_shape("admit", kv)
+        tokens = self.layout.block_tokens if tokens is None else tokens
+        position, tokens = checks.placement(position, tokens, self.layout.block_tokens)
+        meta = BlockMeta(tokens, position, Modality.parse(modality), Tier.GPU)
+        checks.kv(kv, self.layout, "admit")  # all checked: nothing changed yet
         self.policies[Tier.GPU].admit(key, meta)  # a hot block is always placed; admit() learns
         slots = self.mover.gpu_slots(1, {key})
         if isinstance(slots, str):
@@ -177,21 +178,18 @@ class HybridKVCacheManager:
         self.mover.enforce_keep_limits({key})
         return Admission(True, BlockId(key), slots[0])
 
-    def _check_shape(self, action: str, kv: torch.Tensor | None) -> None:
-        if kv is not None and tuple(kv.shape) != self.layout.shape:
-            raise HkvError(f"{action}: kv shape {tuple(kv.shape)}; expected {self.layout.shape}")
-
     def write(self, block_id: int, kv: torch.Tensor) -> None:
         """Overwrite a GPU block's values with `kv` (`[num_layers, 2, block_tokens, kv_heads,
         head_dim]`); the next demotion encodes them (`mark_dirty`)."""
-        self._check_shape("write", kv)
+        checks.kv(kv, self.layout, "write")
         self.gpu_view(block_id, write=True).copy_(kv)
 
     def mark_dirty(self, block_ids: Iterable[int]) -> None:
         """Say these GPU blocks were (or are about to be) written in place: the cold copies they
         kept no longer hold their values, so they are given up."""
-        for key in block_ids:
-            block = self._gpu_block(key, "mark_dirty")
+        for block in [
+            self._gpu_block(k, "mark_dirty") for k in checks.block_ids(block_ids, "mark_dirty")
+        ]:
             self.mover.give_up_copy(block)
             block.exact, block.scales = True, None  # its next demotion encodes its new values
 
@@ -206,9 +204,10 @@ class HybridKVCacheManager:
         """Launch the promotions of `block_ids`; an `AccessResult` with `ok=False` if no room
         (or the drive failed a read).
         `starts`: keys that each begin a reader's unit (a copy chunk each: `ready_slots`)."""
+        self._open("prepare_access")
         if self._pending is not None:
             raise HkvError("prepare_access: an access is pending; complete_access() it first")
-        ids = list(dict.fromkeys(map(int, block_ids)))
+        ids = list(dict.fromkeys(checks.block_ids(block_ids, "access")))
         hot, cold, missing = self.table.sort_access(ids)
         mover = self.mover
         recompute = [b for b in cold if mover.cheaper_to_recompute(b, b.meta.tier)]
@@ -237,21 +236,14 @@ class HybridKVCacheManager:
         slots = mover.gpu_slots(len(loads), set(ids))
         assert not isinstance(slots, str), slots  # room was checked above
         transfers, arrivals = self.mover.launch_loads(loads, slots, scratch, frozenset(starts))
-        for block in hot if pin else ():
+        for block in hot:  # pinned until complete, as the loads are: no admit may demote one
             self.table.pin(block)
         self.stats.accesses += 1
         self._pending = PendingAccess(
-            ids,
-            pin,
-            dict(hits),
-            loads,
-            transfers,
-            list(scratch.values()),
-            tuple(BlockId(b.key) for b in recompute),
-            tuple(BlockId(b.key) for b in lost),
-            tuple(BlockId(k) for k in missing),
-            arrivals,
-        )
+            ids, pin, dict(hits), loads, transfers, list(scratch.values()),
+            tuple(BlockId(b.key) for b in recompute), tuple(BlockId(b.key) for b in lost),
+            tuple(BlockId(k) for k in missing), arrivals, hot,
+        )  # fmt: skip
         return self._pending
 
     def ready_slots(self, block_ids: Iterable[int], wait: bool = True) -> list[int] | None:
@@ -273,8 +265,8 @@ class HybridKVCacheManager:
         A second call for an access that another user of the manager completed first (so that
         its own access could proceed) returns the same result.
         """
-        if pending is not self._pending:
-            if self._completed is not None and self._completed[0] is pending:
+        if pending is not self._pending or pending is None:
+            if self._completed is not None and self._completed[0] is pending is not None:
                 return self._completed[1]
             raise HkvError("complete_access: not the pending access of this manager")
         for transfer, link in pending.transfers:
@@ -282,8 +274,8 @@ class HybridKVCacheManager:
             self.stats.moved(link, done.nbytes, done.device_s)
         for block in pending.loads:
             self.mover.settle_load(block)
-            if not pending.pin:
-                self.table.unpin(block)
+        for block in () if pending.pin else pending.loads + pending.hot:
+            self.table.unpin(block)
         if pending.scratch_offsets:
             self.mover.scratch.free(pending.scratch_offsets)
         self._pending = None
@@ -305,7 +297,7 @@ class HybridKVCacheManager:
         `access` blocks that are already on the GPU.
         """
         touch, records = self.policies[Tier.GPU].touch, self.table.records
-        for key in block_ids:
+        for key in block_ids:  # (a key of another type is not held: the error below)
             block = records.get(key)
             if block is None or block.gpu_slot is None:
                 raise HkvError(f"touch: block {key!r} is not on the GPU; access() it instead")
@@ -323,27 +315,28 @@ class HybridKVCacheManager:
 
     def pin(self, block_ids: Iterable[int]) -> None:
         """Keep blocks on the GPU until `unpin` (pins nest). They must be on the GPU."""
-        for key in block_ids:
-            block = self.table.held(key, "pin")
+        blocks = [self.table.held(key, "pin") for key in checks.block_ids(block_ids, "pin")]
+        for block in blocks:  # every one checked before any is pinned
             if block.meta.tier is not Tier.GPU:
                 raise HkvError(
-                    f"pin: block {key} is in the {block.meta.tier.name.lower()} tier; "
+                    f"pin: block {block.key} is in the {block.meta.tier.name.lower()} tier; "
                     "use access([...], pin=True) to bring it to the GPU and pin it"
                 )
+        for block in blocks:
             self.table.pin(block)
 
     def unpin(self, block_ids: Iterable[int]) -> None:
         """Release pins; blocks over their modality's `max_keep_blocks` may then be demoted."""
-        for key in block_ids:
-            block = self.table.held(key, "unpin")
-            if block.pins == 0:
-                raise HkvError(f"unpin: block {key} is not pinned")
+        blocks = [self.table.held(key, "unpin") for key in checks.block_ids(block_ids, "unpin")]
+        checks.unpinnable(blocks, self._pending.own if self._pending else set(), "unpin")
+        for block in blocks:
             self.table.unpin(block)
         self.mover.enforce_keep_limits(set())
 
     def demote(self, block_ids: Iterable[int]) -> None:
         """Move unpinned GPU blocks to the cold tiers now (an idle session's KV, say)."""
-        blocks = [self.table.held(k, "demote") for k in block_ids]
+        self._open("demote")
+        blocks = [self.table.held(k, "demote") for k in checks.block_ids(block_ids, "demote")]
         for block in blocks:
             if block.pins or block.meta.tier is not Tier.GPU:
                 raise HkvError(f"demote: block {block.key} is pinned or not on the GPU")
@@ -353,10 +346,11 @@ class HybridKVCacheManager:
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Forget blocks wherever they are (their request ended and they are not to be cached)."""
-        for key in block_ids:
-            block = self.table.held(key, "free")
+        blocks = [self.table.held(key, "free") for key in checks.block_ids(block_ids, "free")]
+        for block in blocks:  # every one checked before any is forgotten
             if block.pins or block.inflight:
-                raise HkvError(f"free: block {key} is pinned or being moved; unpin it first")
+                raise HkvError(f"free: block {block.key} is pinned or being moved; unpin it first")
+        for block in {b.key: b for b in blocks}.values():
             self.mover.forget(block)
 
     def block_ids(
@@ -366,7 +360,7 @@ class HybridKVCacheManager:
         return self.table.block_ids(tier, modality)
 
     def where(self, block_id: int) -> Tier | None:
-        block = self.table.get(int(block_id))
+        block = self.table.get(checks.block_id(block_id, "where"))
         return None if block is None else block.meta.tier
 
     def gpu_view(self, block_id: int, *, write: bool = False) -> torch.Tensor:
@@ -398,3 +392,8 @@ class HybridKVCacheManager:
         """Close the disk tier's file (and release its lock)."""
         if self.disk is not None:
             self.disk.close()
+        self._closed = True
+
+    def _open(self, action: str) -> None:
+        if self._closed:
+            raise HkvError(f"{action}: this manager is closed (its disk tier's file too)")

@@ -122,3 +122,10 @@ class PendingAccess:
     missing: tuple[BlockId, ...]
     arrivals: dict[int, Any] = field(default_factory=dict)
     """key -> the event after which that loaded block is in its slot (None off CUDA)."""
+    hot: list[BlockRecord] = field(default_factory=list)
+    """The blocks already on the GPU, pinned until the access completes, as its loads are."""
+
+    @property
+    def own(self) -> set[int]:
+        """The keys this access pinned itself (each once), until `complete_access`."""
+        return {b.key for b in self.loads} | {b.key for b in self.hot}

@@ -55,6 +55,8 @@ class BlockTable:
         return key
 
     def held(self, block_id: Any, action: str) -> BlockRecord:
+        if isinstance(block_id, bool) or not isinstance(block_id, int | np.integer):
+            raise HkvError(f"{action}: block id {block_id!r}; expected an integer (a BlockId)")
         block = self.records.get(int(block_id))
         if block is None:
             raise HkvError(f"{action}: block {block_id!r} is not held by this manager")
