@@ -323,9 +323,10 @@ def test_a_start_stopped_before_its_sidecar_never_reopens_another_geometry(
     tmp_path, monkeypatch
 ) -> None:
     """`open_store` made anew for another bound and stopped before writing its sidecar: the
-    old sidecar is gone first, and a file whose slots are not the sidecar's is made anew, so
-    the next start keeps to its bound (it reopened the larger file, and its full policy then
-    raised in the engine's poll)."""
+    old sidecar names another geometry than the file's, so the next start with the old bound
+    makes the file anew and keeps to its bound (it reopened the larger file, and its full
+    policy then raised in the engine's poll); a second server on the directory removes
+    nothing of the first's."""
     from hkv.outputs import write_atomic
     from hkv.policies import make_policy
     from hkv.storage import disk_store
@@ -361,6 +362,10 @@ def test_a_start_stopped_before_its_sidecar_never_reopens_another_geometry(
     again = start(small)
     try:
         assert again.tier.capacity_blocks == slots_within(small, SLOT_BYTES)
+        sidecar = (tmp_path / disk_store.META_NAME).read_text()
+        with pytest.raises(HkvError, match="in use by another disk tier"):
+            start(large)  # another bound, while this one owns the file
+        assert (tmp_path / disk_store.META_NAME).read_text() == sidecar
     finally:
         again.close()
 

@@ -231,9 +231,9 @@ def open_store(
     else:
         if path.exists():
             log.warning("hkv disk tier: starting %s empty: %s", path, tier)
-        # the sidecar goes first: a start stopped before the new one is written leaves none,
-        # so the next start makes the file anew instead of reopening one of another geometry
-        _remove(meta_path)
+        # (a start stopped before the new sidecar is written leaves the old one: the next start
+        # then finds the file's geometry is not the sidecar's, `_reopened`, and makes it anew;
+        # the old one is not removed first, as a server that owns the file keeps its sidecar)
         tier, restored = DiskTier(path, slots, slot_bytes), {}
     try:
         write_atomic(meta_path, [json.dumps(wanted, indent=1, sort_keys=True)], "disk tier path")
@@ -255,13 +255,6 @@ def _reopened(path: Path, slots: int, slot_bytes: int) -> DiskTier | str:
         tier.close()
         return f"its file holds {tier.capacity_blocks} slots of {tier.slot_bytes} bytes"
     return tier
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:
-        raise HkvError(f"hkv disk tier: cannot replace {str(path)!r}: {exc}") from None
 
 
 def _usable(header: Any, slot_bytes: int) -> bool:
