@@ -495,3 +495,91 @@ def test_grad_modes_may_differ_between_the_forward_and_the_store(
     ref1 = generate(model, turn1, reference, new_tokens=6)
     ref2 = generate(model, turn2, reference, new_tokens=6)
     assert torch.equal(out1, ref1) and torch.equal(out2, ref2)
+
+
+def test_a_reset_is_refused_where_it_would_read_the_old_sequence(model) -> None:
+    """transformers' own `reset` cleared each layer's tensors but not its blocks, and the next
+    sequence was assembled behind the old one's: silently other tokens."""
+    cache = HkvCache(model.config, SMALL)
+    generate(model, prompt(40), cache, new_tokens=4)
+    with pytest.raises(HkvError, match="reset is not supported"):
+        cache.reset()
+
+
+def test_after_a_step_fails_part_way_the_cache_refuses_the_next(model) -> None:
+    """A disk read failed in layer 0's update after it had taken the step's token in; retried
+    (as the error's 'try again' invited), the step returned other KV and generation went on
+    with other tokens. Now every later step says the cache is no longer consistent."""
+    import errno
+
+    cache = HkvCache(model.config, SMALL)
+    input_ids = prompt(70)
+    generate(model, input_ids, cache, new_tokens=2)
+    manager, calls = cache.manager, []
+    access = manager.access
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise OSError(errno.EIO, "Input/output error")
+
+    manager.access = failing
+    step = torch.tensor([[5]])
+    with pytest.raises(OSError), torch.no_grad():
+        model(step, past_key_values=cache, use_cache=True)
+    manager.access = access
+    assert calls
+    message = "an earlier step failed .* start again with a new"
+    with pytest.raises(HkvError, match=message), torch.no_grad():
+        model(step, past_key_values=cache, use_cache=True)
+
+
+def test_a_cache_for_other_layers_or_settings_is_refused_in_one_line(model) -> None:
+    with pytest.raises(HkvError, match="layer 1 of a cache made for 1 layers"):
+        generate(model, prompt(20), HkvCache(1, SMALL), new_tokens=1)
+    for bad, message in (
+        (lambda: HkvCache(0, SMALL), "0 layers"),
+        (lambda: HkvCache(model.config, {"block_tokens": 8}), "settings is a dict"),
+        (lambda: HkvCacheSettings(config="lru"), "config: got 'lru'"),
+        (lambda: HkvCache(object(), SMALL), "no num_hidden_layers"),
+    ):
+        with pytest.raises(HkvError, match=message):
+            bad()
+
+
+def test_quantized_blocks_larger_than_raw_ones_reach_disk_and_come_back(model, tmp_path) -> None:
+    """q8 of a 5-token fp32 block (scales per group) outgrows the raw block: its disk slots
+    and the staging of disk reads are sized for it (a disk write raised 'payload exceeds
+    slot_bytes', a read then found no staging: AttributeError)."""
+    from hkv.planning.config import HybridKVCacheConfig
+
+    q8 = HybridKVCacheConfig(
+        offload_strategy="lru", modality_configs={"text": {"quantization": "q8"}}
+    )
+    settings = HkvCacheSettings(
+        block_tokens=5, hot_blocks=5, host_blocks=4, sink_blocks=1, recent_blocks=1,
+        disk_blocks=64, disk_path=str(tmp_path / "kv.bin"), config=q8,
+    )  # fmt: skip
+    cache = HkvCache(model.config, settings)
+    generate(model, prompt(40), cache, new_tokens=10)
+    m = cache.manager
+    assert m.stats.demoted["disk"] > 0 and m.stats.hits["disk"] > 0 and m.stats.lost == 0
+
+
+@pytest.mark.parametrize("policy", ["cost_aware", "depth_lfu", "modality_aware"])
+def test_a_policy_that_admits_by_value_drops_no_block_of_the_cache(model, tmp_path, policy):
+    """Value-ranked policies decline a low-value block at a full host tier and the manager
+    dropped it, though the disk had room; the cache cannot recompute a block, so generate
+    stopped ('blocks lost'). Its manager's cold tiers now take every block they have room for
+    (`cold_admission=False`) and the tokens are DynamicCache's."""
+    from hkv.planning.config import HybridKVCacheConfig
+
+    config = HybridKVCacheConfig(offload_strategy=policy)  # (fp16: the blocks own bytes)
+    settings = HkvCacheSettings(
+        block_tokens=8, hot_blocks=5, host_blocks=10, sink_blocks=1, recent_blocks=0,
+        disk_blocks=20, disk_path=str(tmp_path / "kv.bin"), config=config, prefetch=False,
+    )  # fmt: skip
+    input_ids = prompt(57)
+    reference = generate(model, input_ids, DynamicCache(config=model.config), new_tokens=19)
+    cache = HkvCache(model.config, settings)
+    assert torch.equal(generate(model, input_ids, cache, new_tokens=19), reference)
+    assert cache.manager.stats.dropped == 0 and cache.manager.stats.demoted["disk"] > 0

@@ -80,7 +80,9 @@ class HybridKVCacheManager:
     `host_blocks` sizes the host arena in blocks of the layout's own dtype (quantized blocks
     take less, so more fit); `disk_blocks` is the disk tier's slot count (fixed-size slots: a
     quantized block saves disk bandwidth, not a slot). `device` defaults to CUDA when present;
-    on CPU the "GPU" pool is host memory and transfers are synchronous.
+    on CPU the "GPU" pool is host memory and transfers are synchronous. `cold_admission=False`:
+    the cold tiers take every block they have room for, never asking their policy (a caller
+    that cannot recompute a block: `HkvCache`).
 
     Components: `table` (`BlockTable`: records, pins, kept copies; torch-free) and `mover`
     (`Mover`: room, demotions, loads, caps) over the tiers `gpu`, `host`, `disk`.
@@ -100,6 +102,7 @@ class HybridKVCacheManager:
         device: str | torch.device | None = None,
         pin_memory: bool | None = None,
         retain_host_copies: bool = True,
+        cold_admission: bool = True,
     ):
         self.layout = layout
         self.retain_host_copies = retain_host_copies
@@ -114,19 +117,18 @@ class HybridKVCacheManager:
             )
         self.gpu = GpuTier(layout, gpu_blocks, self.device)
         self.host = HostTier.for_layout(layout, host_blocks, pin_memory) if host_blocks else None
-        self.disk = DiskTier(disk_path, disk_blocks, layout.nbytes) if disk_blocks else None
-        self.policies = tier_policies(
-            policy or self.config.offload_strategy,
-            (self.gpu, self.host, self.disk),
-            {"config": self.config, "cost_model": cost_model},
-            self._host_stride,
-        )
-        self.stats = ManagerStats()
-        self.table = BlockTable()
-        tiers = (self.gpu, self.host, self.disk)
+        cold = (codec(layout, self.config.modality(m).quantization).payload_bytes for m in Modality)
+        slot = max(layout.nbytes, *cold)  # a quantized block can outgrow a raw one (odd blocks)
+        self.disk = DiskTier(disk_path, disk_blocks, slot) if disk_blocks else None
+        tiers, context = (self.gpu, self.host, self.disk), {"config": self.config}
+        name = policy or self.config.offload_strategy
+        context["cost_model"] = cost_model
+        self.policies = tier_policies(name, tiers, context, self._host_stride)
+        self.stats, self.table = ManagerStats(), BlockTable()
         self.mover = Mover(self.table, layout, tiers, self.engine, self.policies,
                            config=self.config, cost_model=cost_model, stats=self.stats,
-                           keep_copies=retain_host_copies)  # fmt: skip
+                           keep_copies=retain_host_copies,
+                           cold_admission=cold_admission)  # fmt: skip
         self._pending: PendingAccess | None = None
         self._closed = False
         self._completed: tuple[PendingAccess, AccessResult] | None = None  # the last one
@@ -152,10 +154,8 @@ class HybridKVCacheManager:
         pin: bool = False,
     ) -> Admission:
         """Place a new block on the GPU (demoting others if needed); write `kv` into it if given.
-
         `kv` is `[num_layers, 2, block_tokens, kv_heads, head_dim]`. Refused (`ok=False`,
-        nothing changed) when every GPU block is pinned.
-        """
+        nothing changed) when every GPU block is pinned."""
         self._open("admit")
         key = self.table.new_key(block_id)
         tokens = self.layout.block_tokens if tokens is None else tokens

@@ -55,12 +55,12 @@ class Mover:
         self, table: BlockTable, layout: BlockLayout,
         tiers: tuple[GpuTier, HostTier | None, DiskTier | None], engine: TransferEngine,
         policies: dict[Tier, Any], *, config: HybridKVCacheConfig, cost_model: Any,
-        stats: ManagerStats, keep_copies: bool,
+        stats: ManagerStats, keep_copies: bool, cold_admission: bool = True,
     ):  # fmt: skip
         self.table, self.layout, self.engine, self.policies = table, layout, engine, policies
         self.gpu, self.host, self.disk = tiers
         self.config, self.cost_model, self.stats = config, cost_model, stats
-        self.keep_copies = keep_copies
+        self.keep_copies, self.cold_admission = keep_copies, cold_admission
         self.scratch: HostTier | None = None  # disk reads land here on their way to the GPU
         self.gpu_departures = 0
         """Times a block left its GPU slot; a map of blocks to slots stays valid while it holds."""
@@ -258,6 +258,8 @@ class Mover:
             return []
         if len(blocks) > policy.capacity_blocks:
             blocks = blocks[: policy.capacity_blocks]
+        if not self.cold_admission:  # every block has a place while the tier has room
+            return blocks
         return [b for b in blocks if policy.admit(b.key, b.meta)]
 
     def enforce_keep_limits(self, protected: set[int]) -> None:
@@ -283,7 +285,7 @@ class Mover:
         """Read disk blocks into the scratch arena: (lost blocks, key -> scratch offset)."""
         if not blocks:
             return [], {}
-        self._ensure_scratch(len(blocks))
+        self._ensure_scratch(sum(self.host_stride(b.fmt) for b in blocks))
         offsets = {}
         for fmt in {b.fmt for b in blocks}:
             group = [b for b in blocks if b.fmt == fmt]
@@ -309,8 +311,7 @@ class Mover:
         self.stats.lost += len(lost)
         return lost, offsets
 
-    def _ensure_scratch(self, count: int) -> None:
-        need = count * self.host_stride("bf16")  # a disk tier comes with a host tier
+    def _ensure_scratch(self, need: int) -> None:  # (a disk tier comes with a host tier)
         if self.scratch is None or self.scratch.capacity_bytes < need:
             self.scratch = HostTier(need, self.host.page_bytes, pin_memory=self.host.pinned)
 

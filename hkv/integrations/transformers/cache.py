@@ -46,8 +46,13 @@ memory is the hot pool plus one layer.
 
 Exactness: with lossless cold formats (`fp16` / `bf16` passthrough: the block's own bytes, in
 whatever dtype the layout has, float32 included) the returned K/V equal `DynamicCache`'s bit for
-bit, so greedy tokens are identical. Quantized formats (q8/q6/q4) trade that for memory.
-Batch size 1 only; beam search and cropping are not supported.
+bit, so greedy tokens are identical. Quantized formats (q8/q6/q4) trade that for memory. A
+sliding-window layer keeps its whole sequence (masked, as `DynamicCache()` without a config
+keeps it): in bf16/fp16, attention over the longer masked K/V can round otherwise than over
+`DynamicCache(config=...)`'s window, and tokens can then differ. The manager's cold tiers take
+every block they have room for (`cold_admission=False`: a policy's admission never drops one,
+which the cache could not recompute). Batch size 1 only; beam search, cropping and `reset`
+are not supported.
 
 `HkvSessionStore` keeps one `HkvCache` per conversation over one shared manager: `finish_turn`
 unpins the session's blocks, which leave the GPU (to host RAM) only when their slots are wanted,
@@ -96,7 +101,13 @@ __all__ = [
 
 def _num_layers(config: Any) -> int:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(text.num_hidden_layers)
+    layers = getattr(text, "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        raise HkvError(
+            f"HkvCache: config {config!r} has no num_hidden_layers; give the model's config "
+            "(model.config) or its layer count"
+        )
+    return layers
 
 
 class HkvCache(Cache):
@@ -118,6 +129,13 @@ class HkvCache(Cache):
         manager_factory: Callable[[torch.Tensor], HybridKVCacheManager] | None = None,
     ):
         num_layers = config if isinstance(config, int) else _num_layers(config)
+        if isinstance(num_layers, bool) or num_layers < 1:
+            raise HkvError(f"HkvCache: {num_layers!r} layers; give the model's config or its count")
+        if settings is not None and not isinstance(settings, HkvCacheSettings):
+            raise HkvError(
+                f"HkvCache: settings is a {type(settings).__name__}; expected HkvCacheSettings"
+                "(...), e.g. HkvCacheSettings(block_tokens=256, hot_blocks=64)"
+            )
         self.settings = settings if settings is not None else HkvCacheSettings()
         self.store = BlockStore(self.settings, num_layers, manager, manager_factory)
         layers = [HkvLayer(self.store, i, key_base) for i in range(num_layers)]
@@ -127,6 +145,14 @@ class HkvCache(Cache):
     @property
     def manager(self) -> HybridKVCacheManager | None:
         return self.store.manager
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *a, **k):
+        if not 0 <= layer_idx < len(self.layers):
+            raise HkvError(
+                f"HkvCache: layer {layer_idx} of a cache made for {len(self.layers)} layers; make "
+                "it with the model's own config (HkvCache(model.config, ...))"
+            )
+        return super().update(key_states, value_states, layer_idx, *a, **k)
 
     def block_keys(self) -> list[int]:
         return [layer.block_key(i) for layer in self.layers for i in range(layer.num_blocks)]

@@ -101,6 +101,11 @@ class HkvCacheSettings:
     config: HybridKVCacheConfig = field(default_factory=lambda: LOSSLESS)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.config, HybridKVCacheConfig):
+            raise HkvError(
+                f"HkvCacheSettings.config: got {self.config!r}; expected a HybridKVCacheConfig "
+                '(e.g. HybridKVCacheConfig(offload_strategy="lru"))'
+            )
         for name, low in (("block_tokens", 1), ("hot_blocks", 1), ("host_blocks", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -143,6 +148,7 @@ def new_manager(settings: HkvCacheSettings, keys: torch.Tensor) -> HybridKVCache
         disk_path=settings.disk_path,
         config=settings.config,
         device=keys.device,
+        cold_admission=False,  # a block has nowhere else to come from: never declined
     )
 
 
@@ -167,6 +173,7 @@ class BlockStore:
         self.prefetch_for: int | None = None  # the layer whose blocks are in flight
         self.prefetch_pending: Any = None  # and the manager's pending access that loads them
         self.prefetched = 0  # blocks loaded ahead of their layer
+        self.broken: str | None = None  # why a step failed part-way (`refuse`)
         self._ready_key: tuple | None = None  # whole_sequence_ready's cache
         self._ready = False
         unpinned = (
@@ -191,6 +198,14 @@ class BlockStore:
 
     def _sealed(self) -> int:
         return sum(layer.num_blocks for layer in self.layers)
+
+    def refuse(self) -> None:
+        """A layer's `update` once a step failed part-way (`broken`): one layer had taken the
+        new tokens in and another not, so a retry returned other KV than the model's."""
+        raise HkvError(
+            f"HkvCache: an earlier step failed ({self.broken}); this cache no longer holds a "
+            "consistent sequence: start again with a new HkvCache"
+        )
 
     def ensure_manager(self, keys: torch.Tensor) -> HybridKVCacheManager:
         if self.manager is None:
@@ -345,3 +360,26 @@ class BlockStore:
                 break
         if victims:
             self.manager.demote(victims)
+
+
+class Unsupported:
+    """What `HkvLayer` refuses of a transformers layer: one sequence of batch size 1, whose
+    blocks the manager holds (a reset, a crop or a reorder would leave them behind)."""
+
+    def reset(self) -> None:  # transformers' own reset cleared the tensors, never the blocks
+        raise HkvError(
+            "HkvCache: reset is not supported (blocks stay in the manager): make a new one"
+        )
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise HkvError("HkvCache: crop is not supported (blocks are shared with the manager)")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise HkvError("HkvCache: beam search is not supported (batch size 1)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if repeats != 1:
+            raise HkvError("HkvCache: batch size 1 only (num_return_sequences must be 1)")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise HkvError("HkvCache: batch size 1 only")

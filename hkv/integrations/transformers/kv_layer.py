@@ -16,11 +16,12 @@ from hkv.integrations.transformers.kv_blocks import (
     KEYS,
     TOUCH_EVERY,
     BlockStore,
+    Unsupported,
     storage_mode,
 )
 
 
-class HkvLayer(DynamicLayer):
+class HkvLayer(Unsupported, DynamicLayer):
     """One model layer's KV: full blocks in the manager, the tail as a tensor (module docstring)."""
 
     is_croppable = False
@@ -68,16 +69,22 @@ class HkvLayer(DynamicLayer):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append `[1, kv_heads, new, head_dim]` K/V; return the layer's whole K/V (in the
-        pool's grad mode, `kv_blocks.storage_mode`)."""
-        if self._work is not None:
-            fast = self._fast_append(key_states, value_states)
-            if fast is not None:
-                return fast
-        mode = storage_mode(self.store.manager)
-        if mode is None:
-            return self._update(key_states, value_states)
-        with mode:
-            return self._update(key_states, value_states)
+        pool's grad mode, `kv_blocks.storage_mode`). After a step that failed part-way the
+        cache refuses every later one (`BlockStore.refuse`): its layers no longer agree."""
+        self.store.broken is None or self.store.refuse()
+        try:  # (free where nothing raises: the fast path pays nothing)
+            if self._work is not None:
+                fast = self._fast_append(key_states, value_states)
+                if fast is not None:
+                    return fast
+            mode = storage_mode(self.store.manager)
+            if mode is None:
+                return self._update(key_states, value_states)
+            with mode:
+                return self._update(key_states, value_states)
+        except BaseException as exc:
+            self.store.broken = f"layer {self.layer_idx}: {exc}"
+            raise
 
     def _update(
         self, key_states: torch.Tensor, value_states: torch.Tensor
@@ -378,16 +385,3 @@ class HkvLayer(DynamicLayer):
                 raise HkvError(f"HkvCache: layer {self.layer_idx} could not restore its pins")
         self.store.num_pinned += len(pinned)
         self.needs_pins = False
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise HkvError("HkvCache: crop is not supported (blocks are shared with the manager)")
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        raise HkvError("HkvCache: beam search is not supported (batch size 1)")
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        if repeats != 1:
-            raise HkvError("HkvCache: batch size 1 only (num_return_sequences must be 1)")
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        raise HkvError("HkvCache: batch size 1 only")
