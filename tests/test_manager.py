@@ -604,3 +604,11 @@ def test_a_closed_manager_refuses_in_one_line_and_changes_nothing(tmp_path) -> N
         with pytest.raises(HkvError, match="this manager is closed"):
             call()
     assert {k: m.where(k) for k in range(8)} == before
+
+
+def test_tiers_larger_than_memory_are_refused_in_one_line(tmp_path) -> None:
+    """torch's allocation error named neither the size nor the setting to lower."""
+    with pytest.raises(HkvError, match=r"cannot allocate [\d.]+ GiB for the GPU pool .* lower gpu"):
+        manager(tmp_path, gpu=10**12, host=0, disk=0)
+    with pytest.raises(HkvError, match=r"cannot allocate [\d.]+ GiB for host RAM .* host_blocks"):
+        manager(tmp_path, gpu=4, host=10**13, disk=0)

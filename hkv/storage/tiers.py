@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
+from hkv.errors import HkvError
 from hkv.storage.layout import BlockLayout, SlotPool, SlotTier, check_count
 
 
@@ -36,7 +38,10 @@ class GpuTier(SlotTier):
         check_count("GpuTier", "num_blocks", num_blocks)
         self.layout = layout
         self.device = torch.device(device)
-        self.kv = torch.zeros((num_blocks, *layout.shape), dtype=layout.torch_dtype, device=device)
+        shape, where = (num_blocks, *layout.shape), f"the GPU pool on {device}"
+        setting = "gpu_blocks (HkvCache: hot_blocks)"
+        self.kv = _allocated(lambda: torch.zeros(shape, dtype=layout.torch_dtype, device=device),
+                             num_blocks * layout.nbytes, where, setting)  # fmt: skip
         self._slots = SlotPool(num_blocks)
 
     def block(self, slot: int) -> torch.Tensor:
@@ -66,7 +71,10 @@ def host_buffer(nbytes: int, pin_memory: bool | None) -> tuple[torch.Tensor, boo
                 PinnedMemoryWarning,
                 stacklevel=3,
             )
-    return torch.empty(nbytes, dtype=torch.uint8), False
+    buffer = _allocated(
+        lambda: torch.empty(nbytes, dtype=torch.uint8), nbytes, "host RAM", "host_blocks"
+    )
+    return buffer, False
 
 
 class HostTier:
@@ -145,3 +153,15 @@ class HostTier:
         edges = np.diff(np.concatenate(([0], self._free.view(np.int8), [0])))
         starts = np.flatnonzero(edges == 1)
         return starts, np.flatnonzero(edges == -1) - starts
+
+
+def _allocated(make: Any, nbytes: int, where: str, setting: str) -> torch.Tensor:
+    """`make()`, or one `HkvError` naming the size and the setting to lower where the memory
+    is not there (torch's own error names neither)."""
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        why = str(exc).splitlines()[0][:100]
+        raise HkvError(
+            f"cannot allocate {nbytes / 2**30:.2f} GiB for {where} ({why}); lower {setting}"
+        ) from None
