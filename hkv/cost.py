@@ -50,7 +50,7 @@ class LinkSpec:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
                 raise HkvError(f"profile link {name}: got {value!r}; expected a number > 0")
-        if not isinstance(self.latency_s, int | float) or not self.latency_s >= 0:
+        if not isinstance(self.latency_s, int | float) or not 0 <= self.latency_s < math.inf:
             raise HkvError(f"profile link latency_s: got {self.latency_s!r}; expected >= 0")
 
 
@@ -77,8 +77,10 @@ class HardwareProfile:
             raise HkvError(f"profile {self.name!r}: links {missing} missing; need all of {LINKS}")
         for name in ("prefill_tflops", "host_memcpy_gbps"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not value > 0:
-                raise HkvError(f"profile {name}: got {value!r}; expected a number > 0")
+            if not isinstance(value, int | float) or not 1e-6 <= value < math.inf:  # 1e-320: an
+                raise HkvError(  # infinite second for every token, and Infinity in --json
+                    f"profile {name}: got {value!r}; expected a finite number >= 1e-6"
+                )
 
     @classmethod
     def default(cls) -> HardwareProfile:
@@ -141,7 +143,7 @@ class HardwareProfile:
                 machine=dict(data.get("machine", {})),
                 notes=str(data.get("notes", "")),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise HkvError(
                 f"profile {source}: not a calibration profile ({type(exc).__name__}: {exc}); "
                 "write one with `hkv calibrate --out FILE`"

@@ -525,3 +525,64 @@ def test_calibrate_leaves_no_temporary_file_however_it_ends(tmp_path, monkeypatc
     )
     assert (code, err, seen) == (130, "hkv calibrate: interrupted\n", [])
     assert list(tmp_path.iterdir()) == []
+
+
+def _model(tmp_path: Path, **fields) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(json.loads(MODEL_CONFIG) | fields))
+    return str(path)
+
+
+def _profile(tmp_path: Path, **fields) -> str:
+    from hkv.cost import HardwareProfile
+
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(HardwareProfile.default().to_dict() | fields))
+    return str(path)
+
+
+SERVE = ["--", "vllm", "serve", "MiniMaxAI/MiniMax-M2.5", "--enable-hybrid-kv-cache",
+         "--hybrid-kv-cache-policy", "cost_aware",
+         "--hybrid-kv-cache-cpu-offload-size", "16GiB"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [  # what a second fuzz of the CLI (2026-12-07) found: each ended in a traceback, or 0
+        (
+            lambda d: ["flags", "--policy-param", "modality_weights=-1", *SERVE],
+            ["modality_weights"],
+        ),
+        (lambda d: ["flags", "--policy-param", "history_factor=1e300", *SERVE], ["history_factor"]),
+        (lambda d: ["plan", "--model", _model(d, num_key_value_heads=0)], ["num_kv_heads", ">= 1"]),
+        (lambda d: ["plan", "--model", _model(d, head_dim=-8)], ["head_dim comes out -8"]),
+        (lambda d: ["plan", "--model", _model(d, intermediate_size=-1000)], ["params comes out"]),
+        (
+            lambda d: simulate(_trace(d), "--profile", _profile(d, machine="x")),
+            ["not a calibration"],
+        ),
+        (
+            lambda d: simulate(_trace(d), "--profile", _profile(d, prefill_tflops=1e-320)),
+            [">= 1e-6"],
+        ),
+        (lambda d: simulate(_trace(d), "--disk-size", "1", "--plot", str(d / "p.png")), ["--plot"]),
+    ],
+)
+def test_what_a_second_fuzz_found_is_one_line(argv, needles, tmp_path):
+    mistake(argv(tmp_path), *needles)
+    assert not (tmp_path / "p.png").exists()
+
+
+def _trace(d: Path) -> str:
+    path = d / "t.jsonl"
+    path.write_text(GOOD_LINE * 8)
+    return str(path)
+
+
+def test_a_workload_of_one_or_two_documents_is_drawn(tmp_path):
+    """RAG sessions drew up to three documents without replacement (a numpy ValueError)."""
+    for documents in (1, 2):
+        out = tmp_path / f"w{documents}.jsonl"
+        code, _, err = run(["workload", "--out", str(out), "--sessions", "50",
+                            "--set", f"num_documents={documents}"])  # fmt: skip
+        assert code == 0 and out.stat().st_size > 0, err

@@ -61,6 +61,10 @@ def check_disk_arguments(args: argparse.Namespace) -> None:
             if getattr(args, flag[2:].replace("-", "_")) is not None:
                 raise HkvError(f"{flag}: needs --disk-size GIB or --recommend-disk")
         return
+    if getattr(args, "plot", None) is not None:
+        raise HkvError(
+            "--plot: draws one tier's policies; not with --disk-size or --recommend-disk"
+        )
     if args.disk_size is not None and args.recommend_disk:
         raise HkvError("--disk-size conflicts with --recommend-disk: it tries sizes itself")
     _check_number("--disk-size", args.disk_size, 0.0, MAX_DISK_GIB, "GiB")

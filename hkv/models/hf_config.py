@@ -15,6 +15,9 @@ from hkv.models.layers import LayerGroup, LayerKind
 POSITIVE_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
 
 _EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
+SANE_SPEC = (("num_kv_heads", 1), ("head_dim", 1), ("num_experts", 0), ("num_experts_per_tok", 0),
+             ("max_position_embeddings", 0), ("total_params", 1), ("active_params", 1))  # fmt: skip
+"""Derived `ModelSpec` fields and their least values (0 KV heads divided by zero later on)."""
 
 
 class HFConfigReader:
@@ -60,7 +63,7 @@ class HFConfigReader:
         """Keyword arguments of `ModelSpec` for this config; `HkvError` naming the source when
         an optional field holds something no real config has (text, a list, a zero)."""
         try:
-            return self._spec_fields()
+            fields = self._spec_fields()
         except HkvError:  # already says which field
             raise
         except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as exc:
@@ -68,6 +71,13 @@ class HFConfigReader:
                 f"{self.where}: a config field holds a value hkv cannot read "
                 f"({type(exc).__name__}: {exc}); check the config against the model's own"
             ) from None
+        for key, low in SANE_SPEC:  # what follows from the fields must be a real model's
+            if fields[key] < low:
+                raise HkvError(
+                    f"{self.where}: {key} comes out {fields[key]} from its config fields; "
+                    f"expected >= {low}: check the config against the model's own"
+                )
+        return fields
 
     def _spec_fields(self) -> dict[str, Any]:
         hidden = int(self.need("hidden_size"))

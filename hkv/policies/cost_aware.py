@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hkv.blocks import BlockMeta, Modality, Tier
@@ -40,9 +42,18 @@ class CostAwarePolicy(PrefixValuePolicy):
         if weights is None and self.config is not None:
             weights = getattr(self.config, "cost_weights", None)
         self._weights = {m: 1.0 for m in Modality}
+        if weights is not None and not isinstance(weights, Mapping):
+            raise HkvError(
+                f"cost_aware.modality_weights: got {weights!r}; expected an object of weights "
+                'by modality, e.g. {"vision": 2.0}'
+            )
         for name, weight in (weights or {}).items():
             modality = Modality.parse(name, field="cost_aware.modality_weights")
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, int | float)
+                or not 0 <= weight < math.inf
+            ):
                 raise HkvError(
                     f"cost_aware.modality_weights[{name!r}]: got {weight!r}; expected a number >= 0"
                 )

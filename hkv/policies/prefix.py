@@ -52,7 +52,7 @@ class PrefixValuePolicy(PriorityPolicy):
     context_fields = ("cost_model", "config")
 
     def validate(self) -> None:
-        check_float(self.name, "history_factor", self.history_factor, 0.0, open_low=True)
+        check_float(self.name, "history_factor", self.history_factor, 0.0, 1e6, open_low=True)
         if not isinstance(self.bypass, bool):
             raise HkvError(f"{self.name}.bypass: got {self.bypass!r}; expected true or false")
 

@@ -161,7 +161,7 @@ class _Generator:
         prompt = [system]
         mean_turns = spec.mean_turns
         if kind < spec.long_doc_fraction + spec.rag_fraction:
-            count = int(rng.integers(1, 4))
+            count = min(int(rng.integers(1, 4)), spec.num_documents)
             picks = rng.choice(spec.num_documents, size=count, replace=False, p=self.document_pop)
             prompt += [self.documents[i] for i in picks]
             mean_turns = spec.rag_mean_turns
