@@ -8,7 +8,7 @@ policies and the `BlockTable`, and counts what it moved in the manager's `Manage
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -285,7 +285,8 @@ class Mover:
         """Read disk blocks into the scratch arena: (lost blocks, key -> scratch offset)."""
         if not blocks:
             return [], {}
-        self._ensure_scratch(sum(self.host_stride(b.fmt) for b in blocks))
+        formats = Counter(b.fmt for b in blocks)
+        self._ensure_scratch(sum(self.host_stride(f) * n for f, n in formats.items()))
         offsets = {}
         for fmt in {b.fmt for b in blocks}:
             group = [b for b in blocks if b.fmt == fmt]

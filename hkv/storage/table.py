@@ -14,6 +14,7 @@ import numpy as np
 
 from hkv.blocks import BlockId, Modality, Tier
 from hkv.errors import HkvError
+from hkv.storage import checks
 from hkv.storage.records import BlockRecord, zero_counts
 
 _ABSENT = object()
@@ -55,9 +56,7 @@ class BlockTable:
         return key
 
     def held(self, block_id: Any, action: str) -> BlockRecord:
-        if isinstance(block_id, bool) or not isinstance(block_id, int | np.integer):
-            raise HkvError(f"{action}: block id {block_id!r}; expected an integer (a BlockId)")
-        block = self.records.get(int(block_id))
+        block = self.records.get(checks.block_id(block_id, action))
         if block is None:
             raise HkvError(f"{action}: block {block_id!r} is not held by this manager")
         return block

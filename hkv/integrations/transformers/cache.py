@@ -147,12 +147,15 @@ class HkvCache(Cache):
         return self.store.manager
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *a, **k):
-        if not 0 <= layer_idx < len(self.layers):
+        try:  # (free on the hot path: checked only where transformers' indexing failed)
+            return super().update(key_states, value_states, layer_idx, *a, **k)
+        except IndexError:
+            if 0 <= layer_idx < len(self.layers):
+                raise
             raise HkvError(
                 f"HkvCache: layer {layer_idx} of a cache made for {len(self.layers)} layers; make "
                 "it with the model's own config (HkvCache(model.config, ...))"
-            )
-        return super().update(key_states, value_states, layer_idx, *a, **k)
+            ) from None
 
     def block_keys(self) -> list[int]:
         return [layer.block_key(i) for layer in self.layers for i in range(layer.num_blocks)]
