@@ -119,6 +119,30 @@ def test_the_config_files_percent_follows_the_formula(tmp_path):
     assert extra_of(t.vllm_args)["cpu_bytes_to_use"] == extra_of(flag.vllm_args)["cpu_bytes_to_use"]
 
 
+def test_a_config_file_that_names_no_policy_gets_the_default_and_keeps_its_settings(tmp_path):
+    """A file without `offload_strategy` is a command that names no policy: `hkv_auto`, with the
+    file's settings in `hkv_config` (it was vLLM's lru, the settings dropped unsaid); a file
+    naming vLLM's own lru says the settings it cannot apply."""
+    vision = {"modality_configs": {"vision": {"offload_priority": 0.8}}}
+    path = tmp_path / "hkv.json"
+    path.write_text(json.dumps({"cpu_offload_bytes": 8 << 30, **vision}))
+    t = translate([*MODEL, "--hybrid-kv-cache-config", str(path)], cpu_ram_gib=512)
+    extra = extra_of(t.vllm_args)
+    assert extra["eviction_policy"] == "hkv_auto"
+    assert extra["hkv_config"]["modality_configs"]["vision"]["offload_priority"] == 0.8
+    assert not HybridKVCacheConfig.from_file(path).strategy_named
+    assert HybridKVCacheConfig().offload_strategy == "lru"  # (the block manager's, unchanged)
+    path.write_text(json.dumps({"offload_strategy": "lru", **vision}))
+    t = translate([*MODEL, "--hybrid-kv-cache-config", str(path), SIZE, "8GiB"], cpu_ram_gib=512)
+    assert t.vllm_args[t.vllm_args.index("--kv-offloading-backend") + 1] == "native"
+    said = [d["reason"] for d in t.dropped if d["flag"] == "--hybrid-kv-cache-config"]
+    assert len(said) == 1 and "reads none of the file's modality_configs" in said[0]
+    assert not any(row["flag"] == "--hybrid-kv-cache-config" for row in t.translated)
+    with pytest.raises(FlagConflict):  # a file that names a policy still conflicts with a flag
+        translate([*MODEL, "--hybrid-kv-cache-config", str(path),
+                   "--hybrid-kv-cache-policy", "cost_aware"], cpu_ram_gib=512)  # fmt: skip
+
+
 def test_a_connector_config_with_two_sizes_or_two_policies_is_refused():
     base = {"cpu_bytes_to_use": 8 << 30, "eviction_policy": "hkv_cost_aware"}
     ok = read_policy_settings(base | {"hkv_config": {"offload_strategy": "cost_aware"}})
@@ -177,9 +201,20 @@ def test_fields_are_checked_with_their_names():
         disk_tier("0", "/d")
     with pytest.raises(HkvError, match=f"{SIZE}: the CPU tier is 0 bytes"):
         translate([*MODEL, SIZE, "0"], cpu_ram_gib=512)
+    fitting = ["--tensor-parallel-size", "4", "--max-model-len", "4096", "--max-num-seqs", "1"]
     with pytest.raises(HkvError, match="not needed: the KV cache fits on the GPUs"):
-        translate(["vllm", "serve", "MiniMaxAI/MiniMax-M2.5", "--enable-hybrid-kv-cache"],
-                  cpu_ram_gib=512)  # fmt: skip
+        translate([*MODEL[:2], *fitting, "--enable-hybrid-kv-cache"], cpu_ram_gib=512)
+
+
+def test_a_model_that_does_not_fit_is_no_reason_given_as_the_kv_fitting():
+    """At one GPU MiniMax-M2.5's weights alone exceed it: the CPU tier has no size because
+    nothing fits, which the error says (with the plan's reason), naming the flag given."""
+    line = ["vllm", "serve", "MiniMaxAI/MiniMax-M2.5", "--enable-hybrid-kv-cache"]
+    message = f"^{SIZE}: the model does not fit these GPUs.*weights alone"
+    with pytest.raises(HkvError, match=message):
+        translate(line, cpu_ram_gib=512)
+    with pytest.raises(HkvError, match=f"^{PERCENT}: the model does not fit these GPUs"):
+        translate([*line, PERCENT, "0.8"], cpu_ram_gib=512)
 
 
 # -- hkv flags with a disk tier: vLLM's tiering config with hkv's tier --------------------------

@@ -40,7 +40,12 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         "--cpu-ram", type=float, default=None, help="host RAM in GiB (default: this one)"
     )
     p.add_argument("--max-model-len", type=int, default=None, help="tokens (default: the model's)")
-    p.add_argument("--max-num-seqs", type=int, default=16, help="sequences at once (vLLM's)")
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=16,
+        help="sequences at once, written as vLLM's --max-num-seqs (default: hkv's 16)",
+    )
     p.add_argument(
         "--weights-dtype", choices=("bf16", "fp8", "int4"), help="default: the model's own"
     )

@@ -106,9 +106,12 @@ class HybridKVCacheConfig:
     the CPU tier from them under the same rules (`hkv.planning.offload_spec`), refuses a flag
     that says otherwise, and writes the size once, as vLLM's `cpu_bytes_to_use`. `cost_weights`
     mirrors `--hybrid-kv-cache-cost-weights` (a per-modality multiplier on a block's value).
+    `offload_strategy` left unset reads as `lru` here and in hkv's block manager, while
+    `hkv flags` gives a config file that names none its recommended `hkv_auto`, as it does a
+    command that names no policy (`strategy_named` says which).
     """
 
-    offload_strategy: str = "lru"
+    offload_strategy: str = None  # type: ignore[assignment]  (unset: "lru", strategy_named False)
     modality_configs: dict[str, ModalityConfig] = field(default_factory=_default_modalities)
     cost_model_params: CostModelParams = field(default_factory=CostModelParams)
     cpu_offload_bytes: int | None = None
@@ -116,6 +119,9 @@ class HybridKVCacheConfig:
     cost_weights: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
+        self.strategy_named = self.offload_strategy is not None
+        if not self.strategy_named:
+            self.offload_strategy = "lru"
         policies = known_policies()
         if self.offload_strategy not in policies:
             raise ConfigError(

@@ -26,37 +26,31 @@ from typing import Any
 from hkv.errors import ConfigError, FlagConflict, HkvError, shorten
 from hkv.models.model_spec import ModelSpec
 from hkv.planning.config import HybridKVCacheConfig, known_policies, parse_cost_weights
+from hkv.planning.flag_sizes import CONFIG_FLAG, CpuTierSizing
 from hkv.planning.offload_spec import (
     DEFAULT_POLICY,
     STABLE_HASH_ENV,
     STABLE_HASH_NOTE,
     DiskTierSpec,
     OffloadSpec,
-    SizeNames,
-    check_size_and_percent,
-    check_size_fits_ram,
 )
-from hkv.planning.plan import GIB, VLLM_BLOCK_TOKENS, PlanInputs, detected_host_ram_gib, plan
+from hkv.planning.plan import GIB, VLLM_BLOCK_TOKENS, detected_host_ram_gib
 from hkv.planning.plan_inputs import check_gib
 from hkv.planning.policy_params import check_policy_params
-from hkv.planning.sizes import parse_size
 from hkv.planning.vllm_flags import (
     BOOLEAN_FLAGS,
     HYBRID_FLAGS,
     RealFlagChecks,
     serve_command,
     split_flags,
-    weights_dtype_of,
 )
 from hkv.policies import online_policy_class
 
 COST_WEIGHT_POLICIES = ("cost_aware", "modality_aware")
 """Policies that read per-modality cost weights; the others would silently ignore them."""
 
-SIZE_FLAG = "--hybrid-kv-cache-cpu-offload-size"
-PERCENT_FLAG = "--hybrid-kv-cache-cpu-offload-percent"
-CONFIG_FLAG = "--hybrid-kv-cache-config"
 PARAMS_NAME = "policy_params (--policy-param)"
+SIZES = frozenset({"cpu_offload_bytes", "cpu_offload_percent"})
 
 
 @dataclass
@@ -91,7 +85,7 @@ def try_translate(argv: list[str], **kwargs: Any) -> Translation | HkvError:
         return exc
 
 
-class _Translator(RealFlagChecks):
+class _Translator(RealFlagChecks, CpuTierSizing):
     def __init__(self, pairs: list[tuple[str, str | None]], model: str | None, cpu_ram_gib, disk,
                  policy_params=None):  # fmt: skip
         self.disk: DiskTierSpec | None = disk
@@ -194,16 +188,13 @@ class _Translator(RealFlagChecks):
         return HybridKVCacheConfig.from_dict(data)
 
     def base_config(self) -> HybridKVCacheConfig:
-        path = self.value("--hybrid-kv-cache-config")
+        path = self.value(CONFIG_FLAG)
         if path is None:
             return HybridKVCacheConfig()
         try:
             config = HybridKVCacheConfig.from_file(path)
         except ConfigError as exc:
             raise HkvError(f"--hybrid-kv-cache-config: {exc}") from None
-        self.out.translated.append(
-            {"flag": "--hybrid-kv-cache-config", "to": "hkv_config in --kv-transfer-config"}
-        )
         return config
 
     def policy(self, config: HybridKVCacheConfig) -> str:
@@ -219,7 +210,7 @@ class _Translator(RealFlagChecks):
                 online_policy_class(name, runner="a server")
             except HkvError as exc:
                 raise HkvError(f"--hybrid-kv-cache-policy: {exc}") from None
-        from_file = "--hybrid-kv-cache-config" in self.flags
+        from_file = CONFIG_FLAG in self.flags and config.strategy_named  # (the file names one)
         if flag_policy and from_file and flag_policy != config.offload_strategy:
             raise FlagConflict(
                 "--hybrid-kv-cache-policy",
@@ -254,106 +245,14 @@ class _Translator(RealFlagChecks):
             )
         return weights
 
-    def offload_bytes(self, config: HybridKVCacheConfig) -> int:
-        """CPU tier size from the size and percent flags or the config file's fields, by
-        `hkv.planning.offload_spec`'s rules."""
-        size, size_name = self.requested_size(config)
-        percent, percent_name = self.requested_percent(config)
-        ram_name = "--cpu-ram" if self.cpu_ram_gib is not None else "host RAM"
-        names = SizeNames(size_name, percent_name, ram_name)
-        from_percent = self.percent_bytes(percent, percent_name) if percent is not None else None
-        if size is not None and from_percent is not None:
-            check_size_and_percent(size, percent, from_percent, names)
-        if size is not None:
-            check_size_fits_ram(size, self.host_ram_gib()[0], names)
-        nbytes = next((n for n in (size, from_percent) if n is not None), None)
-        nbytes = self.overflow_bytes() if nbytes is None else nbytes
-        if nbytes == 0:  # given as 0, or sized by the GPUs' overflow and nothing overflows
-            why = "is not needed: the KV cache fits on the GPUs" if size is None else "is 0 bytes"
-            raise HkvError(f"{size_name}: the CPU tier {why}; give a size above 0")
-        return nbytes
-
-    def requested_size(self, config: HybridKVCacheConfig) -> tuple[int | None, str]:
-        """The size from the flag or the file (the same when both give one), and its name."""
-        text = self.value(SIZE_FLAG)
-        size = None
-        if text is not None:
-            size, note = parse_size(text, flag=SIZE_FLAG)
-            if note:
-                self.out.warnings.append(note)
-        return self.agreeing(size, SIZE_FLAG, config.cpu_offload_bytes, "cpu_offload_bytes")
-
-    def requested_percent(self, config: HybridKVCacheConfig) -> tuple[float | None, str]:
-        percent = self.number(PERCENT_FLAG)
-        if percent is not None and not 0 < percent <= 1:
-            raise HkvError(
-                f"{PERCENT_FLAG}: got {percent}; expected a fraction in (0, 1], e.g. 0.4 for "
-                "40 % of the KV cache"
-            )
-        return self.agreeing(
-            percent, PERCENT_FLAG, config.cpu_offload_percent, "cpu_offload_percent"
-        )
-
-    @staticmethod
-    def agreeing(flag_value: Any, flag: str, file_value: Any, field_name: str) -> tuple[Any, str]:
-        if file_value is None:
-            return flag_value, flag
-        if flag_value is None:
-            return file_value, CONFIG_FLAG
-        if flag_value != file_value:
-            raise FlagConflict(
-                flag,
-                CONFIG_FLAG,
-                f"the flag says {flag_value:g}, the file's {field_name} says {file_value:g}; "
-                "drop one or make them agree",
-            )
-        return flag_value, flag
-
-    def percent_bytes(self, percent: float, name: str) -> int:
-        """The article's `min(RAM x 0.7, total_KV x percent)`, total_KV from the plan."""
-        the_plan = self.plan(offload_percent=percent)
-        if the_plan.offload_bound_by == "host_ram":
-            ram, where = self.host_ram_gib()
-            self.out.warnings.append(
-                f"{name} {percent:g} asks for {the_plan.offload_requested_bytes / GIB:.1f} GiB; "
-                f"the formula min(RAM x 0.7, total_KV x percent) caps it at "
-                f"{the_plan.offload_bytes / GIB:.1f} GiB ({ram:.0f} GiB from {where})"
-            )
-        return the_plan.offload_bytes
-
-    def overflow_bytes(self) -> int:
-        the_plan = self.plan()
-        self.out.warnings.append(
-            "no offload size or percent given: the CPU tier holds the KV that overflows the "
-            f"GPU budget, {the_plan.offload_bytes / GIB:.1f} GiB"
-        )
-        return the_plan.offload_bytes
-
-    def plan(self, **extra: Any):
-        spec = self.spec()
-        if spec is None:
-            raise HkvError(
-                f"{PERCENT_FLAG} (or no size at all) needs the model's KV size: pass --model as "
-                f"a shipped name or a local config.json, or give {SIZE_FLAG}"
-            )
-        inputs = PlanInputs(
-            gpus=self.number("--tensor-parallel-size", int) or 1,
-            cpu_ram_gib=self.host_ram_gib()[0],
-            max_model_len=self.number("--max-model-len", int),
-            max_num_seqs=self.number("--max-num-seqs", int) or 16,
-            kv_cache_dtype=self.value("--kv-cache-dtype") or "auto",
-            gpu_memory_utilization=self.number("--gpu-memory-utilization") or 0.9,
-            weights_dtype=weights_dtype_of(self.value("--quantization"), spec),
-            **extra,
-        )
-        return plan(spec, inputs, suggest=False)
-
     def emit_offloading(self, spec: OffloadSpec) -> None:
         self.out.translated.append(
             {"flag": "--enable-hybrid-kv-cache", "to": "vLLM's OffloadingConnector (CPU tier)"}
         )
         args = spec.vllm_args()
         self.out.vllm_args += args
+        if CONFIG_FLAG in self.flags:
+            self.emit_config(spec)
         if args[0] == "--kv-offloading-size":  # vLLM's own lru: its two plain flags say it all
             self.out.translated.append(
                 {"flag": "offload size / percent", "to": f"--kv-offloading-size {args[1]} (GiB)"}
@@ -376,6 +275,17 @@ class _Translator(RealFlagChecks):
                       "vLLM's tiers store blocks unchanged; hkv's own manager "
                       "(hkv.storage.manager) applies it")  # fmt: skip
             self.out.dropped.append({"flag": "modality_configs[*].quantization", "reason": reason})
+
+    def emit_config(self, spec: OffloadSpec) -> None:
+        """Where the config file's settings went: `hkv_config`, or nowhere (vLLM's own policy)."""
+        if spec.is_hkv_policy:
+            to = {"flag": CONFIG_FLAG, "to": "hkv_config in --kv-transfer-config"}
+            return self.out.translated.append(to)
+        unread = sorted(set(spec.config.to_dict(compact=True)) - {"offload_strategy"} - SIZES)
+        if unread:  # (the sizes went into the size flags)
+            reason = (f"vLLM's own {spec.policy!r} reads none of the file's {', '.join(unread)}; "
+                      "name an hkv policy (offload_strategy) to apply them")  # fmt: skip
+            self.out.dropped.append({"flag": CONFIG_FLAG, "reason": reason})
 
     def emit_disk(self, disk: DiskTierSpec) -> None:
         self.out.translated.append(
