@@ -190,7 +190,8 @@ def run_suite(
     competitors=COMPETITORS,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Every runner on every trace at every fraction; `{"workloads": {name: {..., "cells"}}}`."""
+    """Every runner on every trace at every fraction; `{"workloads": {name: {..., "cells"}}}`,
+    with the `competitors` that ran."""
     workloads = {}
     for name, trace in traces.items():
         entry = describe(trace) | {"cells": []}
@@ -203,7 +204,8 @@ def run_suite(
             if progress:
                 progress(cell_line(name, cell))
         workloads[name] = entry
-    return {"competitors": list(competitors), "workloads": workloads}
+    ran = [c for c in competitors if c in runners]  # (the peers run in bench.policy_suite only)
+    return {"competitors": ran, "workloads": workloads}
 
 
 def cell_line(name: str, cell: dict[str, Any]) -> str:
