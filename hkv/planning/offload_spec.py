@@ -40,9 +40,9 @@ from hkv.planning.sizes import GIB, MAX_BYTES, parse_size
 from hkv.policies import online_policy_class
 
 DEFAULT_POLICY = "auto"
-"""The CPU tier's policy when none is named: hkv's `auto`, the one policy of the suite within
-half a point of the best of vLLM's options and the published peers in every cell (README,
-"Which policy")."""
+"""The CPU tier's policy when none is named: hkv's `auto`, the policy of the suite within half a
+point of the best of vLLM's options and the published peers in the most cells (31 of 32:
+docs/policies.md, "Which policy, from the suite")."""
 
 ADAPTER_MODULE = "hkv.integrations.vllm"
 """Where vLLM finds `hkv_<policy>` (`cache_policy_module_path`)."""

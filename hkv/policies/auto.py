@@ -20,8 +20,9 @@ from hkv.policies.retired import Retired
 from hkv.policies.shadow import EXPERTS, ShadowSet, make_expert
 
 DEFAULT_EXPERTS = tuple(label for label in EXPERTS if label != "arc")
-"""Every expert but hkv's `arc` (an expert on request): without it the suite's and held-out
-cells miss the bar in 1 of 32 and 9 of 112, with it 2 and 11 (`auto_candidates_noarc.json`)."""
+"""Every expert but hkv's `arc` (an expert on request): when it was left out (hkv a6b2a96) the
+suite's and held-out cells missed the bar in 1 of 32 and 9 of 112 without it, 2 and 11 with it
+(`auto_candidates_noarc.json`)."""
 LEAN_EXPERTS = ("lru", "lru+st2", "lip")
 """`experts="lean"`: vLLM's own two and `lip`, three shadows for eight (docs/policies.md, Lean)."""
 DEFAULT_FIRST = "lip"

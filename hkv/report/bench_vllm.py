@@ -1,5 +1,5 @@
 """Tables from the vLLM benchmarks: `bench/vllm_replay.py` (vLLM's offloading manager vs hkv's
-simulator), `bench/vllm_gpu.py` (real vLLM on H200s, one GPU and TP=2) and
+simulator), `bench.vllm_gpu` (real vLLM on H200s, one GPU and TP=2) and
 `bench/vllm_gpu_sim.py` (the same requests, simulated). Each argument named after a file is
 that file's loaded results dict (`hkv.report.bench_results.load_result`)."""
 

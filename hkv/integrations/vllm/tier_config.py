@@ -31,12 +31,12 @@ class TierSettings:
 
     `path`: the directory of the tier file; `disk_bytes`: the bound on that file; `policy`: the
     hkv policy that evicts when full; `admission`: `cost` (chunks of prompts that reach the
-    disk crossover) or `all`; `profile`: an `hkv calibrate` JSON (default: the shipped H200
-    profile); `model`: a shipped model name or config.json for the cost model (default: the
-    served model's path); `min_prefix_tokens`: a crossover given by hand instead of the cost
-    model's; `page_cache`: keep written chunks in the page cache (default: no, reads then come
-    from the disk, as vLLM's `fs` tier does with O_DIRECT); `enable_kv_events`, `locality`: as
-    for vLLM's `fs` tier.
+    disk crossover) or `all`; `profile`: an `hkv calibrate` JSON (default: hkv's default H200
+    profile, `HardwareProfile.default()`); `model`: a shipped model name or config.json for the
+    cost model (default: the served model's path); `min_prefix_tokens`: a crossover given by
+    hand instead of the cost model's; `page_cache`: keep written chunks in the page cache
+    (default: no, reads then come from the disk, as vLLM's `fs` tier does with O_DIRECT);
+    `enable_kv_events`, `locality`: as for vLLM's `fs` tier.
     """
 
     path: str
