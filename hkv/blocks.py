@@ -40,6 +40,21 @@ class Tier(enum.IntEnum):
     HOST = 1
     DISK = 2
 
+    @classmethod
+    def parse(cls, value: int | str | Tier, *, field: str = "tier") -> Tier:
+        """`value` as a Tier: a member, its number (0-2) or its name ("host", any case)."""
+        if type(value) is cls:
+            return value
+        member = cls.__members__.get(value.upper()) if isinstance(value, str) else None
+        if member is None and isinstance(value, int) and not isinstance(value, bool):
+            member = cls._value2member_map_.get(value)
+        if member is None:
+            from hkv.errors import HkvError
+
+            valid = ", ".join(f"{t.name.lower()} ({t.value})" for t in cls)
+            raise HkvError(f"{field}: unknown tier {value!r}; use one of {valid}")
+        return member
+
 
 @dataclass(slots=True)
 class BlockMeta:

@@ -194,6 +194,11 @@ class CostModel:
     def __post_init__(self) -> None:
         if self.host_memory not in ("pinned", "pageable"):
             raise HkvError(f"host_memory: got {self.host_memory!r}; expected pinned or pageable")
+        for name in ("vision_encoder_flops_per_token", "audio_encoder_flops_per_token"):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0:
+                raise HkvError(f"{name}: got {value!r}; expected a finite number >= 0 (FLOPs)")
         spec = self.spec
         lm_head = spec.vocab_size * spec.hidden_size
         set_ = object.__setattr__
@@ -224,16 +229,20 @@ class CostModel:
         flops = self._linear_flops_per_token * tokens
         for flops_per_ctx, window in self._attn_groups:
             flops += flops_per_ctx * _context_sum(start, tokens, window)
-        if meta.modality is Modality.VISION:
-            flops += self.vision_encoder_flops_per_token * tokens
-        elif meta.modality is Modality.AUDIO:
-            flops += self.audio_encoder_flops_per_token * tokens
+        modality = meta.modality
+        if modality is not Modality.TEXT:  # ("vision" as a plain string too: the same price)
+            modality = modality if type(modality) is Modality else Modality.parse(modality)
+            if modality is Modality.VISION:
+                flops += self.vision_encoder_flops_per_token * tokens
+            elif modality is Modality.AUDIO:
+                flops += self.audio_encoder_flops_per_token * tokens
         return flops
 
     def recompute_s(self, meta: BlockMeta) -> float:
         return self.recompute_flops(meta) / self._flops_per_s
 
     def link(self, tier: Tier) -> LinkSpec:
+        tier = tier if type(tier) is Tier else Tier.parse(tier)  # (1 is host, not disk)
         if tier is Tier.GPU:
             return self.profile.links["gpu"]
         if tier is Tier.HOST:
@@ -243,6 +252,7 @@ class CostModel:
     def load_s(self, meta: BlockMeta, tier: Tier | None = None, cold_format: str = "auto") -> float:
         """Seconds to bring `meta`'s block from `tier` (default: `meta.tier`) into GPU memory."""
         tier = meta.tier if tier is None else tier
+        tier = tier if type(tier) is Tier else Tier.parse(tier)
         if tier is Tier.GPU:
             return 0.0
         nbytes = self.block_bytes(meta, cold_format)
@@ -255,6 +265,7 @@ class CostModel:
 
     def store_s(self, meta: BlockMeta, tier: Tier, cold_format: str = "auto") -> float:
         """Seconds to write `meta`'s block from the GPU into `tier`."""
+        tier = tier if type(tier) is Tier else Tier.parse(tier)
         if tier is Tier.GPU:
             return 0.0
         link = self.link(tier)

@@ -127,3 +127,31 @@ def test_disk_crossover_is_the_first_prefix_whose_load_beats_its_recompute(minim
 
 def test_no_disk_crossover_within_a_short_context(minimax):
     assert minimax.disk_crossover_tokens(512, max_tokens=4096) is None
+
+
+def test_a_tier_or_modality_given_as_its_plain_value_is_priced_as_the_member():
+    """Tier is an IntEnum and Modality a StrEnum: `1`, "host" and "vision" are the members they
+    name (identity tests priced host as disk and dropped the vision encoder's FLOPs)."""
+    cm = CostModel.default()
+    meta = BlockMeta(16, position=64)
+    for plain, member in ((0, Tier.GPU), (1, Tier.HOST), ("host", Tier.HOST), (2, Tier.DISK)):
+        assert cm.load_s(meta, plain) == cm.load_s(meta, member)
+        assert cm.store_s(meta, plain) == cm.store_s(meta, member)
+    vision = BlockMeta(16, position=64, modality=Modality.VISION)
+    assert cm.recompute_s(BlockMeta(16, position=64, modality="vision")) == cm.recompute_s(vision)
+    for junk in ("ssd", 7, True, None):
+        with pytest.raises(HkvError, match="unknown tier"):
+            cm.load_s(meta, junk if junk is not None else "none")
+    with pytest.raises(HkvError, match="unknown modality 'video'"):
+        cm.recompute_s(BlockMeta(16, modality="video"))
+
+
+def test_encoder_flops_and_the_kv_dtype_are_checked():
+    for value in (float("nan"), -1e12, float("inf"), "5e9"):
+        with pytest.raises(HkvError, match="vision_encoder_flops_per_token: got"):
+            CostModel.default(vision_encoder_flops_per_token=value)
+    with pytest.raises(HkvError, match="audio_encoder_flops_per_token: got"):
+        CostModel.default(audio_encoder_flops_per_token=-1)
+    with pytest.raises(HkvError, match="kv_cache_dtype: got 8; expected a name"):
+        CostModel.default(kv_cache_dtype=8)
+    assert CostModel.default(vision_encoder_flops_per_token=0).recompute_s(BlockMeta(16)) > 0

@@ -201,3 +201,10 @@ def test_installed_vllm_parser_accepts_the_translation():
     assert parsed.tensor_parallel_size == 2
     with pytest.raises(HkvError, match="unrecognized arguments: --swap-space"):
         parse_vllm_args(["--swap-space", "64"])
+
+
+def test_tokens_that_are_not_strings_are_one_error():
+    with pytest.raises(HkvError, match="argv: got 32768; every token is a string"):
+        translate(["vllm", "serve", "m", "--max-model-len", 32768])
+    with pytest.raises(HkvError, match="argv: got one string; expected its tokens"):
+        translate("vllm serve m --enable-hybrid-kv-cache")

@@ -137,3 +137,14 @@ def test_tensor_parallel_sizes_follow_vllms_rules_per_attention_type(model, acce
     assert all(tensor_parallel_problem(spec, tp) is None for tp in accepted)
     assert all(tensor_parallel_problem(spec, tp) for tp in refused)
     assert tensor_parallel_sizes(spec) == accepted
+
+
+def test_keywords_override_the_inputs_given_and_unknown_ones_are_named():
+    """`plan(spec, inputs, gpus=8)` plans for 8 GPUs (the keywords were dropped when `inputs`
+    came too: a 1-GPU plan that did not fit, unsaid)."""
+    both = plan(MINIMAX, PlanInputs(cpu_ram_gib=64), gpus=8, gpu_mem_gib=141)
+    alone = plan(MINIMAX, gpus=8, gpu_mem_gib=141, cpu_ram_gib=64)
+    assert both.to_dict() == alone.to_dict() and both.fits
+    for inputs in (None, PlanInputs(cpu_ram_gib=64)):
+        with pytest.raises(HkvError, match="plan: unknown setting 'gpu'; PlanInputs has"):
+            plan(MINIMAX, inputs, gpu=8)

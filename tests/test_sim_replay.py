@@ -227,3 +227,22 @@ def test_a_request_met_in_reversed_order_costs_linear_work(name, store):
     stored (86 s for `hkv simulate --policy belady` on one reversed 65,536-block request)."""
     counts = [hashes_to_replay_reversed(name, n, store) for n in (400, 800, 1600)]
     assert counts[1] <= 2.5 * counts[0] and counts[2] <= 2.5 * counts[1], counts
+
+
+def test_simulate_checks_its_run_settings():
+    """A misspelt policy name in `hyperparameters` ran the defaults unsaid; `store_threshold` 0,
+    -1 or NaN ran plain lru; a tier given as "disk" was read as host RAM."""
+    trace = trace_of([1, 2, 3], [1, 2, 3, 4])
+    with pytest.raises(HkvError, match="hyperparameters: 's3-fifo' is not a policy of this run"):
+        simulate(trace, "s3fifo", 4, hyperparameters={"s3-fifo": {"small_fraction": 0.5}})
+    with pytest.raises(HkvError, match=r"hyperparameters\['s3fifo'\]: got 0.2"):
+        simulate(trace, "s3fifo", 4, hyperparameters={"s3fifo": 0.2})
+    for bad in (0, -1, float("nan"), "2", True):
+        with pytest.raises(HkvError, match="store_threshold: got"):
+            simulate(trace, "lru", 4, store_threshold=bad)
+    cost = CostModel.default()
+    by_name = simulate(trace, "lru", 4, cost_model=cost, tier="disk")[0]
+    by_member = simulate(trace, "lru", 4, cost_model=cost, tier=Tier.DISK)[0]
+    assert by_name.tier == "disk" and by_name.bytes_loaded == by_member.bytes_loaded
+    with pytest.raises(HkvError, match="unknown tier 'ssd'"):
+        simulate(trace, "lru", 4, tier="ssd")

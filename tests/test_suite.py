@@ -314,3 +314,11 @@ def test_the_committed_suite_holds_what_auto_decides_now(
             assert rate == cell["policies"]["hkv:auto"][field], (name, fraction)
             checked += 1
     assert checked == 28
+
+
+def test_a_capacity_fraction_that_is_no_share_is_one_error():
+    trace = generated_workloads("ci", 0)["bursty"]
+    for bad in (float("nan"), 0, -0.05, float("inf"), "0.05"):
+        with pytest.raises(HkvError, match="capacity fraction: got"):
+            capacity_for(trace, bad)
+    assert capacity_for(trace, 1e-9) == 1

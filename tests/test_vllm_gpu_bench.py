@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -1239,3 +1240,20 @@ def test_fold_keeps_each_runs_place_in_its_round_and_the_slot_effect_reads_it(tm
     assert slot_effect([{**folded, "runs": unplaced}]) == {}
     engines = folded["parameters"]["engines"]  # a cell two engines ran: left out
     assert slot_effect([{**folded, "parameters": {"engines": engines * 2}}]) == {}
+
+
+def test_write_json_refuses_what_it_would_replace_and_numbers_json_has_not(tmp_path):
+    """A link, a folder or a pipe at the path is refused (it was replaced by a regular file: a
+    link cut from its target), and so is NaN (written as `NaN`, which is not JSON); nothing is
+    left behind."""
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    (tmp_path / "link.json").symlink_to(target)
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("link.json", "fifo"):
+        with pytest.raises(HkvError, match="results file:"):
+            write_json(tmp_path / name, {"a": 1})
+    assert (tmp_path / "link.json").is_symlink() and target.read_text() == "{}"
+    with pytest.raises(HkvError, match="Out of range float values are not JSON compliant"):
+        write_json(tmp_path / "nan.json", {"a": float("nan")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.json", "real.json"]

@@ -141,6 +141,9 @@ class ModelSpec:
         """`auto` keeps the activations' dtype (bf16 for these models, also for fp8 weights)."""
         if kv_cache_dtype == "auto":
             return 2
+        if not isinstance(kv_cache_dtype, str):
+            raise HkvError(f"kv_cache_dtype: got {kv_cache_dtype!r}; expected a name (auto, fp8, "
+                           "bf16, ...)")  # fmt: skip
         if kv_cache_dtype.startswith("fp8"):
             return 1
         return dtype_bytes(kv_cache_dtype, field_name="kv_cache_dtype")

@@ -17,7 +17,7 @@ beside a percent that says otherwise, it raises `FlagConflict`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from hkv.errors import HkvError
@@ -114,9 +114,13 @@ def plan(
 ) -> MemoryPlan:
     """Compute the memory plan of `spec` on the machine `inputs` describes.
 
-    `plan(spec, gpus=2, gpu_mem_gib=48)` is shorthand for `plan(spec, PlanInputs(gpus=2, ...))`.
+    `plan(spec, gpus=2, gpu_mem_gib=48)` is shorthand for `plan(spec, PlanInputs(gpus=2, ...))`;
+    with `inputs` given too, the keywords override its fields.
     """
-    inputs = inputs or PlanInputs(**overrides)
+    if inputs is None:
+        inputs = PlanInputs(**_known_fields(overrides))
+    elif overrides:
+        inputs = replace(inputs, **_known_fields(overrides))
     ram = "cpu_ram_gib" if inputs.cpu_ram_gib is not None else "host RAM"
     names = SizeNames(size="offload_gib", percent="offload_percent", ram=ram)
     inputs = _resolve(spec, inputs)
@@ -125,6 +129,17 @@ def plan(
         sizes = ", ".join(map(str, tensor_parallel_sizes(spec)))
         raise HkvError(f"gpus: {problem}; use one of {sizes}")
     return _Planner(spec, inputs, suggest, names).build()
+
+
+def _known_fields(overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides`, each a field of PlanInputs (else one HkvError naming it, as PlanInputs'
+    own constructor would not)."""
+    known = {f.name for f in fields(PlanInputs) if f.init}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        valid = ", ".join(sorted(known))
+        raise HkvError(f"plan: unknown setting {unknown[0]!r}; PlanInputs has {valid}")
+    return overrides
 
 
 def _resolve(spec: ModelSpec, inputs: PlanInputs) -> PlanInputs:

@@ -186,7 +186,12 @@ def split_flags(argv: list[str]) -> tuple[list[tuple[str, str | None]], str | No
 
     Accepts a whole `vllm serve MODEL ...` line as well as bare flags.
     """
+    if isinstance(argv, str):
+        raise HkvError("argv: got one string; expected its tokens (shlex.split(line))")
     args = list(argv)
+    odd = next((a for a in args if not isinstance(a, str)), None)
+    if odd is not None:
+        raise HkvError(f"argv: got {odd!r}; every token is a string (shlex.split(line) gives them)")
     if args[:2] == ["vllm", "serve"]:
         args = args[2:]
     positional = None

@@ -15,11 +15,12 @@ import datetime as dt
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hkv.errors import HkvError
+from hkv.outputs import write_atomic
 from hkv.versions import DEFAULT_PACKAGES, package_versions
 
 PROVENANCE_KEYS = ("generated_by", "date_utc", "machine", "versions", "parameters")
@@ -59,28 +60,17 @@ def utc_now() -> str:
 
 
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
-    """Write `payload` as indented JSON atomically: to a temporary file in the same folder,
-    then renamed over `path`, so an interrupted run leaves the old file or the new one, never
-    half of one. Creates the folder."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    """Write `payload` as indented JSON atomically (`hkv.outputs.write_atomic`: a temporary file
+    in the same folder renamed over `path`, so an interrupted run leaves the old file or the new
+    one, never half of one; the folder made where missing). `HkvError`, nothing written, for a
+    path that is a link, folder, device or pipe (writing would replace it) and for a payload
+    holding NaN or an infinity, which JSON has no number for."""
     try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(payload, out, indent=1, sort_keys=False, default=_plain)
-            out.write("\n")
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a results file is for all
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        text = json.dumps(payload, indent=1, sort_keys=False, default=_plain, allow_nan=False)
+    except ValueError as exc:
+        raise HkvError(f"results for {os.fspath(path)!r}: {exc}; store None (null) for a "
+                       "number that is not one") from None  # fmt: skip
+    return write_atomic(path, (text, "\n"), "results file", "results.json")
 
 
 def save_results(

@@ -27,7 +27,7 @@ recomputed and saves nothing (`hits_recomputed`).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,6 +96,7 @@ def replay(
     loops = {"per_block": _replay_loop, "per_request": _replay_loop_per_request}
     if store not in loops:
         raise HkvError(f"store: got {store!r}; expected per_block or per_request")
+    tier = Tier.parse(tier)  # ("disk" or 2 as Tier.DISK)
     if store == "per_request" and type(policy).offline:
         raise HkvError(f"store: {policy.name!r} is an offline policy; it needs store per_block")
     costs = _BlockCosts(cost_model, tier, cold_format)
@@ -315,6 +316,7 @@ def simulate(
     bad = isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int)
     if bad or capacity_blocks < 1:
         raise HkvError(f"capacity_blocks: got {capacity_blocks!r}; expected an integer >= 1")
+    _check_run_settings(names, store_threshold, hyperparameters)
     needs_future = any(get_policy_class(name).offline for name in names)
     future = trace.reference_stream() if needs_future else None
     results = []
@@ -331,3 +333,23 @@ def simulate(
             replay(trace, policy, cost_model=cost_model, tier=tier, label=label, store=store)
         )
     return results
+
+
+def _check_run_settings(names: list[str], store_threshold: Any, hyperparameters: Any) -> None:
+    """`simulate`'s `store_threshold` (an integer >= 1) and `hyperparameters` (policy name ->
+    its mapping, each a policy being run: a misspelt name would run the defaults unsaid)."""
+    bad = isinstance(store_threshold, bool) or not isinstance(store_threshold, int)
+    if bad or store_threshold < 1:
+        raise HkvError(f"store_threshold: got {store_threshold!r}; expected an integer >= 1")
+    if hyperparameters is None:
+        return
+    if not isinstance(hyperparameters, Mapping):
+        raise HkvError(f"hyperparameters: got {type(hyperparameters).__name__}; expected a "
+                       "mapping of policy name -> its hyperparameters")  # fmt: skip
+    for name, params in hyperparameters.items():
+        if name not in names:
+            raise HkvError(f"hyperparameters: {name!r} is not a policy of this run "
+                           f"({', '.join(names)})")  # fmt: skip
+        if not isinstance(params, Mapping):
+            raise HkvError(f"hyperparameters[{name!r}]: got {params!r}; expected a mapping of "
+                           "hyperparameter -> value")  # fmt: skip

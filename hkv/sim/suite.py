@@ -21,11 +21,13 @@ judge a policy by beside its hit rate. Standard library and numpy only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from hkv.blocks import Tier
 from hkv.cost import CostModel
+from hkv.errors import HkvError
 from hkv.policies import policy_names
 from hkv.sim.replay import _BlockCosts, simulate
 from hkv.sim.trace import Trace
@@ -45,6 +47,9 @@ SIM_NATIVES = {"vllm:lru": ("lru", 1), "vllm:arc": ("arc", 1), "vllm:lru+st2": (
 
 def capacity_for(trace: Trace, fraction: float) -> int:
     """`fraction` of the trace's distinct blocks, rounded, at least 1."""
+    number = isinstance(fraction, int | float) and not isinstance(fraction, bool)
+    if not number or not 0 < fraction < math.inf:
+        raise HkvError(f"capacity fraction: got {fraction!r}; expected a number above 0 (0.05: 5%)")
     return max(1, round(fraction * trace.distinct_blocks()))
 
 
