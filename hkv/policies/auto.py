@@ -99,7 +99,9 @@ class AutoPolicy(EvictionPolicy):
     fails) or, where no caller notes misses (hkv's replay), those offered to `admit`; its other
     blocks are the reused ones (vLLM 0.26 reports a request at its lookup, its misses noted just
     before). Where no end of request is ever reported (the per-block replay of docs/design.md §2,
-    the block manager), the shadows never run and `auto` is its `first` expert throughout.
+    the block manager), the shadows never run and `auto` is its `first` expert throughout. No
+    caller that reports request ends pins blocks (vLLM pins none): a leader copied at a switch
+    holds its shadow's metas, unpinned, so such a caller's pins would not hold after a switch.
     """
 
     cost_model: Any = field(default=None, repr=False)
