@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 
@@ -78,6 +79,8 @@ def test_overlay_on_a_text_trace_keeps_ids_and_spares_first_blocks():
         ("rag_fraction", 1.5, r"workload.rag_fraction: got 1.5; expected a number in \[0, 1\]"),
         ("think_time_s", -1.0, r"workload.think_time_s: got -1.0; expected a number in \[1e-06"),
         ("image_tokens_max", 5, "image_tokens_max: got 5; expected >= image_tokens_min"),
+        # a huge median would have asked the namer for ~1e305 blocks
+        ("user_tokens_median", 1e308, r"workload.user_tokens_median: got 1e\+308; expected a"),
     ],
 )
 def test_bad_spec_fields_are_named(field, value, message):
@@ -88,3 +91,33 @@ def test_bad_spec_fields_are_named(field, value, message):
 def test_unknown_preset_lists_the_valid_ones():
     with pytest.raises(HkvError, match="unknown preset 'x'; valid: chat, doc_qa, multimodal"):
         WorkloadSpec.preset("x")
+
+
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ({"image_tokens_median": 0}, "overlay.image_tokens_median: got 0; expected a number > 0"),
+        ({"image_tokens_median": math.nan}, "overlay.image_tokens_median: got nan"),
+        ({"image_tokens_median": 1e308}, "overlay.image_tokens_median: got 1e+308"),
+        ({"seed": -1}, "overlay.seed: got -1; expected an integer in [0,"),
+        ({"seed": 1.5}, "overlay.seed: got 1.5; expected an integer"),
+        ({"image_tokens_sigma": -1}, "overlay.image_tokens_sigma: got -1; expected a number in"),
+        ({"image_tokens_range": (4600, 10)}, "overlay.image_tokens_range: got (4600, 10)"),
+        ({"image_tokens_range": (-10, -1)}, "overlay.image_tokens_range: got (-10, -1)"),
+        ({"image_tokens_range": (10,)}, "overlay.image_tokens_range: got (10,)"),
+        ({"image_request_fraction": "0.3"}, "overlay.image_request_fraction: got '0.3'"),
+        ({"audio_request_fraction": math.nan}, "overlay.audio_request_fraction: got nan"),
+    ],
+)
+def test_bad_overlay_arguments_are_named(knob, message):
+    """Each was a raw exception (math domain error, numpy's ValueError, a TypeError) or, for a
+    reversed or negative image-token range, silently accepted."""
+    base = generate(seed=7, **SMALL)
+    with pytest.raises(HkvError, match=re.escape(message)):
+        overlay_modalities(base, **{"image_request_fraction": 1.0, **knob})
+
+
+def test_overlay_arguments_at_their_edges_still_label():
+    base = generate(seed=7, **SMALL)
+    fixed = overlay_modalities(base, image_tokens_sigma=0, image_tokens_range=(512, 512))
+    assert any(r.modalities for r in fixed.requests)

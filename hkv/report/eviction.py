@@ -28,7 +28,8 @@ def example_trace(example: Mapping[str, Sequence[int]], block_tokens: int = 512)
         [
             Request(i, input_length=len(ids) * block_tokens, output_length=0, hash_ids=tuple(ids))
             for i, ids in enumerate(example.values())
-        ]
+        ],
+        block_tokens=block_tokens,
     )
 
 
@@ -46,7 +47,9 @@ def example_steps(
         for i in range(len(trace))
     }
     hits = {
-        (name, i): replay(trace_from_requests(trace.requests[: i + 1]), policy).block_hits
+        (name, i): replay(
+            trace_from_requests(trace.requests[: i + 1], block_tokens=trace.block_tokens), policy
+        ).block_hits
         for (name, i), policy in caches.items()
     }
     rows = []

@@ -7,7 +7,7 @@ ids, each later turn re-sends the previous prompt plus 1-2K new tokens (replies 
 appended); rounds go turn by turn, sessions in a fresh random order each round, in waves of
 `wave` concurrent requests. The multimodal variant marks spans of each turn's new tokens as
 images (`images=True`); the tokens stay the same. `trace_requests` gives it as hkv trace
-requests. Standard library only, besides hkv's trace type.
+requests. Standard library only, besides hkv's trace type and error.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import random
 from array import array
 from dataclasses import asdict, dataclass, field
 
+from hkv.errors import HkvError
 from hkv.sim.trace import Request
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 150000
@@ -44,16 +45,23 @@ class Workload:
     popularity: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("sessions", "turns", "wave", "first_min", "delta_min", "block_tokens"):
+        counts = ("sessions", "turns", "wave", "first_min", "first_max", "delta_min", "delta_max")
+        for name in (*counts, "block_tokens"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Workload.{name}: got {value!r}; expected an integer >= 1")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise HkvError(f"Workload.{name}: got {value!r}; expected an integer >= 1")
         if not isinstance(self.popularity, int | float) or not 0 <= self.popularity <= 8:
-            raise ValueError(
+            raise HkvError(
                 f"Workload.popularity: got {self.popularity!r}; expected a Zipf exponent in [0, 8]"
             )
+        median = self.image_median_tokens
+        ok = isinstance(median, int | float) and not isinstance(median, bool)
+        if not ok or not 0 < median < math.inf:
+            raise HkvError(
+                f"Workload.image_median_tokens: got {median!r}; expected a number of tokens > 0"
+            )
         if self.first_max < self.first_min or self.delta_max < self.delta_min:
-            raise ValueError(
+            raise HkvError(
                 f"Workload: first_max/delta_max ({self.first_max}/{self.delta_max}) must be >= "
                 f"first_min/delta_min ({self.first_min}/{self.delta_min})"
             )
@@ -209,8 +217,15 @@ def trace_requests(images: bool = False, workload=None) -> tuple[list[Request], 
     """The GPU benchmark's request sequence as hkv trace requests, plus its `TurnRequest`s.
 
     `workload` (an `anchor.Workload`) defaults to the benchmark's, with `images` as given.
+    `HkvError` when its first turns may be shorter than a block (a request of no full block
+    is not a trace request).
     """
     w = workload or Workload(images=images)
+    if w.first_min < w.block_tokens:
+        raise HkvError(
+            f"Workload.first_min: got {w.first_min}; expected >= block_tokens "
+            f"({w.block_tokens}), as every trace request needs a full block"
+        )
     images = w.images
     sessions, turn_requests = request_sequence(w)
     chains = [block_hash_chain(s.tokens, w.block_tokens) for s in sessions]

@@ -48,7 +48,9 @@ class Request:
             "hash_ids": list(self.hash_ids),
         }
         if self.modalities is not None:
-            out["modalities"] = [m.value for m in self.modalities]
+            out["modalities"] = [
+                Modality.parse(m, field="modalities").value for m in self.modalities
+            ]
         if self.session is not None:
             out["session"] = self.session
         return out
@@ -96,8 +98,7 @@ def load_trace(
     """Read a Mooncake-format JSONL file; `HkvError` names the line of any malformed request
     (or of one longer than `max_request_blocks` blocks, when given). Lines are split at '\n'
     only and read in bounded pieces (`hkv.inputs.read_lines`)."""
-    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
-        raise HkvError(f"block_tokens: got {shown(block_tokens)}; expected an integer >= 1")
+    _check_block_tokens(block_tokens)
     path = Path(path)
     name = shorten(str(path))
     requests = []
@@ -123,22 +124,11 @@ def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
         if name not in obj:
             raise HkvError(f"{where}: missing field {name!r}")
-    timestamp = obj["timestamp"]
-    ok = isinstance(timestamp, int | float) and not isinstance(timestamp, bool)
-    if not ok or not -MAX_TIMESTAMP_MS <= timestamp <= MAX_TIMESTAMP_MS:
-        raise HkvError(
-            f"{where}: timestamp: got {shown(timestamp)}; expected a number of ms within "
-            f"+-{MAX_TIMESTAMP_MS:g}"
-        )
-    input_length = _count(obj, "input_length", where, low=1)
-    output_length = _count(obj, "output_length", where, low=0)
+    timestamp = _timestamp(obj["timestamp"], where)
+    input_length = _count(obj["input_length"], "input_length", where, low=1)
+    output_length = _count(obj["output_length"], "output_length", where, low=0)
     hash_ids = _hash_ids(obj["hash_ids"], where)
-    expected = -(-input_length // block_tokens)
-    if len(hash_ids) != expected:
-        raise HkvError(
-            f"{where}: {len(hash_ids)} hash_ids for input_length {input_length}; expected "
-            f"ceil({input_length} / {block_tokens}) = {expected} (is --block-tokens right?)"
-        )
+    _check_num_blocks(len(hash_ids), input_length, block_tokens, where)
     return Request(
         timestamp_ms=timestamp,
         input_length=input_length,
@@ -149,8 +139,22 @@ def parse_request(line: str, block_tokens: int, *, where: str) -> Request:
     )
 
 
-def _count(obj: dict[str, Any], name: str, where: str, *, low: int) -> int:
-    value = obj[name]
+def _check_block_tokens(block_tokens: Any) -> None:
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+        raise HkvError(f"block_tokens: got {shown(block_tokens)}; expected an integer >= 1")
+
+
+def _timestamp(value: Any, where: str) -> int | float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not -MAX_TIMESTAMP_MS <= value <= MAX_TIMESTAMP_MS:  # NaN fails too
+        raise HkvError(
+            f"{where}: timestamp: got {shown(value)}; expected a number of ms within "
+            f"+-{MAX_TIMESTAMP_MS:g}"
+        )
+    return value
+
+
+def _count(value: Any, name: str, where: str, *, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_TOKENS:
         raise HkvError(
             f"{where}: {name}: got {shown(value)}; expected an integer in [{low}, {MAX_TOKENS:,}]"
@@ -158,13 +162,26 @@ def _count(obj: dict[str, Any], name: str, where: str, *, low: int) -> int:
     return value
 
 
+def _check_num_blocks(num_blocks: int, input_length: int, block_tokens: int, where: str) -> None:
+    expected = -(-input_length // block_tokens)
+    if num_blocks != expected:
+        raise HkvError(
+            f"{where}: {num_blocks} hash_ids for input_length {input_length}; expected "
+            f"ceil({input_length} / {block_tokens}) = {expected} (is --block-tokens right?)"
+        )
+
+
 def _hash_ids(value: Any, where: str) -> tuple[Hashable, ...]:
     if not isinstance(value, list):
         raise HkvError(f"{where}: hash_ids: got {type(value).__name__}; expected a list")
-    for item in value:
+    _check_ids(value, where)
+    return tuple(value)
+
+
+def _check_ids(ids: Iterable[Any], where: str) -> None:
+    for item in ids:
         if isinstance(item, bool) or not isinstance(item, int | str):
             raise HkvError(f"{where}: hash_ids: got {shown(item)}; expected integers (or strings)")
-    return tuple(value)
 
 
 def _modalities(value: Any, num_blocks: int, where: str) -> tuple[Modality, ...] | None:
@@ -185,16 +202,61 @@ def _session(value: Any, where: str) -> str | int | None:
     raise HkvError(f"{where}: session: got {shown(value)}; expected a string or integer id")
 
 
-def write_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> Path:
+def write_trace(
+    requests: Iterable[Request], path: str | os.PathLike[str], *, block_tokens: int | None = None
+) -> Path:
     """Write requests as Mooncake-format JSONL (the format `load_trace` reads), atomically
     (`hkv.outputs.write_atomic`: an interrupted run leaves no half-written trace). Creates
-    missing folders; `HkvError` when the place cannot be written or is not a regular file."""
-    lines = (json.dumps(r.to_json(), separators=(", ", ": ")) + "\n" for r in requests)
+    missing folders; `HkvError` when the place cannot be written or is not a regular file, or
+    when a request holds what `load_trace` would refuse (then no file is written); with
+    `block_tokens`, also when its `hash_ids` do not cut its `input_length` into such blocks."""
+    if block_tokens is not None:
+        _check_block_tokens(block_tokens)
+
+    lines = (_line(r, block_tokens, f"write_trace: request {i}") for i, r in enumerate(requests))
     return write_atomic(path, lines, "out", example="trace.jsonl")
+
+
+def _line(request: Request, block_tokens: int | None, where: str) -> str:
+    """`request` as a trace line, after every check `parse_request` would make of it."""
+    check_request(request, block_tokens, where)
+    _check_ids(request.hash_ids, where)
+    for label in request.modalities or ():
+        Modality.parse(label, field=f"{where}: modalities")
+    _session(request.session, where)
+    return json.dumps(request.to_json(), separators=(", ", ": ")) + "\n"
+
+
+def check_request(request: Any, block_tokens: int | None, where: str) -> None:
+    """`HkvError` (prefixed by `where`) when `request` is not a `Request` or holds numbers or
+    counts `parse_request` refuses: its timestamp, lengths, block count (unless `block_tokens` is
+    None) and label count. Cheap (no look at each block): ids are `write_trace`'s to check."""
+    if not isinstance(request, Request):
+        raise HkvError(f"{where}: got {shown(request)}; expected an hkv.sim.Request")
+    _timestamp(request.timestamp_ms, where)
+    _count(request.input_length, "input_length", where, low=1)
+    _count(request.output_length, "output_length", where, low=0)
+    ids = request.hash_ids
+    if not isinstance(ids, tuple | list):
+        raise HkvError(f"{where}: hash_ids: got {shown(ids)}; expected a tuple of block ids")
+    if block_tokens is not None:
+        _check_num_blocks(len(ids), request.input_length, block_tokens, where)
+    labels = request.modalities
+    if labels is not None and (not isinstance(labels, tuple | list) or len(labels) != len(ids)):
+        got = len(labels) if isinstance(labels, tuple | list) else shown(labels)
+        raise HkvError(
+            f"{where}: modalities: got {got}; expected None or {len(ids)} labels (one per hash_id)"
+        )
 
 
 def trace_from_requests(
     requests: Sequence[Request], *, block_tokens: int = DEFAULT_BLOCK_TOKENS, source: str = ""
 ) -> Trace:
-    """Wrap in-memory requests (e.g. from `hkv.sim.workload`) as a `Trace`."""
-    return Trace(tuple(requests), block_tokens, source)
+    """Wrap in-memory requests (e.g. from `hkv.sim.workload`) as a `Trace`. `HkvError` names
+    the first request whose numbers `load_trace` would refuse (`check_request`: timestamp,
+    lengths, `len(hash_ids) == ceil(input_length / block_tokens)`, label count)."""
+    _check_block_tokens(block_tokens)
+    requests = tuple(requests)
+    for index, request in enumerate(requests):
+        check_request(request, block_tokens, f"trace_from_requests: request {index}")
+    return Trace(requests, block_tokens, source)

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from hkv.blocks import Modality
-from hkv.errors import HkvError
-from hkv.sim.trace import Request, Trace
-from hkv.sim.workload_spec import PRESETS, WorkloadSpec
+from hkv.errors import HkvError, shown
+from hkv.sim.trace import MAX_TOKENS, Request, Trace
+from hkv.sim.workload_spec import _TOKENS_MAX, PRESETS, WorkloadSpec, _check_field
 
 __all__ = ["MAX_BLOCK_REFS", "PRESETS", "WorkloadSpec", "generate", "overlay_modalities"]
 
@@ -39,8 +39,9 @@ MAX_BLOCK_REFS = 1_000_000
 """The most block references `generate` makes by default (~35,000 chat sessions at 512-token
 blocks, a few seconds): a spec asking for more is refused while it is generated, not after
 minutes. Pass `max_block_refs` to `generate` for a larger trace."""
-MAX_SEGMENT_TOKENS = 1 << 40
-"""Lognormal lengths are clipped here (sigma 10 reaches e**60) so token sums stay exact ints."""
+MAX_SEGMENT_TOKENS = MAX_TOKENS
+"""Lognormal lengths are clipped here (sigma 10 reaches e**60), so token sums stay exact ints and
+a reply's `output_length` stays one a trace file may hold (`hkv.sim.trace.MAX_TOKENS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,12 +260,8 @@ def overlay_modalities(
     tokens drawn like the generator's; audio likewise. The hit rate of the base trace is
     unchanged because ids are; only costs and modality-aware decisions see the labels.
     """
-    for name, value in (
-        ("image_request_fraction", image_request_fraction),
-        ("audio_request_fraction", audio_request_fraction),
-    ):
-        if not 0 <= value <= 1:
-            raise HkvError(f"overlay.{name}: got {value!r}; expected a number in [0, 1]")
+    fractions = (image_request_fraction, audio_request_fraction)
+    _check_overlay(seed, fractions, image_tokens_median, image_tokens_sigma, image_tokens_range)
     rng = np.random.default_rng(seed)
     low, high = image_tokens_range
     seen: dict = {}  # block id -> the label of its first appearance
@@ -293,3 +290,29 @@ def overlay_modalities(
         changed = any(m is not Modality.TEXT for m in labels)
         requests.append(replace(request, modalities=tuple(labels) if changed else None))
     return Trace(tuple(requests), trace.block_tokens, f"{trace.source}+overlay(seed={seed})")
+
+
+def _check_overlay(seed, fractions, median, sigma, token_range) -> None:
+    """`overlay_modalities`' arguments, each in the range `WorkloadSpec` gives its like (an
+    image-token sigma of 0 is allowed: every image has the median's tokens)."""
+    _check_field("seed", seed, "int", prefix="overlay")
+    names = ("image_request_fraction", "audio_request_fraction")
+    for name, value in zip(names, fractions, strict=True):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not 0 <= value <= 1:
+            raise HkvError(f"overlay.{name}: got {shown(value)}; expected a number in [0, 1]")
+    _check_field("image_tokens_median", median, "float", prefix="overlay")
+    ok = isinstance(sigma, int | float) and not isinstance(sigma, bool)
+    if not ok or not 0 <= sigma <= 10:
+        raise HkvError(
+            f"overlay.image_tokens_sigma: got {shown(sigma)}; expected a number in [0, 10]"
+        )
+    pair = isinstance(token_range, tuple | list) and len(token_range) == 2
+    numbers = pair and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in token_range
+    )
+    if not numbers or not 1 <= token_range[0] <= token_range[1] <= _TOKENS_MAX:
+        raise HkvError(
+            f"overlay.image_tokens_range: got {shown(token_range)}; expected (low, high) tokens "
+            f"with 1 <= low <= high <= {_TOKENS_MAX:,}"
+        )

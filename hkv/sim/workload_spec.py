@@ -156,8 +156,9 @@ def _limits(name: str) -> tuple[float, float]:
     return (-math.inf, math.inf)
 
 
-def _check_field(name: str, value: Any, kind: Any) -> None:
-    where = f"workload.{name}"
+def _check_field(name: str, value: Any, kind: Any, prefix: str = "workload") -> None:
+    """`HkvError` (naming `prefix.name`) unless `value` is in field `name`'s range."""
+    where = f"{prefix}.{name}"
     low, high = _limits(name)
     if kind in ("int", int):
         low = 0 if name == "seed" else 1

@@ -13,18 +13,20 @@ share ids. One seed gives one trace.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
-from hkv.errors import HkvError
-from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
-from hkv.sim.workload import _BlockNamer, _Segment
+from hkv.errors import HkvError, shown
+from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, MAX_TOKENS, Request, Trace
+from hkv.sim.workload import MAX_BLOCK_REFS, _BlockNamer, _Segment
 
 
 @dataclass(frozen=True)
 class ZipfSessionSpec:
-    """Knobs of the skewed-session generator (ranges in the comments)."""
+    """Knobs of the skewed-session generator (ranges in the comments; upper bounds in
+    `_LIMITS`)."""
 
     seed: int = 0  # >= 0
     num_sessions: int = 200  # >= 1
@@ -40,16 +42,21 @@ class ZipfSessionSpec:
 
     def __post_init__(self) -> None:
         ints = ("num_sessions", "num_requests", "block_tokens", "num_system_prompts")
-        for name in (*ints, "system_tokens", "max_input_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise HkvError(f"zipf_sessions.{name}: got {value!r}; expected an integer >= 1")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise HkvError(f"zipf_sessions.seed: got {self.seed!r}; expected an integer >= 0")
+        for name in ("seed", *ints, "system_tokens", "max_input_tokens"):
+            value, low, high = getattr(self, name), int(name != "seed"), _LIMITS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise HkvError(
+                    f"zipf_sessions.{name}: got {shown(value)}; expected an integer in "
+                    f"[{low}, {high:,}]"
+                )
         for name in ("user_tokens_median", "reply_tokens_median", "length_sigma"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise HkvError(f"zipf_sessions.{name}: got {value!r}; expected a number > 0")
+            value, high = getattr(self, name), _LIMITS[name]
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or not 0 < value <= high:  # NaN fails too
+                raise HkvError(
+                    f"zipf_sessions.{name}: got {shown(value)}; expected a number > 0 and "
+                    f"<= {high:,}"
+                )
         exponent = self.zipf_exponent
         if not isinstance(exponent, int | float) or not 0 <= exponent <= 100:
             raise HkvError(
@@ -62,9 +69,33 @@ class ZipfSessionSpec:
             )
 
 
-def generate_zipf_sessions(spec: ZipfSessionSpec | None = None, **overrides) -> Trace:
-    """A trace of `spec.num_requests` turns over `spec.num_sessions` Zipf-popular sessions."""
-    spec = spec or ZipfSessionSpec(**overrides)
+_LIMITS: dict[str, float] = {
+    "seed": 2**63 - 1,
+    "num_sessions": 100_000,
+    "num_requests": MAX_BLOCK_REFS,  # each request holds a block at least
+    "block_tokens": 1 << 16,
+    "num_system_prompts": 100_000,
+    "system_tokens": 1 << 22,
+    "max_input_tokens": 1 << 22,
+    "user_tokens_median": 1 << 20,
+    "reply_tokens_median": 1 << 20,
+    "length_sigma": 10,
+}
+"""Upper bounds (`WorkloadSpec`'s where it has the field), so that no setting asks for more
+than a machine can generate; `generate_zipf_sessions` also caps the block references."""
+
+
+def generate_zipf_sessions(
+    spec: ZipfSessionSpec | None = None, *, max_block_refs: int | None = None, **overrides: Any
+) -> Trace:
+    """A trace of `spec.num_requests` turns over `spec.num_sessions` Zipf-popular sessions
+    (`spec`, or `ZipfSessionSpec(**overrides)`; `overrides` replace fields of a given `spec`).
+
+    `HkvError` when it would hold more than `max_block_refs` block references (default
+    `hkv.sim.workload.MAX_BLOCK_REFS`)."""
+    spec = _with_overrides(spec, overrides)
+    cap = MAX_BLOCK_REFS if max_block_refs is None else max_block_refs
+    num_block_refs = 0
     rng = np.random.default_rng(spec.seed)
     namer = _BlockNamer(spec.block_tokens)
     next_id = iter(range(1, 1 << 62))
@@ -76,7 +107,8 @@ def generate_zipf_sessions(spec: ZipfSessionSpec | None = None, **overrides) -> 
     prompts: dict[int, list[_Segment]] = {}
 
     def length(median: float) -> int:
-        return max(1, round(float(rng.lognormal(math.log(median), spec.length_sigma))))
+        drawn = float(rng.lognormal(math.log(median), spec.length_sigma))
+        return max(1, round(min(drawn, MAX_TOKENS)))  # (a length a trace file may hold)
 
     requests = []
     for index, pick in enumerate(picks):
@@ -86,9 +118,32 @@ def generate_zipf_sessions(spec: ZipfSessionSpec | None = None, **overrides) -> 
         if sum(s.tokens for s in prompt) > spec.max_input_tokens:
             prompt = [start[session], user]  # a new conversation
         reply = _Segment(next(next_id), length(spec.reply_tokens_median))
-        ids, _ = namer.name(prompt)
         tokens = sum(s.tokens for s in prompt)
+        num_block_refs += -(-tokens // spec.block_tokens)
+        if num_block_refs > cap:
+            raise HkvError(
+                f"zipf_sessions: this spec makes more than {cap:,} block references (the cap; "
+                f"it had by request {index + 1:,} of {spec.num_requests:,}); lower num_requests, "
+                "max_input_tokens or the token medians, or raise block_tokens or max_block_refs"
+            )
+        ids, _ = namer.name(prompt)
         requests.append(Request(float(index), tokens, reply.tokens, ids, None, session))
         prompts[session] = [*prompt, reply]
     source = f"zipf_sessions(seed={spec.seed}, exponent={spec.zipf_exponent:g})"
     return Trace(tuple(requests), spec.block_tokens, source)
+
+
+def _with_overrides(spec: ZipfSessionSpec | None, overrides: dict[str, Any]) -> ZipfSessionSpec:
+    """`spec` (default `ZipfSessionSpec()`) with `overrides` applied, each a field of it (else
+    one HkvError naming it)."""
+    known = [f.name for f in fields(ZipfSessionSpec)]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise HkvError(
+            f"zipf_sessions: unknown field {unknown[0]!r}; ZipfSessionSpec has {', '.join(known)}"
+        )
+    if spec is None:
+        return ZipfSessionSpec(**overrides)
+    if not isinstance(spec, ZipfSessionSpec):
+        raise HkvError(f"zipf_sessions: spec: got {shown(spec)}; expected a ZipfSessionSpec")
+    return replace(spec, **overrides) if overrides else spec
