@@ -246,3 +246,9 @@ def test_simulate_checks_its_run_settings():
     assert by_name.tier == "disk" and by_name.bytes_loaded == by_member.bytes_loaded
     with pytest.raises(HkvError, match="unknown tier 'ssd'"):
         simulate(trace, "lru", 4, tier="ssd")
+
+
+def test_an_empty_trace_is_named_as_such():
+    """(It failed in belady, "needs `future` ... hkv simulate passes it", which it had.)"""
+    with pytest.raises(HkvError, match="trace: it holds no requests"):
+        simulate(Trace((), 16), "all", 4)

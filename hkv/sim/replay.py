@@ -317,6 +317,8 @@ def simulate(
     if bad or capacity_blocks < 1:
         raise HkvError(f"capacity_blocks: got {capacity_blocks!r}; expected an integer >= 1")
     _check_run_settings(names, store_threshold, hyperparameters)
+    if not len(trace):
+        raise HkvError("trace: it holds no requests; nothing to simulate")
     needs_future = any(get_policy_class(name).offline for name in names)
     future = trace.reference_stream() if needs_future else None
     results = []
