@@ -111,7 +111,7 @@ class HybridKVCacheConfig:
     command that names no policy (`strategy_named` says which).
     """
 
-    offload_strategy: str = None  # type: ignore[assignment]  (unset: "lru", strategy_named False)
+    offload_strategy: str = None  # type: ignore[assignment]  # unset: "lru", strategy_named False
     modality_configs: dict[str, ModalityConfig] = field(default_factory=_default_modalities)
     cost_model_params: CostModelParams = field(default_factory=CostModelParams)
     cpu_offload_bytes: int | None = None
