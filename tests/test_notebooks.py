@@ -835,3 +835,19 @@ def test_a_run_is_kept_only_for_the_same_inputs(tmp_path: Path) -> None:
     assert runner.fresh(notebook, out=out, root=root)
     (root / "data" / "x.json").write_text('{"changed": 1}')
     assert not runner.fresh(notebook, out=out, root=root)
+
+
+def test_every_parameter_a_notebook_declares_can_be_set() -> None:
+    """`run_all.py -p NAME VALUE` passes only declared names: notebook 08 declares its
+    directories as `FIGURES_DIR, RESULTS_DIR = ...`, which were not seen, so `-p RESULTS_DIR`
+    was dropped unsaid and its results went into the repository's out/."""
+    declared = runner.declared_parameters(NOTEBOOKS / "08_vllm_benchmarks.ipynb")
+    assert {"FIGURES_DIR", "RESULTS_DIR", "LIVE_SEED", "VLLM_SERVE_OFFLINE"} <= declared
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        assigned = re.findall(
+            r"^([A-Z_][A-Z0-9_]*(?:, *[A-Z_][A-Z0-9_]*)*) *[:=]", cell.source, re.M
+        )
+        names = {n.strip() for group in assigned for n in group.split(",")}
+        assert names <= runner.declared_parameters(path), path.name

@@ -83,13 +83,15 @@ def declared_parameters(path: Path) -> set[str]:
     for cell in nb.cells:
         if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
             tree = ast.parse(cell.source)
-            return {
-                t.id
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                for t in node.targets
-                if isinstance(t, ast.Name)
-            }
+            targets = [
+                t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+            ]
+            targets += [node.target for node in tree.body if isinstance(node, ast.AnnAssign)]
+            names = set()
+            for target in targets:  # `A, B = 1, 2` declares both (notebook 08's directories)
+                parts = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+                names.update(t.id for t in parts if isinstance(t, ast.Name))
+            return names
     return set()
 
 
