@@ -67,3 +67,28 @@ def test_committed_results_all_load() -> None:
     assert names, DEFAULT_RESULTS_IN
     table = provenance_table(load_results(names))
     assert table["written by"].map(bool).all() and table["platform"].map(bool).all()
+
+
+def test_notebook_parameters_a_user_may_change_are_read_or_named():
+    """Notebooks 08, 09 and 02 with other parameters (a run through papermill): the targets'
+    labels follow the tier compared (they said 8 GiB whatever it was), a tier or policy the file
+    has no run of is one line (a pandas KeyError), a transfer file measured without a GPU is one
+    line (KeyError 'gpu_name'), and another shipped model's config table has no MiniMax-only
+    key to miss (KeyError 'rotary_dim')."""
+    from hkv.errors import HkvError
+    from hkv.models.model_spec import ModelSpec
+    from hkv.report import bench_transfer, bench_vllm, loading
+
+    root = Path(__file__).resolve().parent.parent / "data" / "results"
+    runs = bench_vllm.gpu_runs(json.loads((root / "vllm_h200.json").read_text()))
+    pairs = bench_vllm.sim_pairs(json.loads((root / "vllm_h200_sim.json").read_text()))
+    table = bench_vllm.gpu_table(runs)
+    acceptance = bench_vllm.acceptance(table, runs, pairs, "hkv_bip", 12.0, 16.0)
+    labels = list(bench_vllm.targets_table(acceptance).index)
+    assert "cached share at 12 GiB" in labels and not any("8 GiB" in x for x in labels)
+    with pytest.raises(HkvError, match="no text run of hkv_nope at 8 GiB in this file"):
+        bench_vllm.acceptance(table, runs, pairs, "hkv_nope", 8.0, 16.0)
+    with pytest.raises(HkvError, match="TRANSFER: .* ran without a GPU"):
+        bench_transfer.transfer_facts(json.loads((root / "transfer_cpu.json").read_text()))
+    for model in ("deepseek-v3", "gpt-oss-120b"):
+        assert len(loading.config_table(ModelSpec.load(model))) > 10

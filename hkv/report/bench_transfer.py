@@ -27,13 +27,26 @@ DISK_COLUMNS = [
 ]
 
 
+def gpu_of(transfer: Mapping[str, Any]) -> str:
+    """The GPU a transfer run measured; `HkvError` for a run without one (its file has no
+    GPU to host link to show)."""
+    name = transfer.get("machine", {}).get("gpu_name")
+    if not name:
+        from hkv.errors import HkvError
+
+        run = transfer.get("generated_by", "this run")
+        raise HkvError(f"TRANSFER: {run!r} ran without a GPU; this section reads a GPU run's "
+                       "file, such as transfer_h200.json")  # fmt: skip
+    return name
+
+
 def transfer_facts(transfer: Mapping[str, Any]) -> str:
     """One line: the bytes per batch and the block sizes (tokens) the run used."""
     params = transfer["parameters"]
     tokens = params["block_tokens"]
     return (
         f"{params['batch_bytes'] / 2**20:g} MiB per batch, blocks of {min(tokens)} to "
-        f"{max(tokens)} tokens ({len(tokens)} sizes), on {transfer['machine']['gpu_name']}"
+        f"{max(tokens)} tokens ({len(tokens)} sizes), on {gpu_of(transfer)}"
     )
 
 
@@ -101,7 +114,7 @@ def transfer_summary(transfer: Mapping[str, Any]) -> dict[str, Any]:
     summary of them, and batched / per block at the smallest block."""
     ratios = transfer_ratios(transfer)
     return {
-        "machine": transfer["machine"]["gpu_name"],
+        "machine": gpu_of(transfer),
         "worst_batched_vs_bulk": worst_batched_vs_bulk(ratios),
         "file_worst_batched_vs_bulk": transfer["summary"]["batched_vs_bulk_worst_at_64KiB_plus"],
         "batched_vs_per_block_smallest_block": {

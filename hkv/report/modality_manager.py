@@ -198,11 +198,15 @@ def serve_zeros(manager, trace: Trace, block_tokens: int) -> int:
     zeros = torch.zeros(manager.layout.shape, dtype=manager.layout.torch_dtype)
     peak_vision = 0
     for request in trace.requests:
-        assert manager.access(request.hash_ids, pin=True).ok
+        access = manager.access(request.hash_ids, pin=True)
+        assert access.ok, access.reason
         for index, key in enumerate(request.hash_ids):
             if key not in manager:
                 meta = request.block_meta(index, block_tokens)
-                manager.admit(key, zeros, modality=meta.modality, position=meta.position, pin=True)
+                admitted = manager.admit(
+                    key, zeros, modality=meta.modality, position=meta.position, pin=True
+                )
+                assert admitted.ok, admitted.reason  # (not an unpin of a block never held)
         manager.unpin(request.hash_ids)
         peak_vision = max(peak_vision, len(manager.block_ids(Tier.GPU, Modality.VISION)))
     return peak_vision
