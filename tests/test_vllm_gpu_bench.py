@@ -1243,9 +1243,9 @@ def test_fold_keeps_each_runs_place_in_its_round_and_the_slot_effect_reads_it(tm
 
 
 def test_write_json_refuses_what_it_would_replace_and_numbers_json_has_not(tmp_path):
-    """A link, a folder or a pipe at the path is refused (it was replaced by a regular file: a
-    link cut from its target), and so is NaN (written as `NaN`, which is not JSON); nothing is
-    left behind."""
+    """A link or a pipe at the path is refused (it was replaced by a regular file: a link cut
+    from its target), nothing left behind; NaN and infinities are written as null (they were
+    written as `NaN`, which is not JSON)."""
     target = tmp_path / "real.json"
     target.write_text("{}")
     (tmp_path / "link.json").symlink_to(target)
@@ -1254,6 +1254,8 @@ def test_write_json_refuses_what_it_would_replace_and_numbers_json_has_not(tmp_p
         with pytest.raises(HkvError, match="results file:"):
             write_json(tmp_path / name, {"a": 1})
     assert (tmp_path / "link.json").is_symlink() and target.read_text() == "{}"
-    with pytest.raises(HkvError, match="Out of range float values are not JSON compliant"):
-        write_json(tmp_path / "nan.json", {"a": float("nan")})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.json", "real.json"]
+    nan = float("nan")
+    write_json(tmp_path / "nan.json", {"a": nan, "b": [1.0, float("inf")], "c": {"d": (nan,)}})
+    assert json.loads((tmp_path / "nan.json").read_text()) == {"a": None, "b": [1.0, None],
+                                                              "c": {"d": [None]}}  # fmt: skip

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import platform
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hkv.errors import HkvError
 from hkv.outputs import write_atomic
 from hkv.versions import DEFAULT_PACKAGES, package_versions
 
@@ -63,14 +63,22 @@ def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path
     """Write `payload` as indented JSON atomically (`hkv.outputs.write_atomic`: a temporary file
     in the same folder renamed over `path`, so an interrupted run leaves the old file or the new
     one, never half of one; the folder made where missing). `HkvError`, nothing written, for a
-    path that is a link, folder, device or pipe (writing would replace it) and for a payload
-    holding NaN or an infinity, which JSON has no number for."""
-    try:
-        text = json.dumps(payload, indent=1, sort_keys=False, default=_plain, allow_nan=False)
-    except ValueError as exc:
-        raise HkvError(f"results for {os.fspath(path)!r}: {exc}; store None (null) for a "
-                       "number that is not one") from None  # fmt: skip
+    path that is a link, folder, device or pipe (writing would replace it). A NaN or infinity,
+    which JSON has no number for (`NaN` in the file is not JSON), is written as null: a long
+    run's results are kept, and the missing number reads as missing."""
+    text = json.dumps(_finite(payload), indent=1, sort_keys=False, default=_plain, allow_nan=False)
     return write_atomic(path, (text, "\n"), "results file", "results.json")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that is not finite as None, through dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def save_results(
@@ -93,7 +101,7 @@ def save_results(
 def _plain(value: Any) -> Any:
     """JSON for numpy scalars and arrays, enums, paths and sets (what results hold)."""
     if hasattr(value, "tolist"):
-        return value.tolist()
+        return _finite(value.tolist())
     if hasattr(value, "value") and isinstance(value.value, str | int):
         return value.value
     if isinstance(value, os.PathLike):
