@@ -37,6 +37,11 @@ LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
 """Link names of a profile: where a block's bytes sit, seen from the GPU."""
 
 
+def _number(value: Any) -> bool:
+    """An int or float, not a bool (`True` is no bandwidth)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """One tier's path to the GPU: bandwidth each way (GB/s, 1e9 bytes) and per-transfer latency."""
@@ -48,9 +53,9 @@ class LinkSpec:
     def __post_init__(self) -> None:
         for name in ("to_gpu_gbps", "from_gpu_gbps"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
+            if not _number(value) or not value > 0 or not math.isfinite(value):
                 raise HkvError(f"profile link {name}: got {value!r}; expected a number > 0")
-        if not isinstance(self.latency_s, int | float) or not 0 <= self.latency_s < math.inf:
+        if not _number(self.latency_s) or not 0 <= self.latency_s < math.inf:
             raise HkvError(f"profile link latency_s: got {self.latency_s!r}; expected >= 0")
 
 
@@ -77,7 +82,7 @@ class HardwareProfile:
             raise HkvError(f"profile {self.name!r}: links {missing} missing; need all of {LINKS}")
         for name in ("prefill_tflops", "host_memcpy_gbps"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not 1e-6 <= value < math.inf:  # 1e-320: an
+            if not _number(value) or not 1e-6 <= value < math.inf:  # 1e-320: an
                 raise HkvError(  # infinite second for every token, and Infinity in --json
                     f"profile {name}: got {value!r}; expected a finite number >= 1e-6"
                 )
@@ -196,8 +201,7 @@ class CostModel:
             raise HkvError(f"host_memory: got {self.host_memory!r}; expected pinned or pageable")
         for name in ("vision_encoder_flops_per_token", "audio_encoder_flops_per_token"):
             value = getattr(self, name)
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not number or not math.isfinite(value) or value < 0:
+            if not _number(value) or not math.isfinite(value) or value < 0:
                 raise HkvError(f"{name}: got {value!r}; expected a finite number >= 0 (FLOPs)")
         spec = self.spec
         lm_head = spec.vocab_size * spec.hidden_size

@@ -9,7 +9,7 @@ import pytest
 
 from hkv.blocks import BlockMeta, Modality, Tier
 from hkv.calibrate import calibrate
-from hkv.cost import CostModel, HardwareProfile, _context_sum
+from hkv.cost import CostModel, HardwareProfile, LinkSpec, _context_sum
 from hkv.errors import HkvError
 
 
@@ -92,6 +92,17 @@ def test_bad_profiles_are_user_errors(tmp_path):
         HardwareProfile.load(tmp_path / "odd.json")
 
 
+def test_a_bool_is_no_bandwidth_latency_or_rate():
+    good = HardwareProfile.default()
+    with pytest.raises(HkvError, match="to_gpu_gbps: got True"):
+        LinkSpec(True, 1.0, 0.0)
+    with pytest.raises(HkvError, match="latency_s: got False"):
+        LinkSpec(1.0, 1.0, False)
+    with pytest.raises(HkvError, match="prefill_tflops: got True"):
+        HardwareProfile(good.name, good.links, True, good.host_memcpy_gbps)
+    assert LinkSpec(2, 1.5, 0).to_gpu_gbps == 2  # ints are numbers
+
+
 def test_calibrate_measures_host_and_disk(tmp_path):
     profile = calibrate(disk_dir=tmp_path, size_mib=4, repeats=1)
     assert profile.host_memcpy_gbps > 0
@@ -152,6 +163,6 @@ def test_encoder_flops_and_the_kv_dtype_are_checked():
             CostModel.default(vision_encoder_flops_per_token=value)
     with pytest.raises(HkvError, match="audio_encoder_flops_per_token: got"):
         CostModel.default(audio_encoder_flops_per_token=-1)
-    with pytest.raises(HkvError, match="kv_cache_dtype: got 8; expected a name"):
+    with pytest.raises(HkvError, match="kv_cache_dtype: got 8; expected auto or one of"):
         CostModel.default(kv_cache_dtype=8)
     assert CostModel.default(vision_encoder_flops_per_token=0).recompute_s(BlockMeta(16)) > 0

@@ -47,6 +47,20 @@ def test_minimax_kv_bytes_match_the_design_numbers():
     assert spec.hub_id == "MiniMaxAI/MiniMax-M2.5"
 
 
+def test_kv_cache_dtypes_are_vllms_one_byte_names_or_refused():
+    spec = ModelSpec.load("minimax-m2.5")
+    for name in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
+        assert spec.kv_dtype_bytes(name) == 1
+    assert spec.kv_dtype_bytes("auto") == spec.kv_dtype_bytes("bf16") == 2
+    for junk in ("fp8_anything", "FP8", 8, None):
+        with pytest.raises(HkvError, match="kv_cache_dtype: got .*; expected auto or one of"):
+            spec.kv_dtype_bytes(junk)
+    with pytest.raises(HkvError, match="'fp8_ds_mla'.*minimax-m2.5 has no MLA: use fp8"):
+        spec.kv_dtype_bytes("fp8_ds_mla")
+    deepseek = ModelSpec.load("deepseek-v3")  # 656 bytes a token a layer (vLLM's flashmla_sparse)
+    assert deepseek.kv_bytes_per_token("fp8_ds_mla") == 656 * deepseek.num_layers
+
+
 def test_shipped_model_is_found_by_hub_id_too():
     assert ModelSpec.load("MiniMaxAI/MiniMax-M2.5").name == "minimax-m2.5"
 

@@ -92,3 +92,17 @@ def test_notebook_parameters_a_user_may_change_are_read_or_named():
         bench_transfer.transfer_facts(json.loads((root / "transfer_cpu.json").read_text()))
     for model in ("deepseek-v3", "gpt-oss-120b"):
         assert len(loading.config_table(ModelSpec.load(model))) > 10
+
+
+def test_a_notebook_results_name_is_no_path(tmp_path: Path) -> None:
+    from hkv.errors import HkvError
+    from hkv.report.notebook import save_notebook_results
+
+    for name in ("../escaped", "sub/03_flags", "", "..", 3):
+        with pytest.raises(HkvError, match="is not a notebook's name"):
+            save_notebook_results(name, {"a": 1}, results_dir=tmp_path / "results")
+    assert not (tmp_path / "escaped.json").exists()
+    assert not (tmp_path / "results").exists()  # nothing written anywhere
+    path = save_notebook_results("03_flags", {"a": 1}, results_dir=tmp_path / "results")
+    assert path == tmp_path / "results" / "03_flags.json"
+    assert json.loads(path.read_text())["a"] == 1

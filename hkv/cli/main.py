@@ -50,7 +50,9 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         "--weights-dtype", choices=("bf16", "fp8", "int4"), help="default: the model's own"
     )
     p.add_argument(
-        "--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), help="default: auto"
+        "--kv-cache-dtype",
+        choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"),
+        help="default: auto",
     )
     p.add_argument(
         "--gpu-memory-utilization", type=float, default=0.9, help="vLLM's share of each GPU"

@@ -24,6 +24,7 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1,
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
+    "fp8_inc": 1,
     "int8": 1,
     "int4": 0.5,
 }

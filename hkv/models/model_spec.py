@@ -141,12 +141,25 @@ class ModelSpec:
         """`auto` keeps the activations' dtype (bf16 for these models, also for fp8 weights)."""
         if kv_cache_dtype == "auto":
             return 2
-        if not isinstance(kv_cache_dtype, str):
-            raise HkvError(f"kv_cache_dtype: got {kv_cache_dtype!r}; expected a name (auto, fp8, "
-                           "bf16, ...)")  # fmt: skip
-        if kv_cache_dtype.startswith("fp8"):
-            return 1
-        return dtype_bytes(kv_cache_dtype, field_name="kv_cache_dtype")
+        if kv_cache_dtype == "fp8_ds_mla":
+            return self._ds_mla_bytes()
+        if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in DTYPE_BYTES:
+            raise HkvError(f"kv_cache_dtype: got {kv_cache_dtype!r}; expected auto or one of "
+                           f"{', '.join(DTYPE_BYTES)}")  # fmt: skip
+        return DTYPE_BYTES[kv_cache_dtype]
+
+    def _ds_mla_bytes(self) -> float:
+        """vLLM's `fp8_ds_mla` a value: DeepSeek's 512 latent and 64 rotary values a token and
+        layer take 656 bytes, the latent in fp8 with one fp32 scale for each 128 values and the
+        rotary part in bf16 (vLLM's `flashmla_sparse` backend); a model with other MLA sizes
+        (or none) has no such layout here."""
+        sizes = {g.kv_values_per_token for g in self.layer_groups if g.kind is LayerKind.MLA}
+        if sizes != {512 + 64}:
+            raise HkvError(f"kv_cache_dtype: got 'fp8_ds_mla', vLLM's layout for DeepSeek's MLA "
+                           f"(512 latent + 64 rotary values a token); {self.name} has "
+                           f"{'MLA of ' + str(sorted(sizes)) + ' values' if sizes else 'no MLA'}"
+                           ": use fp8")  # fmt: skip
+        return 656 / (512 + 64)
 
     def kv_shard_fraction(self, tensor_parallel: int) -> float:
         """Share of each token's KV one GPU holds under tensor parallelism `tensor_parallel`.

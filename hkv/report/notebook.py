@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hkv.errors import HkvError
 from hkv.report.provenance import DEFAULT_PACKAGES, save_results
 
 DEFAULT_RESULTS_DIR = "../out/results"  # relative to notebooks/, where papermill runs them
@@ -43,7 +44,12 @@ def save_notebook_results(
     packages: Iterable[str] = DEFAULT_PACKAGES,
     machine: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Save notebook `name`'s results (atomically) and return the file's path."""
+    """Save notebook `name`'s results (atomically) and return the file's path. `name` is a
+    notebook's name (its file name without `.ipynb`), not a path: the file goes into
+    `results_dir` and nowhere else."""
+    if not isinstance(name, str) or not name or name in (".", "..") or Path(name).name != name:
+        raise HkvError(f"save_notebook_results: name {name!r} is not a notebook's name (no "
+                       "folders in it); give the folder as results_dir")  # fmt: skip
     return save_results(
         Path(results_dir) / f"{name}.json",
         results,
