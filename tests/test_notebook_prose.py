@@ -254,3 +254,85 @@ def test_recommendation_says_where_the_live_replay_ranks_it_and_why(small_replay
     else:
         assert f"ranks it {rank} of {len(by_store)}" in text
         assert f"`auto` {by_store.loc['auto', 'rank, per request']} of" in text
+
+
+def test_the_caps_sentence_says_whether_a_cap_bound():
+    from hkv.report.modality_manager import caps_sentence
+
+    caps = {"text": 2048, "vision": 512, "audio": 256}
+    free = caps_sentence({"text": 900, "vision": 40, "audio": 3}, caps)
+    assert free.startswith("No cap binds") and "vision 40 of 512" in free
+    bound = caps_sentence({"text": 2048, "vision": 512, "audio": 3}, caps)
+    assert bound.startswith("The cap binds for text, vision at this size: their blocks")
+    assert "audio 3 of 256" in bound
+    one = caps_sentence({"text": 10, "vision": 512, "audio": 3}, caps)
+    assert one.startswith("The cap binds for vision at this size: its blocks on the GPU reached it")
+
+
+def test_where_tiers_pay_reads_the_curve():
+    from hkv.report.failure_modes import where_tiers_pay
+
+    curve = pd.DataFrame({"position": [0, 1000, 2000, 3000], "break-even GB/s": [4.0, 3, 2, 1]})
+    tiers = {"fast": 50.0, "edge": 4.2, "deep": 2.5, "slow": 0.5}
+    assert where_tiers_pay(curve, tiers) == (
+        "At these settings fast (50 GB/s) pays at every position; edge (4.2 GB/s) pays at every "
+        "position, by under 10 % at 0; deep (2.5 GB/s) pays from position 2,000 on; slow "
+        "(0.5 GB/s) pays at no position up to 3,000."
+    )
+    bumpy = pd.DataFrame({"position": [0, 1, 2], "break-even GB/s": [1.0, 3, 1]})
+    assert "pays at 2 of the 3 positions drawn" in where_tiers_pay(bumpy, {"mid": 2.0})
+
+
+def test_the_claim_verdict_compares_the_speed_kept_with_the_claims():
+    from hkv.report.bench_claim import ArticleClaim, claim_verdict
+
+    bound = pd.DataFrame({"tokens/s at most, link alone": [40.0, 5.25]}, index=["8K", "64K"])
+    claim = ArticleClaim("2 x GPU", vram_saved=0.68, speed_lost=0.24)
+    short = claim_verdict(claim, {"8K": 0.41, "64K": 0.12}, bound)
+    assert "with 32% of its KV on the GPU kept 12% to 41% of" in short
+    assert "falls short of the article's 76%" in short and "5.2 to 40.0 tokens/s" in short
+    generous = ArticleClaim("2 x GPU", vram_saved=0.5, speed_lost=0.9)
+    assert "reaches the article's 10%" in claim_verdict(generous, {"8K": 0.41}, bound)
+
+
+def test_the_reliability_note_says_when_nothing_was_learned_yet():
+    from hkv.report.predictive import reliability_note
+
+    prior = pd.DataFrame({"p": [1.0, 1.0], "labels": [3.0, 5.0]})
+    assert reliability_note(prior).startswith("Every bucket's p is still 1, the prior")
+    learned = pd.DataFrame({"p": [0.05, 0.5, 0.95], "labels": [1.0, 2.0, 1.0]})
+    assert reliability_note(learned) == (
+        "50% of the 4 (decayed) labels sit at confident estimates (p below 0.1 or above 0.9)."
+    )
+
+
+@pytest.mark.parametrize("model", ["minimax-m2.5", "deepseek-v3", "gpt-oss-120b"])
+def test_notebook_02s_kv_by_hand_and_budget_hold_for_every_shipped_model(model: str) -> None:
+    from hkv import ModelSpec, PlanInputs, plan
+    from hkv.report.loading import kv_budget_gib, kv_by_hand
+
+    spec = ModelSpec.load(model)
+    how, by_hand = kv_by_hand(spec)
+    assert by_hand == spec.kv_bytes_per_token(), how
+    kept = plan(spec, PlanInputs(gpus=8, gpu_mem_gib=140, weights_dtype="fp8"))
+    whole = kept.gpu_kv_budget_bytes / 2**30
+    if spec.is_mla:  # each GPU holds the whole latent: one GPU's budget
+        assert kv_budget_gib(kept, spec, 8) == pytest.approx(whole / 8)
+    elif spec.num_kv_heads >= 8:  # split by heads: the whole budget
+        assert kv_budget_gib(kept, spec, 8) == pytest.approx(whole)
+
+
+def test_no_share_is_taken_of_a_gap_under_half_a_point():
+    from hkv.report.eviction import gap_closed
+
+    rates = pd.DataFrame(
+        {"lru": [0.30, 0.9800], "belady": [0.40, 0.9801], "arc": [0.35, 0.9900]},
+        index=["tight tier", "roomy tier"],
+    )
+    shares = gap_closed(rates)
+    assert shares.loc["tight tier", "arc"] == pytest.approx(0.5)
+    assert shares.loc["roomy tier"].isna().all()  # (it read 99 x the gap: 9,900 %)
+    per_request = pd.DataFrame({"lru": [0.30, 0.98], "arc": [0.35, 0.99]}, index=rates.index)
+    closed = gap_closed_per_request(per_request, rates)
+    assert closed.loc["tight tier", "arc"] == pytest.approx(0.5)
+    assert closed.loc["roomy tier"].isna().all()

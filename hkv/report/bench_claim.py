@@ -124,6 +124,23 @@ def link_bound(
     return bound
 
 
+def claim_verdict(claim: ArticleClaim, speed_at_claim: Mapping[str, float], bound) -> str:
+    """Whether one sequence streaming its cold KV every decode step kept the claimed speed at the
+    claim's hot fraction (`speed_at_hot_fraction`), and what the host link alone allows there
+    (`link_bound`), in one sentence."""
+    speeds = list(speed_at_claim.values())
+    low, high = min(speeds), max(speeds)
+    kept = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%} to {high:.0%}"
+    limits = bound["tokens/s at most, link alone"]
+    verdict = "falls short of" if high < claim.speed_kept else "reaches"
+    return (
+        f"Streaming its cold KV every decode step, one sequence with {claim.hot_fraction:.0%} of "
+        f"its KV on the GPU kept {kept} of the all-on-GPU speed, which {verdict} the article's "
+        f"{claim.speed_kept:.0%}; the host link alone allows at most {limits.min():.1f} to "
+        f"{limits.max():.1f} tokens/s at the contexts measured, whatever the GPU does."
+    )
+
+
 def article_summary(
     claim: ArticleClaim, decode: pd.DataFrame, lockstep: pd.DataFrame, bound: pd.DataFrame
 ) -> dict[str, Any]:

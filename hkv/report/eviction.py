@@ -146,10 +146,29 @@ def hit_rate_table(runs):
     return table[policy_names()]
 
 
+MIN_GAP = 0.005
+"""The narrowest LRU -> Belady gap a share is taken of (half a point of hit rate): where the two
+nearly agree (a tier that holds almost everything) a share of the difference is noise over a
+hundredth of a point, in the thousands of percent."""
+
+
+def turns_sentence(steps, capacity: int, turns: Sequence[str], what: str) -> str:
+    """How many blocks the requests `turns` (rows of `example_steps`, called `what`) hit under
+    each policy it ran, at `capacity` blocks."""
+    policies = [column[: -len(": hits")] for column in steps.columns if column.endswith(": hits")]
+    counts = [
+        " and ".join(str(len(steps.loc[turn, f"{name}: hits"])) for turn in turns)
+        + f" under {name}"
+        for name in policies
+    ]
+    return f"At {capacity} blocks {what} hit " + ", ".join(counts) + " (blocks each)."
+
+
 def gap_closed(hit_rates):
-    """(hit rate - LRU's) / (Belady's - LRU's), shaped like `hit_rates`; NaN where the gap is 0."""
+    """(hit rate - LRU's) / (Belady's - LRU's), shaped like `hit_rates`; NaN where the gap is
+    narrower than `MIN_GAP`."""
     width = hit_rates["belady"] - hit_rates["lru"]
-    return hit_rates.sub(hit_rates["lru"], axis=0).div(width.where(width > 0), axis=0)
+    return hit_rates.sub(hit_rates["lru"], axis=0).div(width.where(width >= MIN_GAP), axis=0)
 
 
 def by_capacity(table, workloads: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -183,6 +183,28 @@ def break_even_curve(spec: ModelSpec, cost_model: CostModel, block_tokens: int, 
     return pd.DataFrame(rows)
 
 
+def where_tiers_pay(curve, tier_gbps: Mapping[str, float]) -> str:
+    """Where each tier's bandwidth beats the break-even `curve` (`break_even_curve`'s), in words:
+    at every position, from a position on (the curve falls as a block sits deeper), at none."""
+    positions = curve["position"].tolist()
+    needed = curve["break-even GB/s"].tolist()
+    parts = []
+    for name, gbps in tier_gbps.items():
+        pays = [gbps > need for need in needed]
+        if all(pays):
+            tight = min(range(len(needed)), key=lambda i: gbps / needed[i])
+            close = gbps / needed[tight] < 1.1  # (within 10 % of the curve there)
+            where = "at every position" + (f", by under 10 % at {positions[tight]:,}" * close)
+        elif not any(pays):
+            where = f"at no position up to {positions[-1]:,}"
+        elif pays == sorted(pays):  # (False ... True: from a position on)
+            where = f"from position {positions[pays.index(True)]:,} on"
+        else:
+            where = f"at {sum(pays)} of the {len(pays)} positions drawn"
+        parts.append(f"{name} ({gbps:g} GB/s) pays {where}")
+    return "At these settings " + "; ".join(parts) + "."
+
+
 def replay_lru(
     trace: Trace, cost_model: CostModel, percents: Iterable[float]
 ) -> dict[float, dict[str, Any]]:

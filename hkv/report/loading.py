@@ -174,6 +174,26 @@ def plan_rows(plans: Mapping[tuple[int, int], MemoryPlan]) -> list[dict[str, Any
     ]
 
 
+def kv_by_hand(spec: ModelSpec) -> tuple[str, int]:
+    """A token's bf16 KV bytes worked out from the config's fields, and how: MLA keeps one
+    latent (`kv_lora_rank`) and the rotary values (`qk_rope_head_dim`) a layer, shared by all
+    heads; attention with KV heads keeps K and V of each head (a window bounds the tokens held,
+    not a token's bytes)."""
+    layers = spec.num_layers
+    if spec.is_mla:
+        rank, rope = int(spec.raw["kv_lora_rank"]), int(spec.raw["qk_rope_head_dim"])
+        return f"{layers} x ({rank} + {rope}) x 2", layers * (rank + rope) * 2
+    heads, dim = spec.num_kv_heads, spec.head_dim
+    return f"{layers} x 2 x {heads} x {dim} x 2", layers * 2 * heads * dim * 2
+
+
+def kv_budget_gib(plan_result: MemoryPlan, spec: ModelSpec, gpus: int) -> float:
+    """A plan's GPU KV budget in GiB of whole KV, as `kv_curves` counts it: KV split over the
+    GPUs by its heads counts in full, a replicated one (MLA's latent, or more GPUs than KV heads)
+    only once for the copies every GPU holds."""
+    return plan_result.gpu_kv_budget_bytes / (gpus * spec.kv_shard_fraction(gpus)) / GIB
+
+
 def kv_curves(spec: ModelSpec, concurrency: Iterable[int], points: int):
     """A long DataFrame: KV GiB (bf16) of `concurrency` sequences at `points` context lengths
     spaced geometrically from 1K to the model's context."""
@@ -206,6 +226,7 @@ def plot_kv_memory(
     from matplotlib.ticker import StrMethodFormatter
 
     sns.set_theme(style="whitegrid", context="notebook")
+    model = (spec.hub_id or spec.name).split("/")[-1]
     fig, ax = plt.subplots(figsize=(9, 5.5))
     sns.lineplot(
         data=curves,
@@ -240,7 +261,7 @@ def plot_kv_memory(
     ax.set(
         xlabel="context length (tokens)",
         ylabel="KV cache (GiB, bf16)",
-        title=f"MiniMax-M2.5 KV cache: {spec.kv_bytes_per_token():,} bytes per token",
+        title=f"{model} KV cache: {spec.kv_bytes_per_token():,} bytes per token",
     )
     ax.legend(title="concurrent sequences", loc="lower right")
     fig.tight_layout()

@@ -115,6 +115,18 @@ def serve(manager, trace: Trace, block_tokens: int, kv=block_kv) -> dict[str, in
     return peak_hot
 
 
+def caps_sentence(peak_hot: Mapping[str, int], caps: Mapping[str, int]) -> str:
+    """Whether a modality's `max_keep_blocks` bound its blocks on the GPU (`serve`'s peaks: the
+    manager never holds more hot blocks of a modality than its cap)."""
+    bound = [m for m, cap in caps.items() if peak_hot.get(m, 0) >= cap]
+    peaks = ", ".join(f"{m} {peak_hot.get(m, 0):,} of {cap:,}" for m, cap in caps.items())
+    if not bound:
+        return f"No cap binds at this size: each modality's peak stays below it ({peaks})."
+    its, it = ("their", "them") if len(bound) > 1 else ("its", "it")
+    return (f"The cap binds for {', '.join(bound)} at this size: {its} blocks on the GPU reached "
+            f"{it} and the manager demoted the next ones ({peaks}).")  # fmt: skip
+
+
 def stats_summary(stats: Mapping[str, Any]) -> dict[str, float]:
     """The manager's counters in words: hits per tier, misses, demotions, drops, MB moved and
     transfer seconds."""

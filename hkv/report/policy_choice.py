@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from hkv.report.eviction import MIN_GAP
 from hkv.sim import simulate
 
 if TYPE_CHECKING:
@@ -37,9 +38,11 @@ def per_request_hit_rates(
 
 def gap_closed_per_request(per_request: pd.DataFrame, hit_rates: pd.DataFrame) -> pd.DataFrame:
     """Each policy's share of the gap from `lru` (per request, the 0 point) to Belady (whose
-    per-block replay `hit_rates` holds: no offline policy runs per request)."""
+    per-block replay `hit_rates` holds: no offline policy runs per request); NaN where the gap is
+    narrower than `eviction.MIN_GAP`."""
     lru, belady = per_request["lru"], hit_rates["belady"].reindex(per_request.index)
-    return per_request.sub(lru, axis=0).div(belady - lru, axis=0)
+    width = belady - lru
+    return per_request.sub(lru, axis=0).div(width.where(width >= MIN_GAP), axis=0)
 
 
 def store_ranking(per_block_gap: pd.DataFrame, per_request_gap: pd.DataFrame) -> pd.DataFrame:

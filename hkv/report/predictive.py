@@ -34,6 +34,20 @@ def learned_table(policy):
     return table.assign(observed=table["positives"] / table["labels"])
 
 
+def reliability_note(table) -> str:
+    """What the reliability curve can show for `table` (`learned_table`'s): nothing learned where
+    every `p` is still the prior of 1 (no table rebuild yet), else how many of the labels sit at
+    confident estimates (below 0.1 or above 0.9)."""
+    labels = table["labels"].sum()
+    if (table["p"] == 1.0).all():
+        return ("Every bucket's p is still 1, the prior before the first table rebuild: this run "
+                f"filed {labels:.0f} labels, too few for one, so the curve shows the prior, not "
+                "what was learned (a larger NUM_SESSIONS gives it a rebuild).")  # fmt: skip
+    confident = table.loc[(table["p"] < 0.1) | (table["p"] > 0.9), "labels"].sum()
+    return (f"{confident / labels:.0%} of the {labels:.0f} (decayed) labels sit at confident "
+            "estimates (p below 0.1 or above 0.9).")  # fmt: skip
+
+
 def reliability(table, bins: int = 10):
     """Predicted probability of return within the horizon against the observed rate: buckets
     grouped into `bins` equal-width bins of `p`, each bin's label-weighted mean `p` and its
