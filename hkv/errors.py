@@ -30,6 +30,22 @@ class FlagConflict(HkvError):
         super().__init__(f"{first} conflicts with {second}: {reason}")
 
 
+def reject_unknown(
+    where: str, given: Any, accepted: Any, *, error: type[HkvError] = HkvError
+) -> None:
+    """Raise `error` naming the keys of `given` that are not in `accepted` (in `given`'s order)
+    and listing the accepted ones, where there is any: the one wording of every settings mapping
+    hkv reads (a config file's, `plan`'s keywords, a generator's overrides, a vLLM tier's)."""
+    accepted = list(accepted)
+    unknown = [key for key in given if key not in accepted]
+    if unknown:
+        fields_ = ", ".join(shorten(repr(key)) for key in unknown)
+        raise error(
+            f"{where}: unknown field{'s' if len(unknown) > 1 else ''} {fields_}; accepted fields: "
+            f"{', '.join(map(str, accepted))}"
+        )
+
+
 SHOWN_CHARS = 80
 """How many characters of a value an error message shows; longer ones are shortened."""
 

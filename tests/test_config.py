@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hkv import HybridKVCacheConfig
-from hkv.errors import ConfigError
+from hkv.errors import ConfigError, HkvError, reject_unknown
 from hkv.planning.config import ModalityConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,3 +120,20 @@ def test_bad_config_file_on_the_command_line_is_one_line_not_a_traceback(tmp_pat
     assert "Traceback" not in result.stderr
     assert "offload_priority: got 2" in result.stderr
     assert result.stdout == ""
+
+
+def test_every_settings_mapping_names_its_unknown_fields_alike():
+    from hkv import ModelSpec, plan
+    from hkv.sim.zipf_sessions import generate_zipf_sessions
+
+    with pytest.raises(HkvError, match=r"hkv\.x: unknown fields 'a', 2; accepted fields: b, c$"):
+        reject_unknown("hkv.x", {"a": 1, "b": 2, 2: 3}, ["b", "c"])
+    reject_unknown("hkv.x", {"b": 1}, ["b", "c"])  # nothing unknown: nothing raised
+    spec = ModelSpec.load("minimax-m2.5")
+    for call in (
+        lambda: plan(spec, gpu=2, nope=1),
+        lambda: generate_zipf_sessions(nope=1),
+        lambda: HybridKVCacheConfig.from_dict({"nope": 1}),
+    ):
+        with pytest.raises(HkvError, match=r": unknown fields? .*'nope'.*; accepted fields: "):
+            call()

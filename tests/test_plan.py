@@ -146,5 +146,5 @@ def test_keywords_override_the_inputs_given_and_unknown_ones_are_named():
     alone = plan(MINIMAX, gpus=8, gpu_mem_gib=141, cpu_ram_gib=64)
     assert both.to_dict() == alone.to_dict() and both.fits
     for inputs in (None, PlanInputs(cpu_ram_gib=64)):
-        with pytest.raises(HkvError, match="plan: unknown setting 'gpu'; PlanInputs has"):
+        with pytest.raises(HkvError, match="plan: unknown field 'gpu'; accepted fields: gpus, "):
             plan(MINIMAX, inputs, gpu=8)

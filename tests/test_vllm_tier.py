@@ -270,7 +270,7 @@ def test_vllms_fs_tier_grows_past_the_bound_that_hkvs_keeps(tmp_path):
         ({"disk_bytes": -1}, "disk_bytes"),
         ({"admission": "some"}, "admission"),
         ({"policy": "belady"}, "policy"),
-        ({"colour": "red"}, "unknown setting"),
+        ({"colour": "red"}, "hkv disk tier: unknown field 'colour'; accepted fields: path, "),
         ({"disk_bytes": 100}, "holds no chunk"),
         ({"page_cache": "no"}, "page_cache: got 'no'; expected true or false"),
         ({"enable_kv_events": "yes"}, "enable_kv_events"),

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.blocks import Modality
-from hkv.errors import ConfigError, HkvError, shown
+from hkv.errors import ConfigError, HkvError, reject_unknown, shown
 from hkv.inputs import read_json, read_text, read_yaml
 from hkv.modalities import ARTICLE_MODALITY_CONFIGS, ModalityConfig, check_fraction
 from hkv.policies.registry import policy_names
@@ -263,11 +263,7 @@ def parse_cost_weights(weights: Any, *, where: str) -> dict[str, float]:
 
 def _reject_unknown(where: str, settings: Mapping[str, Any], cls: type) -> None:
     allowed = [f.name for f in fields(cls) if f.name != "where"]
-    unknown = [k for k in settings if k not in allowed]
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown field {unknown[0]!r}; accepted fields: {', '.join(allowed)}"
-        )
+    reject_unknown(where, settings, allowed, error=ConfigError)
 
 
 def _load_json(path: Path) -> HybridKVCacheConfig:

@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from hkv.errors import HkvError
+from hkv.errors import HkvError, reject_unknown
 from hkv.models.model_spec import ModelSpec
 from hkv.planning.offload_spec import (
     OffloadSpec,
@@ -134,11 +134,7 @@ def plan(
 def _known_fields(overrides: dict[str, Any]) -> dict[str, Any]:
     """`overrides`, each a field of PlanInputs (else one HkvError naming it, as PlanInputs'
     own constructor would not)."""
-    known = {f.name for f in fields(PlanInputs) if f.init}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        valid = ", ".join(sorted(known))
-        raise HkvError(f"plan: unknown setting {unknown[0]!r}; PlanInputs has {valid}")
+    reject_unknown("plan", overrides, [f.name for f in fields(PlanInputs) if f.init])
     return overrides
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hkv.errors import HkvError, shown
+from hkv.errors import HkvError, reject_unknown, shown
 from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, MAX_TOKENS, Request, Trace
 from hkv.sim.workload import MAX_BLOCK_REFS, _BlockNamer, _Segment
 
@@ -136,12 +136,7 @@ def generate_zipf_sessions(
 def _with_overrides(spec: ZipfSessionSpec | None, overrides: dict[str, Any]) -> ZipfSessionSpec:
     """`spec` (default `ZipfSessionSpec()`) with `overrides` applied, each a field of it (else
     one HkvError naming it)."""
-    known = [f.name for f in fields(ZipfSessionSpec)]
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise HkvError(
-            f"zipf_sessions: unknown field {unknown[0]!r}; ZipfSessionSpec has {', '.join(known)}"
-        )
+    reject_unknown("zipf_sessions", overrides, [f.name for f in fields(ZipfSessionSpec)])
     if spec is None:
         return ZipfSessionSpec(**overrides)
     if not isinstance(spec, ZipfSessionSpec):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.cost import CostModel, HardwareProfile
-from hkv.errors import HkvError
+from hkv.errors import HkvError, reject_unknown
 from hkv.models.model_spec import ModelSpec
 from hkv.outputs import write_atomic
 from hkv.planning.offload_spec import DEFAULT_DISK_POLICY, DISK_ADMISSIONS
@@ -93,12 +93,7 @@ class TierSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TierSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise HkvError(
-                f"hkv disk tier: unknown setting(s) {unknown}; valid: {', '.join(sorted(known))}"
-            )
+        reject_unknown("hkv disk tier", config, [f.name for f in dataclasses.fields(cls)])
         missing = [name for name in ("path", "disk_bytes") if name not in config]
         if missing:
             raise HkvError(f"hkv disk tier: {' and '.join(missing)} missing from its config")
