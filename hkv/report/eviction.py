@@ -64,6 +64,18 @@ def example_steps(
     return pd.DataFrame(rows).set_index("request")
 
 
+def turns_sentence(steps, capacity: int, turns: Sequence[str], what: str) -> str:
+    """How many blocks the requests `turns` (rows of `example_steps`, called `what`) hit under
+    each policy it ran, at `capacity` blocks."""
+    policies = [column[: -len(": hits")] for column in steps.columns if column.endswith(": hits")]
+    counts = [
+        " and ".join(str(len(steps.loc[turn, f"{name}: hits"])) for turn in turns)
+        + f" under {name}"
+        for name in policies
+    ]
+    return f"At {capacity} blocks {what} hit " + ", ".join(counts) + " (blocks each)."
+
+
 def workload_sizes(workloads: Mapping[str, Trace]) -> dict[str, dict[str, Any]]:
     """Workload -> its source, requests, block references and distinct blocks."""
     return {
@@ -150,18 +162,6 @@ MIN_GAP = 0.005
 """The narrowest LRU -> Belady gap a share is taken of (half a point of hit rate): where the two
 nearly agree (a tier that holds almost everything) a share of the difference is noise over a
 hundredth of a point, in the thousands of percent."""
-
-
-def turns_sentence(steps, capacity: int, turns: Sequence[str], what: str) -> str:
-    """How many blocks the requests `turns` (rows of `example_steps`, called `what`) hit under
-    each policy it ran, at `capacity` blocks."""
-    policies = [column[: -len(": hits")] for column in steps.columns if column.endswith(": hits")]
-    counts = [
-        " and ".join(str(len(steps.loc[turn, f"{name}: hits"])) for turn in turns)
-        + f" under {name}"
-        for name in policies
-    ]
-    return f"At {capacity} blocks {what} hit " + ", ".join(counts) + " (blocks each)."
 
 
 def gap_closed(hit_rates):
