@@ -18,7 +18,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from hkv import CostModel, WorkloadSpec, generate
+from hkv import CostModel, ModelSpec, WorkloadSpec, generate
 from hkv.report import bench_e2e, bench_results, bench_vllm, bench_vllm_tail, eviction, prose
 from hkv.report.bench_results import load_result
 from hkv.report.policy_choice import gap_closed_per_request, per_request_hit_rates, store_ranking
@@ -308,7 +308,7 @@ def test_the_reliability_note_says_when_nothing_was_learned_yet():
 
 @pytest.mark.parametrize("model", ["minimax-m2.5", "deepseek-v3", "gpt-oss-120b"])
 def test_notebook_02s_kv_by_hand_and_budget_hold_for_every_shipped_model(model: str) -> None:
-    from hkv import ModelSpec, PlanInputs, plan
+    from hkv import PlanInputs, plan
     from hkv.report.loading import kv_budget_gib, kv_by_hand
 
     spec = ModelSpec.load(model)
@@ -336,3 +336,29 @@ def test_no_share_is_taken_of_a_gap_under_half_a_point():
     closed = gap_closed_per_request(per_request, rates)
     assert closed.loc["tight tier", "arc"] == pytest.approx(0.5)
     assert closed.loc["roomy tier"].isna().all()
+
+
+def test_a_claim_at_an_unmeasured_hot_fraction_is_named_not_an_index_error():
+    from hkv.errors import HkvError
+    from hkv.report import bench_e2e
+    from hkv.report.bench_claim import ArticleClaim, claim_table
+
+    e2e = load_result("e2e_h200.json")
+    decode, lockstep = bench_e2e.decode_table(e2e), bench_e2e.lockstep_table(e2e)
+    with pytest.raises(HkvError, match=r"keeps 40% of the KV .* did not measure \(they kept 10%"):
+        claim_table(ArticleClaim("x", 0.6, 0.24), decode, lockstep, "H200")
+    assert len(claim_table(ArticleClaim("x", 0.68, 0.24), decode, lockstep, "H200")) > 2
+    for junk in (1.5, -0.1, "0.5", True):
+        with pytest.raises(HkvError, match="ArticleClaim.vram_saved: got"):
+            ArticleClaim("x", junk, 0.24)
+
+
+def test_the_break_even_curve_wants_two_points_or_more():
+    from hkv.errors import HkvError
+    from hkv.report.failure_modes import break_even_curve
+
+    spec = ModelSpec.load("minimax-m2.5")
+    for junk in (0, 1, 2.0, True):
+        with pytest.raises(HkvError, match="break-even points: got"):
+            break_even_curve(spec, CostModel.default("minimax-m2.5"), 512, junk)
+    assert len(break_even_curve(spec, CostModel.default("minimax-m2.5"), 512, 2)) == 2

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hkv.errors import HkvError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -25,8 +27,9 @@ class ArticleClaim:
     def __post_init__(self) -> None:
         for name in ("vram_saved", "speed_lost"):
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"ArticleClaim.{name} must lie in [0, 1], got {value}")
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or not 0.0 <= value <= 1.0:
+                raise HkvError(f"ArticleClaim.{name}: got {value!r}; expected a fraction in [0, 1]")
 
     @property
     def hot_fraction(self) -> float:
@@ -49,18 +52,28 @@ def describe_claim(claim: ArticleClaim) -> str:
 
 def speed_at_hot_fraction(decode: pd.DataFrame, hot_fraction: float) -> dict[str, float]:
     """`{context: tokens/s against DynamicCache}` for hkv's decode at `hot_fraction`."""
+    at = _rows_at(decode, hot_fraction, "decode").set_index("context")
+    return at["tokens_per_s_vs_dynamic"].to_dict()
+
+
+def _rows_at(table: pd.DataFrame, hot_fraction: float, what: str) -> pd.DataFrame:
+    """The rows of `table` measured at `hot_fraction`; one HkvError naming the fractions it has
+    where there are none (a claim whose share kept on the GPU was not measured)."""
     import numpy as np
 
-    at = decode[np.isclose(decode["hot_fraction"], hot_fraction)].set_index("context")
-    return at["tokens_per_s_vs_dynamic"].to_dict()
+    rows = table[np.isclose(table["hot_fraction"], hot_fraction)]
+    if rows.empty:
+        measured = ", ".join(f"{f:.0%}" for f in sorted(set(table["hot_fraction"])))
+        raise HkvError(f"the claim keeps {hot_fraction:.0%} of the KV on the GPU, which the {what} "
+                       f"runs did not measure (they kept {measured}): give a VRAM share saved "
+                       "that leaves one of those (ARTICLE_VRAM_SAVED = 1 - it)")  # fmt: skip
+    return rows
 
 
 def sessions_at_hot_fraction(lockstep: pd.DataFrame, hot_fraction: float) -> dict[str, float]:
     """The sessions' lock-step row at `hot_fraction`: `kv_vram_saved` (resident KV) and
     `speed_kept` (1 / (1 + slowdown against the faster of DynamicCache and StaticCache))."""
-    import numpy as np
-
-    row = lockstep[np.isclose(lockstep["hot_fraction"], hot_fraction)].iloc[0]
+    row = _rows_at(lockstep, hot_fraction, "sessions'").iloc[0]
     return {
         "kv_vram_saved": float(row["kv_resident_saved"]),
         "speed_kept": float(1 / (1 + row["slowdown"])),
@@ -72,10 +85,9 @@ def claim_table(
 ) -> pd.DataFrame:
     """Per source (index): KV VRAM saved, speed vs all on GPU and what was measured, the
     article's row first, then hkv's single sequences per context and its parked sessions."""
-    import numpy as np
     import pandas as pd
 
-    at = decode[np.isclose(decode["hot_fraction"], claim.hot_fraction)].set_index("context")
+    at = _rows_at(decode, claim.hot_fraction, "decode").set_index("context")
     sessions = sessions_at_hot_fraction(lockstep, claim.hot_fraction)
     article = {
         "source": f"article ({claim.hardware})",

@@ -15,6 +15,7 @@ import numpy as np
 
 from hkv.blocks import BlockMeta, Tier
 from hkv.cost import CostModel, HardwareProfile
+from hkv.errors import HkvError
 from hkv.models.model_spec import ModelSpec
 from hkv.planning.plan import GIB, HOST_RAM_FRACTION, MemoryPlan
 from hkv.policies import make_policy
@@ -169,6 +170,9 @@ def break_even_table(spec: ModelSpec, cost_model: CostModel, blocks: Mapping[int
 def break_even_curve(spec: ModelSpec, cost_model: CostModel, block_tokens: int, points: int):
     """A DataFrame of the break-even GB/s at `points` positions evenly spaced over the context."""
     import pandas as pd
+
+    if not isinstance(points, int) or isinstance(points, bool) or points < 2:
+        raise HkvError(f"break-even points: got {points!r}; expected a whole number of 2 or more")
 
     positions = np.linspace(0, spec.max_position_embeddings - block_tokens, points)
     rows = [
