@@ -362,3 +362,40 @@ def test_the_break_even_curve_wants_two_points_or_more():
         with pytest.raises(HkvError, match="break-even points: got"):
             break_even_curve(spec, CostModel.default("minimax-m2.5"), 512, junk)
     assert len(break_even_curve(spec, CostModel.default("minimax-m2.5"), 512, 2)) == 2
+
+
+def test_the_claim_verdict_with_all_the_kv_on_the_gpu_names_no_link_bound():
+    from hkv.report.bench_claim import ArticleClaim, claim_verdict
+
+    inf = float("inf")
+    bound = pd.DataFrame({"tokens/s at most, link alone": [inf, inf]}, index=["8K", "64K"])
+    text = claim_verdict(ArticleClaim("x", 0.0, 0.0), {"8K": 0.8, "64K": 1.36}, bound)
+    assert text.endswith("100%; with no KV off the GPU nothing crosses the host link.")
+    assert "inf" not in text
+
+
+def test_parameters_naming_the_wrong_kind_of_file_or_an_empty_gap_are_said():
+    from hkv.errors import HkvError
+    from hkv.report.bench_results import section
+    from hkv.report.bench_vllm_auto import band_sentence, noise_band
+    from hkv.report.suite import priced_by
+
+    with pytest.raises(HkvError, match=r"SUITE: its file holds no 'cost_model' \(written by "):
+        priced_by(load_result("policy_heldout"))
+    with pytest.raises(HkvError, match="TRACE_VARIANTS: its file holds no 'candidates'"):
+        section(load_result("trace_variants_arc"), "candidates", "TRACE_VARIANTS", "a file")
+    no_twin = load_result("vllm_h200_time_dccd834")  # lru and hkv_auto only
+    assert band_sentence(noise_band(no_twin)).startswith("hkv_lru did not run in these engines")
+    index = pd.MultiIndex.from_tuples([("chat", 100.0), ("chat", 50.0)])
+    gap = pd.DataFrame({"a": [float("nan")] * 2, "b": [float("nan")] * 2}, index=index)
+    sentence = prose.twin_policies_sentence(gap, "a", "b", ["chat"])
+    assert "within half a point in every cell" in sentence
+
+
+def test_no_ranking_is_made_of_gaps_that_were_all_under_half_a_point():
+    from hkv.errors import HkvError
+
+    index = pd.MultiIndex.from_tuples([("chat", 100.0)])
+    empty = pd.DataFrame({"lru": [float("nan")], "arc": [float("nan")]}, index=index)
+    with pytest.raises(HkvError, match=r"no capacity here .* \(CAPACITY_PERCENTS\)"):
+        store_ranking(empty, empty)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -145,11 +146,14 @@ def claim_verdict(claim: ArticleClaim, speed_at_claim: Mapping[str, float], boun
     kept = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%} to {high:.0%}"
     limits = bound["tokens/s at most, link alone"]
     verdict = "falls short of" if high < claim.speed_kept else "reaches"
+    link = (f"the host link alone allows at most {limits.min():.1f} to {limits.max():.1f} tokens/s "
+            "at the contexts measured, whatever the GPU does")  # fmt: skip
+    if not math.isfinite(limits.min()):  # (all of the KV on the GPU: nothing crosses the link)
+        link = "with no KV off the GPU nothing crosses the host link"
     return (
         f"Streaming its cold KV every decode step, one sequence with {claim.hot_fraction:.0%} of "
         f"its KV on the GPU kept {kept} of the all-on-GPU speed, which {verdict} the article's "
-        f"{claim.speed_kept:.0%}; the host link alone allows at most {limits.min():.1f} to "
-        f"{limits.max():.1f} tokens/s at the contexts measured, whatever the GPU does."
+        f"{claim.speed_kept:.0%}; {link}."
     )
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hkv.errors import HkvError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -34,6 +36,17 @@ def load_result(
         raise FileNotFoundError(f"no results file {path}; the folder holds {known}")
     data = json.loads(path.read_text())
     return {**data, **_schema_keys(data)}
+
+
+def section(data: Mapping[str, Any], key: str, parameter: str, wanted: str, source=None) -> Any:
+    """`data[key]` of a results file (`source`, where `data` is a part of it) that a notebook
+    parameter named; where it holds none, one HkvError naming the parameter, what wrote the file
+    and the kind of file (`wanted`) that holds one."""
+    if key not in data:
+        written = (data if source is None else source).get("generated_by", NOT_RECORDED)
+        raise HkvError(f"{parameter}: its file holds no {key!r} (written by {written}); give "
+                       f"{wanted}")  # fmt: skip
+    return data[key]
 
 
 def _schema_keys(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -308,6 +308,15 @@ def noise_band(results: dict[str, Any], twin: str = "hkv_lru") -> dict[str, floa
             "cached_gap_points": 100 * max(gaps), "engines": len(rows)}  # fmt: skip
 
 
+def band_sentence(band: dict[str, float] | None, twin: str = "hkv_lru") -> str:
+    """`noise_band`'s reading in one sentence, or that `twin` did not run (no band to read)."""
+    if band is None:
+        return f"{twin} did not run in these engines: no band of noise to read the others against"
+    return (f"{twin} against lru over {band['engines']} engines: cached shares within "
+            f"{band['cached_gap_points']:.2f} points, median wall time {band['low']:+.1%} to "
+            f"{band['high']:+.1%}: {band['half_width']:.1%} either way is noise here")  # fmt: skip
+
+
 def verdicts(results: dict[str, Any], policy: str = "hkv_auto", twin: str = "hkv_lru") -> list[str]:
     """A sentence per engine: `policy`'s median wall time against lru's, and its policy time,
     read against the noise band of `twin` (`noise_band`, `half_width` either side of lru's):

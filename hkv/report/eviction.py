@@ -263,7 +263,7 @@ def gap_long(gap: Any, online: Sequence[str], mooncake: Mapping[str, Any]):
             if name in online
         ]
     )
-    return pd.concat([replayed, committed])
+    return pd.concat([replayed, committed], ignore_index=True)
 
 
 def rereference_distances(workloads: Mapping[str, Trace]) -> dict[str, np.ndarray]:

@@ -174,7 +174,7 @@ def memory_table(usage: Mapping[str, Mapping[str, Mapping[str, int]]]):
 def quant_errors(manager, config, sample_blocks: int, kv=block_kv):
     """A DataFrame by modality: `quantization_error` of up to `sample_blocks` cold blocks (half
     from host RAM, half from disk) brought back through `manager`, against `kv(key, layout)`,
-    with how many came from each tier."""
+    with how many came from each tier (a modality with no cold block: its format, no error)."""
     import pandas as pd
     import torch
 
@@ -183,12 +183,16 @@ def quant_errors(manager, config, sample_blocks: int, kv=block_kv):
     rows, half, layout = [], sample_blocks // 2, manager.layout
     for m in Modality:
         sample = manager.block_ids(Tier.HOST, m)[:half] + manager.block_ids(Tier.DISK, m)[:half]
+        fmt = config.modality(m).quantization
+        if not sample:  # (no cold block of this modality: a workload without it; no error read)
+            rows.append({"modality": m.value, "fmt": fmt, "blocks": 0, "from host": 0,
+                         "from disk": 0})  # fmt: skip
+            continue
         sources = pd.Series([manager.where(k).name.lower() for k in sample]).value_counts()
         back = manager.access(sample)
         assert back.ok and not back.to_compute, back
         restored = torch.stack([manager.gpu_view(k) for k in sample]).cpu()
         original = torch.stack([kv(k, layout) for k in sample])
-        fmt = config.modality(m).quantization
         error = quantization_error(original, fmt, layout, restored=restored)
         rows.append(
             {

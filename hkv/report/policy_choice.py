@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from hkv.errors import HkvError
 from hkv.report.eviction import MIN_GAP
 from hkv.sim import simulate
 
@@ -57,6 +58,10 @@ def store_ranking(per_block_gap: pd.DataFrame, per_request_gap: pd.DataFrame) ->
             "per request": per_request_gap.mean(),
         }
     )
+    if table.isna().all().any():  # every cell's LRU -> Belady gap under half a point (MIN_GAP)
+        raise HkvError("no capacity here leaves LRU and Belady half a point apart (the tier holds "
+                       "nearly every block), so no share of the gap ranks the policies: give "
+                       "smaller capacities (CAPACITY_PERCENTS)")  # fmt: skip
     for column in ("per block", "per request"):
         table[f"rank, {column}"] = table[column].rank(ascending=False, method="min").astype(int)
     table = table.sort_values("rank, per block")

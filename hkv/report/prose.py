@@ -100,6 +100,10 @@ def twin_policies_sentence(
     if gap.empty:
         return f"Every workload here has modality labels, which `{second}` weighs."
     difference = (gap[first] - gap[second]).abs()
+    if difference.isna().all():  # (every cell's LRU -> Belady gap under half a point: no share)
+        return (f"`{second}` is `{first}`'s priority with the config's per-modality treatment; "
+                "here LRU and Belady are within half a point in every cell, so no share of the "
+                "gap separates them.")  # fmt: skip
     differ = difference.round(3) > 0
     workload, capacity = difference.idxmax()
     return (

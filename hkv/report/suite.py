@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from hkv.report.bench_results import section
+
 LRU = "vllm:lru"
 
 
@@ -132,6 +134,7 @@ def seconds_table(results: dict[str, Any], policies: list[str]) -> list[dict[str
 
 def priced_by(results: dict[str, Any]) -> str:
     """What the suite's seconds are priced for: model, hardware profile, where hits load from."""
-    cost = results["parameters"]["cost_model"]
+    cost = section(results["parameters"], "cost_model", "SUITE", "a policy suite's file "
+                   "(`python -m bench.policy_suite`, e.g. policy_suite)", results)  # fmt: skip
     profile, memory = cost["profile"], cost["host_memory"]
     return f"{cost['model']} on the {profile} profile, hits loaded from {memory} host RAM"
