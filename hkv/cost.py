@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 from hkv.formats import cold_bits_per_value
 from hkv.inputs import read_json
 from hkv.models.model_spec import LayerKind, ModelSpec
@@ -35,11 +35,6 @@ from hkv.outputs import write_atomic
 
 LINKS = ("gpu", "host_pinned", "host_pageable", "disk")
 """Link names of a profile: where a block's bytes sit, seen from the GPU."""
-
-
-def _number(value: Any) -> bool:
-    """An int or float, not a bool (`True` is no bandwidth)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -53,9 +48,9 @@ class LinkSpec:
     def __post_init__(self) -> None:
         for name in ("to_gpu_gbps", "from_gpu_gbps"):
             value = getattr(self, name)
-            if not _number(value) or not value > 0 or not math.isfinite(value):
+            if not is_number(value) or not value > 0 or not math.isfinite(value):
                 raise HkvError(f"profile link {name}: got {value!r}; expected a number > 0")
-        if not _number(self.latency_s) or not 0 <= self.latency_s < math.inf:
+        if not is_number(self.latency_s) or not 0 <= self.latency_s < math.inf:
             raise HkvError(f"profile link latency_s: got {self.latency_s!r}; expected >= 0")
 
 
@@ -82,7 +77,7 @@ class HardwareProfile:
             raise HkvError(f"profile {self.name!r}: links {missing} missing; need all of {LINKS}")
         for name in ("prefill_tflops", "host_memcpy_gbps"):
             value = getattr(self, name)
-            if not _number(value) or not 1e-6 <= value < math.inf:  # 1e-320: an
+            if not is_number(value) or not 1e-6 <= value < math.inf:  # 1e-320: an
                 raise HkvError(  # infinite second for every token, and Infinity in --json
                     f"profile {name}: got {value!r}; expected a finite number >= 1e-6"
                 )
@@ -201,7 +196,7 @@ class CostModel:
             raise HkvError(f"host_memory: got {self.host_memory!r}; expected pinned or pageable")
         for name in ("vision_encoder_flops_per_token", "audio_encoder_flops_per_token"):
             value = getattr(self, name)
-            if not _number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise HkvError(f"{name}: got {value!r}; expected a finite number >= 0 (FLOPs)")
         spec = self.spec
         lm_head = spec.vocab_size * spec.hidden_size

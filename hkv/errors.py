@@ -30,6 +30,11 @@ class FlagConflict(HkvError):
         super().__init__(f"{first} conflicts with {second}: {reason}")
 
 
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (`True` is no bandwidth, fraction or count of tokens)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def reject_unknown(
     where: str, given: Any, accepted: Any, *, error: type[HkvError] = HkvError
 ) -> None:

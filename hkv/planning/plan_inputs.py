@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from hkv.errors import HkvError, shown
+from hkv.errors import HkvError, is_number, shown
 from hkv.models.model_spec import ModelSpec
 from hkv.planning.sizes import GIB
 
@@ -137,7 +137,7 @@ def _count(field: str, value: Any, high: int) -> None:
 
 def check_gib(field: str, value: Any, *, positive: bool = False) -> None:
     """GiB: a finite number, >= 0 (> 0 if `positive`), at most `MAX_GIB`."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = is_number(value)
     ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
     if not ok or value > MAX_GIB:
         low = "> 0" if positive else ">= 0"
@@ -145,7 +145,7 @@ def check_gib(field: str, value: Any, *, positive: bool = False) -> None:
 
 
 def _fraction(field: str, value: Any, *, open_low: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if not ok or not (0 < value <= 1 if open_low else 0 <= value <= 1):
         interval = "(0, 1]" if open_low else "[0, 1]"
         raise HkvError(f"{field}: got {shown(value)}; expected a fraction in {interval}")

@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 from hkv.blocks import BlockMeta
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 
 Key = Hashable
 EMPTY: frozenset[Key] = frozenset()
@@ -68,7 +68,7 @@ def check_float(
     owner: str, field: str, value: Any, low: float, high: float = math.inf, *, open_low=False
 ) -> float:
     """Return `value` as a float if it is a finite number in [low, high] (or (low, high])."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if not ok or value < low or value > high or (open_low and value == low):
         bracket = "(" if open_low else "["
         accepted = f"a number in {bracket}{low}, {high}]"

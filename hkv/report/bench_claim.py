@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +28,7 @@ class ArticleClaim:
     def __post_init__(self) -> None:
         for name in ("vram_saved", "speed_lost"):
             value = getattr(self, name)
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = is_number(value)
             if not ok or not 0.0 <= value <= 1.0:
                 raise HkvError(f"ArticleClaim.{name}: got {value!r}; expected a fraction in [0, 1]")
 

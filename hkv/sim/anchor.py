@@ -18,7 +18,7 @@ import random
 from array import array
 from dataclasses import asdict, dataclass, field
 
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 from hkv.sim.trace import Request
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 150000
@@ -55,7 +55,7 @@ class Workload:
                 f"Workload.popularity: got {self.popularity!r}; expected a Zipf exponent in [0, 8]"
             )
         median = self.image_median_tokens
-        ok = isinstance(median, int | float) and not isinstance(median, bool)
+        ok = is_number(median)
         if not ok or not 0 < median < math.inf:
             raise HkvError(
                 f"Workload.image_median_tokens: got {median!r}; expected a number of tokens > 0"

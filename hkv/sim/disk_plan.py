@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hkv.cost import CostModel
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 from hkv.sim.trace import Trace
 from hkv.sim.two_level import chunk_bytes, disk_crossover, simulate_two_level
 
@@ -42,7 +42,7 @@ class DiskRecommendation:
 
 def with_disk_gbps(cost_model: CostModel, disk_gbps: float) -> CostModel:
     """`cost_model` with its profile's disk link read at `disk_gbps` GB/s (its latency kept)."""
-    ok = isinstance(disk_gbps, int | float) and not isinstance(disk_gbps, bool)
+    ok = is_number(disk_gbps)
     if not ok or not math.isfinite(disk_gbps) or disk_gbps <= 0:
         raise HkvError(f"disk_gbps: got {disk_gbps!r}; expected a number > 0 (GB/s)")
     return dataclasses.replace(cost_model, profile=cost_model.profile.with_disk(disk_gbps))

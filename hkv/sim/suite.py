@@ -27,7 +27,7 @@ from typing import Any
 
 from hkv.blocks import Tier
 from hkv.cost import CostModel
-from hkv.errors import HkvError
+from hkv.errors import HkvError, is_number
 from hkv.policies import policy_names
 from hkv.sim.replay import _BlockCosts, simulate
 from hkv.sim.trace import Trace
@@ -47,7 +47,7 @@ SIM_NATIVES = {"vllm:lru": ("lru", 1), "vllm:arc": ("arc", 1), "vllm:lru+st2": (
 
 def capacity_for(trace: Trace, fraction: float) -> int:
     """`fraction` of the trace's distinct blocks, rounded, at least 1."""
-    number = isinstance(fraction, int | float) and not isinstance(fraction, bool)
+    number = is_number(fraction)
     if not number or not 0 < fraction < math.inf:
         raise HkvError(f"capacity fraction: got {fraction!r}; expected a number above 0 (0.05: 5%)")
     return max(1, round(fraction * trace.distinct_blocks()))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hkv.blocks import BlockMeta, Modality, Tier
-from hkv.errors import HkvError, shorten, shown
+from hkv.errors import HkvError, is_number, shorten, shown
 from hkv.inputs import parse_json, path_shown, read_lines
 from hkv.outputs import write_atomic
 
@@ -145,7 +145,7 @@ def _check_block_tokens(block_tokens: Any) -> None:
 
 
 def _timestamp(value: Any, where: str) -> int | float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = is_number(value)
     if not ok or not -MAX_TIMESTAMP_MS <= value <= MAX_TIMESTAMP_MS:  # NaN fails too
         raise HkvError(
             f"{where}: timestamp: got {shown(value)}; expected a number of ms within "

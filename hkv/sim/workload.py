@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from hkv.blocks import Modality
-from hkv.errors import HkvError, shown
+from hkv.errors import HkvError, is_number, shown
 from hkv.sim.trace import MAX_TOKENS, Request, Trace
 from hkv.sim.workload_spec import _TOKENS_MAX, PRESETS, WorkloadSpec, _check_field
 
@@ -298,19 +298,17 @@ def _check_overlay(seed, fractions, median, sigma, token_range) -> None:
     _check_field("seed", seed, "int", prefix="overlay")
     names = ("image_request_fraction", "audio_request_fraction")
     for name, value in zip(names, fractions, strict=True):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = is_number(value)
         if not ok or not 0 <= value <= 1:
             raise HkvError(f"overlay.{name}: got {shown(value)}; expected a number in [0, 1]")
     _check_field("image_tokens_median", median, "float", prefix="overlay")
-    ok = isinstance(sigma, int | float) and not isinstance(sigma, bool)
+    ok = is_number(sigma)
     if not ok or not 0 <= sigma <= 10:
         raise HkvError(
             f"overlay.image_tokens_sigma: got {shown(sigma)}; expected a number in [0, 10]"
         )
     pair = isinstance(token_range, tuple | list) and len(token_range) == 2
-    numbers = pair and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in token_range
-    )
+    numbers = pair and all(is_number(v) for v in token_range)
     if not numbers or not 1 <= token_range[0] <= token_range[1] <= _TOKENS_MAX:
         raise HkvError(
             f"overlay.image_tokens_range: got {shown(token_range)}; expected (low, high) tokens "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hkv.errors import HkvError, reject_unknown, shown
+from hkv.errors import HkvError, is_number, reject_unknown, shown
 from hkv.sim.trace import DEFAULT_BLOCK_TOKENS, MAX_TOKENS, Request, Trace
 from hkv.sim.workload import MAX_BLOCK_REFS, _BlockNamer, _Segment
 
@@ -51,7 +51,7 @@ class ZipfSessionSpec:
                 )
         for name in ("user_tokens_median", "reply_tokens_median", "length_sigma"):
             value, high = getattr(self, name), _LIMITS[name]
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = is_number(value)
             if not ok or not 0 < value <= high:  # NaN fails too
                 raise HkvError(
                     f"zipf_sessions.{name}: got {shown(value)}; expected a number > 0 and "
