@@ -399,3 +399,40 @@ def test_no_ranking_is_made_of_gaps_that_were_all_under_half_a_point():
     empty = pd.DataFrame({"lru": [float("nan")], "arc": [float("nan")]}, index=index)
     with pytest.raises(HkvError, match=r"no capacity here .* \(CAPACITY_PERCENTS\)"):
         store_ranking(empty, empty)
+
+
+def test_notebook_06_says_what_the_plan_says_at_any_settings():
+    from hkv import PlanInputs, plan
+    from hkv.report.failure_modes import check_formula, plan_lines, tier_sentence
+
+    spec = ModelSpec.load("minimax-m2.5")
+    article = dict(gpu_mem_gib=140, cpu_ram_gib=32, offload_percent=0.8, max_model_len=32_768)
+    capped = plan(spec, PlanInputs(gpus=2, max_num_seqs=16, **article))
+    assert tier_sentence(capped, 0.8).startswith("GPUs hold 4 of 16 full-length sequences; the CPU")
+    assert "bound by host RAM (0.7 x 32 GiB)" in tier_sentence(capped, 0.8)
+    roomy = plan(spec, PlanInputs(gpus=8, max_num_seqs=16, **article))
+    assert "GPUs hold all 16 full-length sequences (room for 100)" in tier_sentence(roomy, 0.8)
+    long = {**article, "max_model_len": 196_608}
+    refused = plan(spec, PlanInputs(gpus=2, max_num_seqs=4, **long))
+    lines = plan_lines(refused)
+    assert "vLLM would not start:" in lines and "exceeds the GPU KV budget" in lines
+    assert "vllm serve --" not in lines and "what would:" in lines
+    assert tier_sentence(refused, 0.8).startswith("vLLM would not start at these settings")
+    assert "would need 213 GiB of host RAM" in tier_sentence(refused, 0.8)
+    checks = check_formula(refused, 32, 0.8)
+    assert list(checks.values()) == [True, True, None, None]
+    assert plan_lines(capped).splitlines()[-1].startswith("vllm serve --model MiniMaxAI/MiniMax")
+
+
+def test_the_codec_counts_a_hybrid_models_block_as_the_cost_model_does():
+    from hkv.report.failure_modes import round_trip_table
+    from hkv.storage.layout import BlockLayout
+
+    spec = ModelSpec.load("gpt-oss-120b")
+    groups = BlockLayout.groups_from_spec(spec, 512)
+    assert sum(g.num_layers for g in groups) == spec.num_layers
+    assert BlockLayout.from_spec(spec, 512) in groups
+    table = round_trip_table(spec, CostModel.default("gpt-oss-120b"), ["fp16", "q8"], 512, 1, 0)
+    codec, model = table["bytes per block, hkv.storage.quant"], table["bytes per block, cost model"]
+    assert codec["fp16"] == model["fp16"]
+    assert 0 <= codec["q8"] - model["q8"] <= 8 * 2 * spec.num_layers

@@ -8,6 +8,7 @@ pandas is imported by the functions that tabulate; torch only by `quant_round_tr
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,11 +25,53 @@ from hkv.sim import Trace, replay
 LOSSLESS = ("fp16", "bf16")
 
 
+BOUND_BY = {
+    "host_ram": "host RAM (0.7 x {ram:g} GiB)",
+    "offload_percent": "the requested {percent:g} of the KV cache (under the RAM cap)",
+    "offload_size": "the size given",
+    "gpu_overflow": "what the GPUs cannot hold",
+}
+"""`MemoryPlan.offload_bound_by` in words (`tier_sentence`); `does_not_fit` has its own sentence."""
+
+
+def plan_lines(p: MemoryPlan) -> str:
+    """What `plan` says of these settings, a line each: whether vLLM would start and, where it
+    would not, why and what would; which term bounds the CPU tier; the warnings; the command
+    (none where vLLM would not start)."""
+    lines = [f"fits: {p.fits}; CPU tier bound by: {p.offload_bound_by}"]
+    if not p.fits:
+        lines += ["vLLM would not start:", *(f"  {reason}" for reason in p.reasons)]
+        lines += ["what would:", *(f"  {fix}" for fix in p.suggestions)] if p.suggestions else []
+    lines += ["warnings:", *(f"  {warning}" for warning in p.warnings)] if p.warnings else []
+    lines.append("vllm serve " + shlex.join(p.vllm_args) if p.fits else "(no vllm serve command)")
+    return "\n".join(lines)
+
+
+def tier_sentence(p: MemoryPlan, offload_percent: float) -> str:
+    """What the GPUs and the CPU tier hold of `p.max_num_seqs` full-length sequences, which term
+    bounds the tier, and the host RAM `offload_percent` of the KV cache would need."""
+    need = p.kv_demand_bytes * offload_percent / HOST_RAM_FRACTION / GIB
+    ram = f"{offload_percent:g} of the KV cache would need {need:.0f} GiB of host RAM."
+    if p.offload_bound_by == "does_not_fit":
+        return f"vLLM would not start at these settings, so the plan sizes no CPU tier; {ram}"
+    if p.max_seqs_on_gpu >= p.max_num_seqs:
+        gpus = f"all {p.max_num_seqs} full-length sequences (room for {p.max_seqs_on_gpu})"
+    else:
+        gpus = f"{p.max_seqs_on_gpu} of {p.max_num_seqs} full-length sequences"
+    bound = BOUND_BY[p.offload_bound_by].format(ram=p.cpu_ram_gib, percent=offload_percent)
+    return (
+        f"GPUs hold {gpus}; the CPU tier of {p.offload_bytes / GIB:.1f} GiB "
+        f"holds {p.offload_bytes // p.kv_bytes_per_seq} more ({p.kv_bytes_per_seq / GIB:.2f} GiB "
+        f"each), bound by {bound}. {ram}"
+    )
+
+
 def formula_table(p: MemoryPlan, offload_percent: float):
     """The CPU tier's `min(RAM x 0.7, total_KV x percent)`, one row per term: where it comes
     from, its bytes and GiB (index `term`)."""
     import pandas as pd
 
+    unsized = " (not sized: vLLM would not start)" if p.offload_bound_by == "does_not_fit" else ""
     rows = [
         ("RAM", f"--cpu-ram {p.cpu_ram_gib:g} GiB", p.cpu_ram_gib * GIB),
         ("RAM x 0.7", f"x {HOST_RAM_FRACTION}", p.host_offload_limit_bytes),
@@ -38,7 +81,7 @@ def formula_table(p: MemoryPlan, offload_percent: float):
             f"({p.max_model_len:,} tokens x {p.kv_bytes_per_token:,} bytes)",
             p.kv_demand_bytes,
         ),
-        ("total_KV x percent", f"x {offload_percent}", p.offload_requested_bytes),
+        ("total_KV x percent", f"x {offload_percent}{unsized}", p.offload_requested_bytes),
         ("min(RAM x 0.7, total_KV x percent)", f"bound by {p.offload_bound_by}", p.offload_bytes),
     ]
     table = pd.DataFrame(rows, columns=["term", "from", "bytes"]).set_index("term")
@@ -46,9 +89,12 @@ def formula_table(p: MemoryPlan, offload_percent: float):
     return table
 
 
-def check_formula(p: MemoryPlan, cpu_ram_gib: float, offload_percent: float) -> dict[str, bool]:
-    """Each term of the plan recomputed by hand: check name -> whether the plan's field agrees."""
-    return {
+def check_formula(
+    p: MemoryPlan, cpu_ram_gib: float, offload_percent: float
+) -> dict[str, bool | None]:
+    """Each term of the plan recomputed by hand: check name -> whether the plan's field agrees
+    (None for the tier's terms where vLLM would not start: the plan sizes no tier then)."""
+    checks = {
         "RAM x 0.7 == host_offload_limit_bytes": int(cpu_ram_gib * GIB * HOST_RAM_FRACTION)
         == p.host_offload_limit_bytes,
         "seqs x KV per seq == kv_demand_bytes": p.max_num_seqs * p.kv_bytes_per_seq
@@ -58,6 +104,9 @@ def check_formula(p: MemoryPlan, cpu_ram_gib: float, offload_percent: float) -> 
         "min(...) == offload_bytes": min(p.host_offload_limit_bytes, p.offload_requested_bytes)
         == p.offload_bytes,
     }
+    if p.offload_bound_by == "does_not_fit":
+        checks.update(dict.fromkeys(list(checks)[2:]))
+    return checks
 
 
 def translation_table(translations: Mapping[str, Any]):
@@ -270,16 +319,16 @@ def round_trip_table(
     seed: int,
 ):
     """A DataFrame by format: `hkv.storage.quant.quantization_error` of one standard-normal
-    bf16 block over `sample_layers` layers, the codec's bytes for a whole block of `spec` and
-    the cost model's count of them."""
+    bf16 block over `sample_layers` layers, the codec's bytes for a whole block of `spec` (each
+    attention layer group's, summed) and the cost model's count of them."""
     import pandas as pd
     import torch
 
     from hkv.storage.layout import BlockLayout
     from hkv.storage.quant import codec, quantization_error
 
-    layout = BlockLayout.from_spec(spec, block_tokens)
-    sample_layout = dataclasses.replace(layout, num_layers=sample_layers)
+    layouts = BlockLayout.groups_from_spec(spec, block_tokens)  # a hybrid model's groups, summed
+    sample_layout = dataclasses.replace(layouts[0], num_layers=sample_layers)
     generator = torch.Generator().manual_seed(seed)
     sample = torch.randn((1, *sample_layout.shape), generator=generator)
     sample = sample.to(sample_layout.torch_dtype)
@@ -287,7 +336,7 @@ def round_trip_table(
     rows = [
         {
             **quantization_error(sample, fmt, sample_layout).to_dict(),
-            "bytes per block, hkv.storage.quant": codec(layout, fmt).payload_bytes,
+            "bytes per block, hkv.storage.quant": sum(codec(x, fmt).payload_bytes for x in layouts),
             "bytes per block, cost model": cost_model.block_bytes(block, fmt),
         }
         for fmt in formats

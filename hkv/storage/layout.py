@@ -45,12 +45,24 @@ class BlockLayout:
 
     @classmethod
     def from_spec(cls, spec: Any, block_tokens: int, *, dtype: str = "bfloat16") -> BlockLayout:
-        """The layout of `spec`'s (a `ModelSpec`) largest attention layer group."""
+        """The layout of `spec`'s (a `ModelSpec`) largest attention layer group (a hybrid model's
+        vLLM keeps each group's blocks apart: `groups_from_spec` gives them all)."""
+        return max(
+            cls.groups_from_spec(spec, block_tokens, dtype=dtype), key=lambda g: g.num_layers
+        )
+
+    @classmethod
+    def groups_from_spec(
+        cls, spec: Any, block_tokens: int, *, dtype: str = "bfloat16"
+    ) -> tuple[BlockLayout, ...]:
+        """One layout per GQA/MHA layer group of `spec`: together the KV of `block_tokens` tokens
+        in every such layer, which is what the cost model counts as a block's bytes."""
         groups = [g for g in spec.layer_groups if g.kv_heads]
         if not groups:
             raise HkvError(f"{spec.name}: no GQA/MHA layer group to lay blocks out for")
-        group = max(groups, key=lambda g: g.num_layers)
-        return cls(block_tokens, group.kv_heads, spec.head_dim, group.num_layers, dtype)
+        return tuple(
+            cls(block_tokens, g.kv_heads, spec.head_dim, g.num_layers, dtype) for g in groups
+        )
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
