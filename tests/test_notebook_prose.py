@@ -436,3 +436,16 @@ def test_the_codec_counts_a_hybrid_models_block_as_the_cost_model_does():
     codec, model = table["bytes per block, hkv.storage.quant"], table["bytes per block, cost model"]
     assert codec["fp16"] == model["fp16"]
     assert 0 <= codec["q8"] - model["q8"] <= 8 * 2 * spec.num_layers
+
+
+def test_notebook_06_has_no_conflict_to_show_where_the_size_fits():
+    from hkv import try_translate
+    from hkv.report.failure_modes import conflict_result
+
+    line = "vllm serve MiniMaxAI/MiniMax-M2.5 --enable-hybrid-kv-cache "
+    line += "--hybrid-kv-cache-cpu-offload-size 64GiB"
+    text, result = conflict_result(try_translate(line.split(), cpu_ram_gib=512), "64GiB", 512)
+    assert result is None and text.startswith("64GiB fits 0.7 x 512 GiB of RAM (358.4 GiB)")
+    text, result = conflict_result(try_translate(line.split(), cpu_ram_gib=32), "64GiB", 32)
+    assert result["error"] == "FlagConflict" and "--cpu-ram" in result["flags"]
+    assert text.startswith("flags named: ('--hybrid-kv-cache-cpu-offload-size', '--cpu-ram')")

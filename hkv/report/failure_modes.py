@@ -128,6 +128,21 @@ def translation_table(translations: Mapping[str, Any]):
     return pd.DataFrame(rows).set_index("case")
 
 
+def conflict_result(outcome: Any, size: str, cpu_ram_gib: float) -> tuple[str, dict | None]:
+    """The size case's outcome in words and as results: the `FlagConflict`'s flags and message,
+    or (a size that fits 0.7 x RAM) that these settings have no conflict to show."""
+    if not isinstance(outcome, Exception):
+        limit = cpu_ram_gib * HOST_RAM_FRACTION
+        return (
+            f"{size} fits 0.7 x {cpu_ram_gib:g} GiB of RAM ({limit:g} GiB): no conflict at these "
+            "settings (the size line is translated above); a size over it is refused",
+            None,
+        )
+    flags = list(getattr(outcome, "flags", ()))
+    text = f"flags named: {tuple(flags)}\n{outcome}"
+    return text, {"error": type(outcome).__name__, "flags": flags, "message": str(outcome)}
+
+
 def with_disk_gbps(
     profile: HardwareProfile,
     to_gpu_gbps: float,
