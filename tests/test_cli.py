@@ -53,6 +53,16 @@ def test_article_setup_is_reported_as_not_fitting_in_plain_text():
     assert "fits: NO" in result.stdout
     assert "reason: weights alone" in result.stdout
     assert "suggestion: 4 x 48 GiB GPUs" in result.stdout
+    assert "CPU tier: none (vLLM would not start" in result.stdout
+    assert "vllm serve" not in result.stdout.replace("no vllm serve command", "")
+
+
+def test_plan_says_no_cpu_tier_is_needed_where_the_gpus_hold_every_sequence():
+    roomy = "--gpus 1 --max-model-len 131072 --max-num-seqs 8 --cpu-ram 64"
+    result = hkv("plan", "--model", "gpt-oss-120b", *roomy.split())
+    assert result.returncode == 0, result.stderr
+    assert "CPU tier: none needed (the GPUs hold all 8 full-length sequences)" in result.stdout
+    assert "\n  vllm serve openai/gpt-oss-120b --tensor-parallel-size 1" in result.stdout
 
 
 def test_flags_json_contract():

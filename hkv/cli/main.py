@@ -104,17 +104,29 @@ def render_plan(p: dict[str, Any]) -> str:
         f"{p['kv_bytes_per_seq'] / GIB:.2f} GiB",
         f"  GPU KV budget: {p['gpu_kv_budget_bytes'] / GIB:.1f} GiB -> "
         f"{p['max_seqs_on_gpu']} full sequences on GPU ({p['gpu_kv_blocks']} blocks a GPU)",
-        f"  CPU tier: {p['offload_bytes'] / GIB:.1f} GiB (bound by {p['offload_bound_by']}); "
-        f"{p['offload_blocks']} blocks, {p['offload_bytes_per_rank'] / GIB:.3f} GiB a rank",
+        "  CPU tier: " + _cpu_tier_line(p),
         f"  fits: {'yes' if p['fits'] else 'NO'}",
     ]
     lines += [f"  reason: {r}" for r in p["reasons"]]
     lines += [f"  suggestion: {s}" for s in p["suggestions"]]
     lines += [f"  warning: {w}" for w in p["warnings"]]
-    lines.append("  " + serve_command(p["vllm_args"]))
+    start = "  (no vllm serve command: vLLM would not start with these settings)"
+    lines.append("  " + serve_command(p["vllm_args"]) if p["fits"] else start)
     if disk := p.get("disk_recommendation"):
         lines.append(f"  disk tier: {disk['disk_bytes'] / GIB:.1f} GiB ({disk['reason']})")
     return "\n".join(lines)
+
+
+def _cpu_tier_line(p: dict[str, Any]) -> str:
+    """The plan's CPU tier, or why it has none."""
+    if p["offload_bound_by"] == "does_not_fit":
+        return "none (vLLM would not start: the reason below)"
+    if not p["offload_bytes"] and p["offload_bound_by"] == "gpu_overflow":
+        return f"none needed (the GPUs hold all {p['max_num_seqs']} full-length sequences)"
+    return (
+        f"{p['offload_bytes'] / GIB:.1f} GiB (bound by {p['offload_bound_by']}); "
+        f"{p['offload_blocks']} blocks, {p['offload_bytes_per_rank'] / GIB:.3f} GiB a rank"
+    )
 
 
 # -- hkv flags -----------------------------------------------------------------------------------
