@@ -64,6 +64,21 @@ def test_simulate_all_is_a_list_per_policy(trace_file):
     assert [row["policy"] for row in out] == policy_names()
 
 
+def test_simulate_several_policies_is_a_list_in_the_order_given(trace_file):
+    args = ("simulate", "--trace", str(trace_file), "--capacity-blocks", "20", "--json")
+    spaced = json.loads(run(*args, "--policy", "auto", "lru"))
+    commas = json.loads(run(*args, "--policy", "auto,lru,auto"))
+    assert [row["policy"] for row in spaced] == [row["policy"] for row in commas] == ["auto", "lru"]
+    alone = json.loads(run(*args, "--policy", "auto"))
+    timed = {"elapsed_s", "refs_per_s"}  # the same replay, one object where one policy is named
+    assert {k: v for k, v in alone.items() if k not in timed} == {
+        k: v for k, v in spaced[0].items() if k not in timed
+    }
+    table = run("simulate", "--trace", str(trace_file), "--capacity-blocks", "20", "--policy",
+                "bip", "s3fifo")  # fmt: skip
+    assert "\nbip " in table and "\ns3fifo " in table
+
+
 def test_simulate_table_without_json(trace_file):
     assert "block hit" in run("simulate", "--trace", str(trace_file), "--capacity-blocks", "9")
 
@@ -85,6 +100,13 @@ def test_simulate_plot_draws_every_policy_into_a_png(trace_file, tmp_path):
     [
         (["--policy", "lfu", "--capacity-blocks", "5"], "unknown policy 'lfu'; valid:"),
         (["--capacity-blocks", "0"], "--capacity-blocks: got 0"),
+        (["--policy", "lru", "lfu", "--capacity-blocks", "5"], "unknown policy 'lfu'; valid:"),
+        (["--policy", "all", "lru", "--capacity-blocks", "5"], "all beside other names"),
+        (["--policy", ",", "--capacity-blocks", "5"], "--policy: got no name"),
+        (
+            ["--policy", "lru", "auto", "--capacity-blocks", "5", "--recommend-disk"],
+            "--recommend-disk takes one CPU policy",
+        ),
         (["--capacity-blocks", "5", "--profile", "/nonexistent.json"], "profile: no such file"),
     ],
 )

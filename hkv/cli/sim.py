@@ -9,8 +9,8 @@ Wire them with
     add_suite_parser(subparsers)       # sets defaults(handler=run_suite)
 
 and call `args.handler(args)`; each returns an exit status and raises `HkvError` for user
-mistakes. With `--json`, stdout holds only JSON: one object, or for `simulate --policy all` a
-list of one object per registered policy.
+mistakes. With `--json`, stdout holds only JSON: one object, or for `simulate --policy all` (or
+several names) a list of one object per policy.
 """
 
 from __future__ import annotations
@@ -72,8 +72,10 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--trace", required=True, metavar="FILE.jsonl", help="Mooncake JSONL")
     parser.add_argument(
         "--policy",
-        default="lru",
-        help=f"one of {', '.join(policy_names())}, or `all` (default: lru)",
+        nargs="+",
+        default=["lru"],
+        help=f"one or more of {', '.join(policy_names())} (space- or comma-separated), or `all` "
+        "(default: lru)",
     )
     parser.add_argument(
         "--capacity-blocks", required=True, type=int, metavar="N", help="tier size in blocks"
@@ -124,11 +126,12 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     check_count("--capacity-blocks", args.capacity_blocks, MAX_CAPACITY_BLOCKS)
     check_count("--store-threshold", args.store_threshold, MAX_CAPACITY_BLOCKS)
+    args.policy = chosen_policies(args.policy)
     check_disk_arguments(args)
     if args.plot is not None:
         check_output(args.plot, "--plot", "policies.png")  # a bad place fails before the work
-    if args.policy != "all":
-        get_policy_class(args.policy)  # fail on a bad name before reading the trace
+    for name in policy_list(args.policy):
+        get_policy_class(name)  # fail on a bad name before reading the trace
     trace = load_replay_trace(args.trace, args.block_tokens)
     cost_model = CostModel(
         ModelSpec.load(args.model),
@@ -157,12 +160,31 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.plot is not None:
         _plot(rows, trace, args.plot)
     if args.json:
-        payload: Any = rows if args.policy == "all" else rows[0]
+        payload: Any = rows[0] if isinstance(args.policy, str) and args.policy != "all" else rows
         json.dump(payload, out, indent=2)
         out.write("\n")
     else:
         _print_table(rows, trace, out)
     return 0
+
+
+def chosen_policies(given: str | list[str]) -> str | list[str]:
+    """`--policy`'s words as the replay takes them: `all`, one name, or a list of several (comma-
+    or space-separated, each once, in order)."""
+    words = [given] if isinstance(given, str) else given
+    names = list(dict.fromkeys(n.strip() for w in words for n in w.split(",") if n.strip()))
+    if not names:
+        raise HkvError("--policy: got no name; give one or more policy names, or all")
+    if "all" in names and len(names) > 1:
+        raise HkvError("--policy: got all beside other names; give all alone, or the names")
+    return names[0] if len(names) == 1 else names
+
+
+def policy_list(chosen: str | list[str]) -> list[str]:
+    """`chosen_policies`'s answer as the names it gives (none for `all`)."""
+    if chosen == "all":
+        return []
+    return [chosen] if isinstance(chosen, str) else list(chosen)
 
 
 def _plot(rows: list[dict[str, Any]], trace: Any, path: str) -> None:

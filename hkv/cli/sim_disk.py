@@ -75,11 +75,13 @@ def check_disk_arguments(args: argparse.Namespace) -> None:
         raise HkvError(f"--store: got {args.store!r}; a disk tier runs behind per_request stores")
     if args.store_threshold != 1:
         raise HkvError("--store-threshold: not modelled with a disk tier; leave it at 1")
-    if args.recommend_disk and args.policy == "all":
-        raise HkvError("--policy: got 'all'; --recommend-disk takes one CPU policy")
+    if args.recommend_disk and (args.policy == "all" or not isinstance(args.policy, str)):
+        given = args.policy if isinstance(args.policy, str) else ", ".join(args.policy)
+        raise HkvError(f"--policy: got {given!r}; --recommend-disk takes one CPU policy")
     from hkv.policies.registry import online_policy_class
 
-    for flag, name in (("--policy", args.policy), ("--disk-policy", args.disk_policy)):
+    names = [args.policy] if isinstance(args.policy, str) else list(args.policy)
+    for flag, name in [*(("--policy", n) for n in names), ("--disk-policy", args.disk_policy)]:
         if name not in (None, "all"):
             try:
                 online_policy_class(name, runner="a disk tier replay")
@@ -123,7 +125,8 @@ def run_disk(
         return 0
     if args.disk_gbps is not None:
         cost_model = with_disk_gbps(cost_model, args.disk_gbps)
-    names = policy_names(online_only=True) if args.policy == "all" else [args.policy]
+    names = policy_names(online_only=True) if args.policy == "all" else args.policy
+    names = [names] if isinstance(names, str) else names
     rows = [
         simulate_two_level(
             trace,
@@ -137,7 +140,7 @@ def run_disk(
         ).to_dict()
         for name in names
     ]
-    payload = rows if args.policy == "all" else rows[0]
+    payload = rows[0] if isinstance(args.policy, str) and args.policy != "all" else rows
     _emit(payload, args.json, out, lambda: _table(rows, trace, out))
     return 0
 
