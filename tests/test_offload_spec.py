@@ -208,9 +208,10 @@ def test_fields_are_checked_with_their_names():
 
 def test_a_model_that_does_not_fit_is_no_reason_given_as_the_kv_fitting():
     """At one GPU MiniMax-M2.5's weights alone exceed it: the CPU tier has no size because
-    nothing fits, which the error says (with the plan's reason), naming the flag given."""
+    nothing fits, which the error says (with the plan's reason), naming the flag given (or
+    that no size was given)."""
     line = ["vllm", "serve", "MiniMaxAI/MiniMax-M2.5", "--enable-hybrid-kv-cache"]
-    message = f"^{SIZE}: the model does not fit these GPUs.*weights alone"
+    message = f"^{SIZE} \\(not given\\): the model does not fit these GPUs.*weights alone"
     with pytest.raises(HkvError, match=message):
         translate(line, cpu_ram_gib=512)
     with pytest.raises(HkvError, match=f"^{PERCENT}: the model does not fit these GPUs"):

@@ -124,5 +124,10 @@ class CpuTierSizing:
         return the_plan
 
     def size_source(self) -> str:
-        """The flag the CPU tier's size comes from: the percent flag if given, else the size's."""
-        return PERCENT_FLAG if PERCENT_FLAG in self.flags else SIZE_FLAG
+        """The flag the CPU tier's size comes from: the percent flag if given, else the size's
+        (said to be absent where neither is given: the tier is then the GPUs' overflow)."""
+        if PERCENT_FLAG in self.flags:
+            return PERCENT_FLAG
+        if SIZE_FLAG in self.flags:
+            return SIZE_FLAG
+        return f"{SIZE_FLAG} (not given)"
