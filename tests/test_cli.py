@@ -65,6 +65,15 @@ def test_plan_says_no_cpu_tier_is_needed_where_the_gpus_hold_every_sequence():
     assert "\n  vllm serve openai/gpt-oss-120b --tensor-parallel-size 1" in result.stdout
 
 
+def test_suite_prints_seconds_saved_beside_hit_rates_or_either_alone():
+    both = hkv("suite", "--capacities", "0.1")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.count("net prefill seconds saved") == both.stdout.count("block hit rate")
+    assert both.stdout.count("best hkv over best competitor (s)") >= 1
+    seconds = hkv("suite", "--capacities", "0.1", "--metric", "seconds").stdout
+    assert "net prefill seconds saved" in seconds and "block hit rate" not in seconds
+
+
 def test_flags_json_contract():
     result = hkv("flags", "--cpu-ram", "128", "--json", "--", "--model", "minimax-m2.5",
                  "--swap-space", "64", "--enable-hybrid-kv-cache",

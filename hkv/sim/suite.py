@@ -224,23 +224,57 @@ def cell_line(name: str, cell: dict[str, Any]) -> str:
     )
 
 
-def suite_table(results: dict[str, Any]) -> str:
-    """Block hit rates (%) per workload: a row per policy, a column per capacity, then the
-    best hkv policy's regret (points) per capacity."""
+METRICS = {
+    "seconds": ("net prefill seconds saved", "net_s_saved", "best hkv over best competitor (s)"),
+    "hits": ("block hit rate, %", "block_hit_rate", "best hkv regret (pts)"),
+}
+"""`suite_table`'s views: a title, the rows' field, the last line's label."""
+
+
+def suite_table(results: dict[str, Any], metrics: tuple[str, ...] = ("hits",)) -> str:
+    """Per workload and metric of `METRICS`, a row per policy and a column per capacity, then the
+    best hkv policy against the best competitor: by hits, its regret (points); by seconds, its net
+    prefill seconds saved less the best competitor's (seconds: what a user waits less)."""
     lines = []
     for name, entry in results["workloads"].items():
         cells = entry["cells"]
         labels = list(cells[0]["policies"]) if cells else []
-        width = max([len(label) for label in labels] + [22])
+        width = max([len(label) for label in labels] + [34])
         head = "".join(f"{c['capacity_frac']:>9.0%}" for c in cells)
         lines.append(f"{name} ({entry['requests']} requests, {entry['distinct_blocks']} blocks)")
-        lines.append(f"  {'policy':<{width}}{head}")
-        for label in labels:
-            rates = "".join(f"{_pct(c['policies'][label]['block_hit_rate']):>9}" for c in cells)
-            lines.append(f"  {label:<{width}}{rates}")
-        regrets = "".join(f"{_points(c['best_hkv_regret_points']):>9}" for c in cells)
-        lines.append(f"  {'best hkv regret (pts)':<{width}}{regrets}")
+        for metric in metrics:
+            title, key, last = METRICS[metric]
+            show = _pct if metric == "hits" else _seconds
+            lines.append(f"  {title:<{width}}{head}")
+            for label in labels:
+                row = "".join(f"{show(c['policies'][label].get(key)):>9}" for c in cells)
+                lines.append(f"  {label:<{width}}{row}")
+            if metric == "hits":
+                ends = "".join(f"{_points(c['best_hkv_regret_points']):>9}" for c in cells)
+            else:
+                ends = "".join(
+                    f"{_seconds(_seconds_ahead(c, results['competitors'])):>9}" for c in cells
+                )
+            lines.append(f"  {last:<{width}}{ends}")
     return "\n".join(lines)
+
+
+def _seconds_ahead(cell: dict[str, Any], competitors: list[str]) -> float | None:
+    """The best hkv policy's net seconds saved less the best competitor's, in `cell` (None where
+    either has none)."""
+
+    def best(labels):
+        saved = [cell["policies"][n].get("net_s_saved") for n in labels if n in cell["policies"]]
+        saved = [s for s in saved if s is not None]
+        return max(saved) if saved else None
+
+    hkv = [n for n in cell["policies"] if n.startswith("hkv:") and n != "hkv:random"]
+    mine, theirs = best(hkv), best(competitors)
+    return None if mine is None or theirs is None else mine - theirs
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _pct(rate: float | None) -> str:
