@@ -449,3 +449,13 @@ def test_notebook_06_has_no_conflict_to_show_where_the_size_fits():
     text, result = conflict_result(try_translate(line.split(), cpu_ram_gib=32), "64GiB", 32)
     assert result["error"] == "FlagConflict" and "--cpu-ram" in result["flags"]
     assert text.startswith("flags named: ('--hybrid-kv-cache-cpu-offload-size', '--cpu-ram')")
+
+
+def test_notebook_06_says_why_an_mla_models_blocks_are_not_round_tripped():
+    from hkv.report.failure_modes import round_trip_table
+
+    spec = ModelSpec.load("deepseek-v3")
+    table = round_trip_table(spec, CostModel.default("deepseek-v3"), ["fp16", "q8"], 64, 1, 0)
+    assert list(table.index) == ["fp16", "q8"]
+    assert table["hkv.storage.quant"].str.startswith("not run: deepseek-v3's KV is an MLA").all()
+    assert table["bytes per block, cost model"]["q8"] < table["bytes per block, cost model"]["fp16"]

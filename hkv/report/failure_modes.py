@@ -335,19 +335,32 @@ def round_trip_table(
 ):
     """A DataFrame by format: `hkv.storage.quant.quantization_error` of one standard-normal
     bf16 block over `sample_layers` layers, the codec's bytes for a whole block of `spec` (each
-    attention layer group's, summed) and the cost model's count of them."""
+    attention layer group's, summed) and the cost model's count of them. A model whose KV is an
+    MLA latent alone (no K and V heads, which the codec lays out) gets the cost model's count and
+    a column saying so instead."""
     import pandas as pd
     import torch
 
     from hkv.storage.layout import BlockLayout
     from hkv.storage.quant import codec, quantization_error
 
+    block = BlockMeta(tokens=block_tokens, position=0)
+    if not any(g.kv_heads for g in spec.layer_groups):
+        why = f"not run: {spec.name}'s KV is an MLA latent; the codec lays out K and V heads"
+        rows = [
+            {
+                "fmt": fmt,
+                "hkv.storage.quant": why,
+                "bytes per block, cost model": cost_model.block_bytes(block, fmt),
+            }
+            for fmt in formats
+        ]
+        return pd.DataFrame(rows).set_index("fmt")
     layouts = BlockLayout.groups_from_spec(spec, block_tokens)  # a hybrid model's groups, summed
     sample_layout = dataclasses.replace(layouts[0], num_layers=sample_layers)
     generator = torch.Generator().manual_seed(seed)
     sample = torch.randn((1, *sample_layout.shape), generator=generator)
     sample = sample.to(sample_layout.torch_dtype)
-    block = BlockMeta(tokens=block_tokens, position=0)
     rows = [
         {
             **quantization_error(sample, fmt, sample_layout).to_dict(),
