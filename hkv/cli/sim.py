@@ -130,8 +130,9 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     check_disk_arguments(args)
     if args.plot is not None:
         check_output(args.plot, "--plot", "policies.png")  # a bad place fails before the work
-    for name in policy_list(args.policy):
-        get_policy_class(name)  # fail on a bad name before reading the trace
+    for name in [args.policy] if isinstance(args.policy, str) else args.policy:
+        if name != "all":
+            get_policy_class(name)  # fail on a bad name before reading the trace
     trace = load_replay_trace(args.trace, args.block_tokens)
     cost_model = CostModel(
         ModelSpec.load(args.model),
@@ -178,13 +179,6 @@ def chosen_policies(given: str | list[str]) -> str | list[str]:
     if "all" in names and len(names) > 1:
         raise HkvError("--policy: got all beside other names; give all alone, or the names")
     return names[0] if len(names) == 1 else names
-
-
-def policy_list(chosen: str | list[str]) -> list[str]:
-    """`chosen_policies`'s answer as the names it gives (none for `all`)."""
-    if chosen == "all":
-        return []
-    return [chosen] if isinstance(chosen, str) else list(chosen)
 
 
 def _plot(rows: list[dict[str, Any]], trace: Any, path: str) -> None:
