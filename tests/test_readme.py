@@ -4108,7 +4108,11 @@ CLAIMS.append(
 )
 
 
-LATER_SKEWED8 = ("vllm_h100_time_c87f71b.json",)
+LATER_SKEWED8 = (
+    "vllm_h100_time_c87f71b.json",
+    "vllm_h100_time_6411208.json",
+    "vllm_h100_time_6411208_s8.json",
+)
 """Engines of the skewed cell at 8 GiB committed after hkv 3888202's session, which its paragraph
 ("Where it loses") reads without."""
 
@@ -6244,11 +6248,60 @@ def _engine_c87f71b() -> tuple[Any, ...]:
     )  # fmt: skip
 
 
+def _engine_6411208() -> tuple[Any, ...]:
+    """This session's engines at hkv 6411208 (an H100): the skewed cell at 8 GiB twice
+    (`vllm_h100_time_6411208.json` and `_s8`: lru, hkv_auto, hkv_lru), auto's switch, then per
+    engine auto's and hkv_lru's changes against lru's (median wall time, the median run's mean
+    TTFT, policy time's ratio); the anchor at 8 GiB (lru, hkv_auto, hkv_bip, 3 rounds): auto's
+    changes against lru's and hkv_bip's and its policy time's ratio to lru's."""
+    from hkv.report import engine_noise
+
+    first, second = (result(f"vllm_h100_time_6411208{s}.json") for s in ("", "_s8"))
+    switches = {
+        tuple(r["policy_leaders"][1][:2])
+        for data in (first, second)
+        for r in engine_noise.cell_runs(data, (8.0, 1.0))
+        if r["policy"] == "hkv_auto"
+    }
+    (switch,) = switches
+    assert switch[1] == "lru" and len(first["runs"]) == 18 and len(second["runs"]) == 9
+
+    def change(data, policy, workload, base="lru"):
+        rows = {(r["workload"], r["policy"]): r for r in bench_vllm_auto.time_rows(data)}
+        r, b = rows[workload, policy], rows[workload, base]
+        wall, ttft = r["wall_s"] / b["wall_s"] - 1, r["ttft_mean_s"] / b["ttft_mean_s"] - 1
+        return 100 * wall, 100 * ttft, r["policy_s"] / b["policy_s"]
+
+    skewed, anchor = "skewed (Zipf 1)", "anchor"
+    return (
+        switch[0], *change(first, "hkv_auto", skewed), *change(first, "hkv_lru", skewed),
+        *change(second, "hkv_auto", skewed), *change(second, "hkv_lru", skewed),
+        *change(first, "hkv_auto", anchor)[:2], *change(first, "hkv_auto", anchor, "hkv_bip")[:2],
+        change(first, "hkv_auto", anchor)[2],
+    )  # fmt: skip
+
+
 CLAIMS.append(
     (
-        "the latest engine of that cell, an H100 at hkv c87f71b, put `auto` at {:+z.1f} %: "
-        "docs/policies.md).",
-        lambda: (_engine_c87f71b()[2],),
+        "the two latest engines of that cell, H100s at hkv 6411208, put `auto` at {:+z.1f} % and "
+        "{:+z.1f} %: docs/policies.md).",
+        lambda: itemgetter(2, 8)(_engine_6411208()),
+    )
+)
+CLAIMS.append(
+    (
+        "### hkv 6411208, an H100 At hkv 6411208 an H100 ran three engines, each after one untimed "
+        "run of lru: the skewed variant at 8 GiB twice (lru, `hkv_auto` and `hkv_lru` taking turns "
+        "over 3 rounds; `data/results/vllm_h100_time_6411208.json` and `_s8`) and the anchor at 8 "
+        "GiB once (lru, `hkv_auto` and `hkv_bip`, 3 rounds, in the first file). On the skewed "
+        "variant `auto` went from `lip` to `lru` at request {} in every run, as at hkv c87f71b, and "
+        "came out {:+z.1f} % in median wall time and {:+z.1f} % in mean TTFT against lru's, its "
+        "policy time {:.2f}x lru's (`hkv_lru`: {:+z.1f} %, {:+z.1f} % and {:.2f}x), then "
+        "{:+z.1f} %, {:+z.1f} % and {:.2f}x (`hkv_lru`: {:+z.1f} %, {:+z.1f} % and {:.2f}x): one "
+        "engine inside the issue's bars and one outside them, the same build on the same "
+        "machine. On the anchor `auto` came out {:+z.1f} % and {:+z.1f} % against lru's and "
+        "{:+z.1f} % and {:+z.1f} % against `hkv_bip`'s, its policy time {:.2f}x lru's.",
+        _engine_6411208,
     )
 )
 CLAIMS.append(
@@ -6266,21 +6319,26 @@ CLAIMS.append(
 )
 
 
-def _anchor_at_head() -> tuple[Any, ...]:
-    """`vllm_h100_time_7931a10.json`, the anchor at 8 GiB: auto's change in median wall time and
-    mean TTFT against lru's and against hkv_bip's and its policy time's ratio to lru's
-    (`_engine_changes`), and its speed-adjusted wall-time ratio and standard error."""
+def _anchor_at_head(name: str = "vllm_h100_time_7931a10.json") -> tuple[Any, ...]:
+    """An engine file's anchor at 8 GiB (7931a10's unless `name` says another with three rounds
+    of lru, hkv_auto and hkv_bip): auto's change in median wall time and mean TTFT against lru's
+    and against hkv_bip's and its policy time's ratio to lru's (`_engine_changes`), and its
+    speed-adjusted wall-time ratio and standard error."""
     from hkv.report import engine_noise
 
-    data = result("vllm_h100_time_7931a10.json")
+    data = result(name)
     runs = engine_noise.cell_runs(data, (8.0, 0.0))
     by = {name: [r for r in runs if r["policy"] == name] for name in ("lru", "hkv_auto", "hkv_bip")}
     assert all(len(rs) == 3 for rs in by.values()) and len(runs) == 9
 
-    vs_lru = _engine_changes("vllm_h100_time_7931a10.json")["hkv_auto"]
-    vs_bip = _engine_changes("vllm_h100_time_7931a10.json", base="hkv_bip")["hkv_auto"]
+    vs_lru = _engine_changes(name)["hkv_auto"]
+    vs_bip = _engine_changes(name, base="hkv_bip")["hkv_auto"]
     adjusted = engine_noise.speed_adjusted(data, (8.0, 0.0))
     return (*vs_lru[:2], *vs_bip[:2], vs_lru[2], adjusted["ratio"], adjusted["se"])
+
+
+LATEST_ANCHOR8 = "vllm_h100_time_6411208.json"
+"""The last engine of the anchor at 8 GiB with three rounds of each policy (the README's)."""
 
 
 CLAIMS.append(
@@ -6302,7 +6360,7 @@ def _front_summary() -> tuple[Any, ...]:
     drawn traffic's (`_variants_at_head`)."""
     from hkv.report import engine_noise
 
-    at_head, lean = _anchor_at_head(), _lean()
+    at_head, lean = _anchor_at_head(LATEST_ANCHOR8), _lean()
     engines = engine_noise.engine_files(RESULTS)
     auto, lru = _pooled("hkv_auto")["skewed, 8 GiB"], _pooled("hkv_lru")["skewed, 8 GiB"]
     single = [
