@@ -403,7 +403,8 @@ def test_no_ranking_is_made_of_gaps_that_were_all_under_half_a_point():
 
 def test_notebook_06_says_what_the_plan_says_at_any_settings():
     from hkv import PlanInputs, plan
-    from hkv.report.failure_modes import check_formula, plan_lines, tier_sentence
+    from hkv.cli.main import render_plan
+    from hkv.report.failure_modes import check_formula, tier_sentence
 
     spec = ModelSpec.load("minimax-m2.5")
     article = dict(gpu_mem_gib=140, cpu_ram_gib=32, offload_percent=0.8, max_model_len=32_768)
@@ -414,14 +415,15 @@ def test_notebook_06_says_what_the_plan_says_at_any_settings():
     assert "GPUs hold all 16 full-length sequences (room for 100)" in tier_sentence(roomy, 0.8)
     long = {**article, "max_model_len": 196_608}
     refused = plan(spec, PlanInputs(gpus=2, max_num_seqs=4, **long))
-    lines = plan_lines(refused)
-    assert "vLLM would not start:" in lines and "exceeds the GPU KV budget" in lines
-    assert "vllm serve --" not in lines and "what would:" in lines
+    lines = render_plan(refused.to_dict())  # what notebook 06 prints, as `hkv plan` does
+    assert "CPU tier: none (vLLM would not start" in lines and "exceeds the GPU KV budget" in lines
+    assert "vllm serve MiniMaxAI" not in lines and "suggestion:" in lines
     assert tier_sentence(refused, 0.8).startswith("vLLM would not start at these settings")
     assert "would need 213 GiB of host RAM" in tier_sentence(refused, 0.8)
     checks = check_formula(refused, 32, 0.8)
     assert list(checks.values()) == [True, True, None, None]
-    assert plan_lines(capped).splitlines()[-1].startswith("vllm serve --model MiniMaxAI/MiniMax")
+    last = render_plan(capped.to_dict()).splitlines()[-1].strip()
+    assert last.startswith("vllm serve MiniMaxAI/MiniMax")
 
 
 def test_the_codec_counts_a_hybrid_models_block_as_the_cost_model_does():

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hkv.blocks import Tier
-from hkv.cli.sim_disk import add_disk_arguments, check_disk_arguments, run_disk, uses_disk
+from hkv.cli import sim_disk
 from hkv.errors import HkvError, shown
 from hkv.inputs import json_or_text
 from hkv.outputs import check_output, write_atomic_bytes
@@ -112,7 +112,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="FILE.png",
         help="also draw each policy's prefill seconds saved (and hit rate) into this PNG",
     )
-    add_disk_arguments(parser)
+    sim_disk.add_disk_arguments(parser)
     parser.set_defaults(handler=run_simulate)
     return parser
 
@@ -127,10 +127,10 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     check_count("--capacity-blocks", args.capacity_blocks, MAX_CAPACITY_BLOCKS)
     check_count("--store-threshold", args.store_threshold, MAX_CAPACITY_BLOCKS)
     args.policy = chosen_policies(args.policy)
-    check_disk_arguments(args)
+    sim_disk.check_disk_arguments(args)
     if args.plot is not None:
         check_output(args.plot, "--plot", "policies.png")  # a bad place fails before the work
-    for name in [args.policy] if isinstance(args.policy, str) else args.policy:
+    for name in args.policy:
         if name != "all":
             get_policy_class(name)  # fail on a bad name before reading the trace
     trace = load_replay_trace(args.trace, args.block_tokens)
@@ -145,11 +145,11 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         from hkv.planning.config import HybridKVCacheConfig
 
         config = HybridKVCacheConfig.from_file(args.config)
-    if uses_disk(args):
-        return run_disk(args, trace, cost_model, config, out)
+    if sim_disk.uses_disk(args):
+        return sim_disk.run_disk(args, trace, cost_model, config, out)
     results = simulate(
         trace,
-        args.policy,
+        "all" if args.policy == ["all"] else args.policy,
         args.capacity_blocks,
         cost_model=cost_model,
         config=config,
@@ -161,7 +161,7 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.plot is not None:
         _plot(rows, trace, args.plot)
     if args.json:
-        payload: Any = rows[0] if isinstance(args.policy, str) and args.policy != "all" else rows
+        payload: Any = rows[0] if sim_disk.one_policy(args) else rows
         json.dump(payload, out, indent=2)
         out.write("\n")
     else:
@@ -169,16 +169,16 @@ def run_simulate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def chosen_policies(given: str | list[str]) -> str | list[str]:
-    """`--policy`'s words as the replay takes them: `all`, one name, or a list of several (comma-
-    or space-separated, each once, in order)."""
+def chosen_policies(given: str | list[str]) -> list[str]:
+    """`--policy`'s words as a list of names (comma- or space-separated, each once, in order),
+    or `["all"]`."""
     words = [given] if isinstance(given, str) else given
     names = list(dict.fromkeys(n.strip() for w in words for n in w.split(",") if n.strip()))
     if not names:
         raise HkvError("--policy: got no name; give one or more policy names, or all")
     if "all" in names and len(names) > 1:
         raise HkvError("--policy: got all beside other names; give all alone, or the names")
-    return names[0] if len(names) == 1 else names
+    return names
 
 
 def _plot(rows: list[dict[str, Any]], trace: Any, path: str) -> None:

@@ -75,18 +75,25 @@ def check_disk_arguments(args: argparse.Namespace) -> None:
         raise HkvError(f"--store: got {args.store!r}; a disk tier runs behind per_request stores")
     if args.store_threshold != 1:
         raise HkvError("--store-threshold: not modelled with a disk tier; leave it at 1")
-    if args.recommend_disk and (args.policy == "all" or not isinstance(args.policy, str)):
-        given = args.policy if isinstance(args.policy, str) else ", ".join(args.policy)
+    if args.recommend_disk and not one_policy(args):
+        given = ", ".join(args.policy)
         raise HkvError(f"--policy: got {given!r}; --recommend-disk takes one CPU policy")
     from hkv.policies.registry import online_policy_class
 
-    names = [args.policy] if isinstance(args.policy, str) else list(args.policy)
-    for flag, name in [*(("--policy", n) for n in names), ("--disk-policy", args.disk_policy)]:
+    for flag, name in [
+        *(("--policy", n) for n in args.policy),
+        ("--disk-policy", args.disk_policy),
+    ]:
         if name not in (None, "all"):
             try:
                 online_policy_class(name, runner="a disk tier replay")
             except HkvError as exc:
                 raise HkvError(f"{flag}: {exc}") from None
+
+
+def one_policy(args: argparse.Namespace) -> bool:
+    """Whether `--policy` (a list, as `sim.chosen_policies` leaves it) names one policy."""
+    return len(args.policy) == 1 and args.policy != ["all"]
 
 
 def _check_number(flag: str, value: float | None, low: float, high: float, unit: str, **kw):
@@ -116,7 +123,7 @@ def run_disk(
             trace,
             cost_model,
             cpu_bytes,
-            cpu_policy=args.policy,
+            cpu_policy=args.policy[0],
             disk_policy=disk_policy,
             admission=admission,
             disk_gbps=args.disk_gbps,
@@ -125,8 +132,7 @@ def run_disk(
         return 0
     if args.disk_gbps is not None:
         cost_model = with_disk_gbps(cost_model, args.disk_gbps)
-    names = policy_names(online_only=True) if args.policy == "all" else args.policy
-    names = [names] if isinstance(names, str) else names
+    names = policy_names(online_only=True) if args.policy == ["all"] else args.policy
     rows = [
         simulate_two_level(
             trace,
@@ -140,7 +146,7 @@ def run_disk(
         ).to_dict()
         for name in names
     ]
-    payload = rows[0] if isinstance(args.policy, str) and args.policy != "all" else rows
+    payload = rows[0] if one_policy(args) else rows
     _emit(payload, args.json, out, lambda: _table(rows, trace, out))
     return 0
 

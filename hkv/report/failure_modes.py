@@ -8,7 +8,6 @@ pandas is imported by the functions that tabulate; torch only by `quant_round_tr
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,19 +31,6 @@ BOUND_BY = {
     "gpu_overflow": "what the GPUs cannot hold",
 }
 """`MemoryPlan.offload_bound_by` in words (`tier_sentence`); `does_not_fit` has its own sentence."""
-
-
-def plan_lines(p: MemoryPlan) -> str:
-    """What `plan` says of these settings, a line each: whether vLLM would start and, where it
-    would not, why and what would; which term bounds the CPU tier; the warnings; the command
-    (none where vLLM would not start)."""
-    lines = [f"fits: {p.fits}; CPU tier bound by: {p.offload_bound_by}"]
-    if not p.fits:
-        lines += ["vLLM would not start:", *(f"  {reason}" for reason in p.reasons)]
-        lines += ["what would:", *(f"  {fix}" for fix in p.suggestions)] if p.suggestions else []
-    lines += ["warnings:", *(f"  {warning}" for warning in p.warnings)] if p.warnings else []
-    lines.append("vllm serve " + shlex.join(p.vllm_args) if p.fits else "(no vllm serve command)")
-    return "\n".join(lines)
 
 
 def tier_sentence(p: MemoryPlan, offload_percent: float) -> str:
