@@ -6222,6 +6222,15 @@ CLAIMS.append(
 )
 
 
+def _time_change(data: dict, policy: str, workload: str, base: str = "lru") -> tuple[float, ...]:
+    """`policy`'s change against `base` in an engine file's `workload` (`bench_vllm_auto.
+    time_rows`): median wall time and the median run's mean TTFT, in %, and policy time's ratio."""
+    rows = {(r["workload"], r["policy"]): r for r in bench_vllm_auto.time_rows(data)}
+    r, b = rows[workload, policy], rows[workload, base]
+    wall, ttft = r["wall_s"] / b["wall_s"] - 1, r["ttft_mean_s"] / b["ttft_mean_s"] - 1
+    return 100 * wall, 100 * ttft, r["policy_s"] / b["policy_s"]
+
+
 def _engine_c87f71b() -> tuple[Any, ...]:
     """`vllm_h100_time_c87f71b.json`'s two cells (`bench_vllm_auto.time_rows`): on the skewed one
     at 8 GiB auto's switch and its and hkv_lru's changes against lru's (median wall time, the
@@ -6233,9 +6242,7 @@ def _engine_c87f71b() -> tuple[Any, ...]:
     rows = {(r["workload"], r["policy"]): r for r in bench_vllm_auto.time_rows(data)}
 
     def change(policy, workload, base="lru"):
-        r, b = rows[workload, policy], rows[workload, base]
-        wall, ttft = r["wall_s"] / b["wall_s"] - 1, r["ttft_mean_s"] / b["ttft_mean_s"] - 1
-        return 100 * wall, 100 * ttft, r["policy_s"] / b["policy_s"]
+        return _time_change(data, policy, workload, base)
 
     skewed, anchor = "skewed (Zipf 1)", "anchor"
     (switch,) = {tuple(r["policy_leaders"][1][:2]) for r in engine_noise.cell_runs(data, (8.0, 1.0))
@@ -6266,11 +6273,7 @@ def _engine_6411208() -> tuple[Any, ...]:
     (switch,) = switches
     assert switch[1] == "lru" and len(first["runs"]) == 18 and len(second["runs"]) == 9
 
-    def change(data, policy, workload, base="lru"):
-        rows = {(r["workload"], r["policy"]): r for r in bench_vllm_auto.time_rows(data)}
-        r, b = rows[workload, policy], rows[workload, base]
-        wall, ttft = r["wall_s"] / b["wall_s"] - 1, r["ttft_mean_s"] / b["ttft_mean_s"] - 1
-        return 100 * wall, 100 * ttft, r["policy_s"] / b["policy_s"]
+    change = _time_change
 
     skewed, anchor = "skewed (Zipf 1)", "anchor"
     return (

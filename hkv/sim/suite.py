@@ -162,7 +162,7 @@ def score_cell(rows: dict[str, dict[str, Any]], competitors=COMPETITORS) -> dict
         row["regret_points"] = None if top is None or hit is None else 100 * (top - hit)
         closed = span and span > 0 and hit is not None
         row["lru_to_belady_gap_closed"] = (hit - lru) / span if closed else None
-    hkv = [label for label in ran if label.startswith("hkv:") and label != "hkv:random"]
+    hkv = hkv_contenders(ran)
     best_hkv = max(hkv, key=lambda n: rows[n]["block_hit_rate"]) if hkv else None
     return {
         "best_competitor": best,
@@ -172,6 +172,12 @@ def score_cell(rows: dict[str, dict[str, Any]], competitors=COMPETITORS) -> dict
         "best_hkv_regret_points": rows[best_hkv]["regret_points"] if best_hkv else None,
         "belady_block_hit_rate": opt,
     }
+
+
+def hkv_contenders(labels) -> list[str]:
+    """The hkv policies among `labels` that a cell's best hkv policy is taken from (not the
+    `random` control)."""
+    return [label for label in labels if label.startswith("hkv:") and label != "hkv:random"]
 
 
 def describe(trace: Trace) -> dict[str, Any]:
@@ -268,7 +274,7 @@ def _seconds_ahead(cell: dict[str, Any], competitors: list[str]) -> float | None
         saved = [s for s in saved if s is not None]
         return max(saved) if saved else None
 
-    hkv = [n for n in cell["policies"] if n.startswith("hkv:") and n != "hkv:random"]
+    hkv = hkv_contenders(cell["policies"])
     mine, theirs = best(hkv), best(competitors)
     return None if mine is None or theirs is None else mine - theirs
 
